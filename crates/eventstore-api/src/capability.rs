@@ -1,0 +1,18 @@
+//! What a backend can do beyond events and bookmarks.
+
+use serde::{Deserialize, Serialize};
+
+/// An optional part of the [`crate::EventStorage`] SPI that a backend may offer.
+///
+/// A backend says what it offers with [`crate::EventStorage::supports`]; the methods of a
+/// capability it does not offer return [`crate::EventStorageError::Unsupported`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Capability {
+    /// Leases for leader election: `request_lease`, `request_leases`, `release_lease`,
+    /// `get_leases` and `storage_time`.
+    Lease,
+    /// Appends and bookmarks guarded by a [`crate::Fence`]: `append_fenced` and
+    /// `bookmark_fenced`, checked atomically with the write. Implies [`Capability::Lease`].
+    FencedWrites,
+}

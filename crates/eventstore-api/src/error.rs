@@ -1,0 +1,192 @@
+//! The one error type every storage operation returns.
+
+use std::time::Duration;
+
+use crate::{EventId, EventReference, FencingToken};
+
+/// Everything that can go wrong in a storage operation.
+///
+/// Every message names what was wrong and the value or limit involved, so that a log line
+/// alone tells an operator what happened. Match on the variant, never on the message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventStorageError {
+    /// The caller passed a value the storage refuses; nothing was changed.
+    #[error("invalid {field} {value}: {problem}")]
+    InvalidInput {
+        /// Which argument or field was wrong, e.g. `lease name` or `ttl`.
+        field: String,
+        /// The offending value, shortened and escaped for display.
+        value: String,
+        /// What rule it broke, naming the limit.
+        problem: String,
+    },
+
+    /// The backend does not offer this operation (see [`crate::Capability`]).
+    #[error("{operation} is not supported by the {backend} storage")]
+    Unsupported {
+        /// The refused operation, e.g. `request_lease`.
+        operation: String,
+        /// The backend's name, as [`crate::EventStorage::name`] gives it.
+        backend: String,
+    },
+
+    /// The storage was closed; only `name` still answers.
+    #[error("the storage is closed")]
+    Closed,
+
+    /// A conditional append found an event its criteria said must not exist; nothing was written.
+    #[error(
+        "optimistic lock failed on stream {stream}: event {conflicting} matches the append criteria \
+         but lies after the expected last event {}",
+        display_reference(.expected_last)
+    )]
+    OptimisticLock {
+        /// The stream appended to.
+        stream: String,
+        /// The last matching event the caller had seen, if any.
+        expected_last: Option<EventReference>,
+        /// The first stored event that matches the criteria after `expected_last`.
+        conflicting: EventReference,
+    },
+
+    /// A batch mixed idempotency keys that are stored already with keys that are new.
+    #[error(
+        "idempotency conflict on stream {stream}: keys {stored:?} are stored already but {new:?} are new; \
+         a retried batch must be identical"
+    )]
+    IdempotencyConflict {
+        /// The stream appended to.
+        stream: String,
+        /// Keys of the batch that the stream holds already.
+        stored: Vec<String>,
+        /// Keys of the batch that the stream does not hold.
+        new: Vec<String>,
+    },
+
+    /// A reference named an event this storage does not hold.
+    #[error("unknown event {id}: this storage holds no event with that id")]
+    UnknownEvent {
+        /// The id that was not found.
+        id: EventId,
+    },
+
+    /// A fenced write presented a token that is not the live holder's; nothing was written.
+    #[error(
+        "fenced write refused on lease {lease_name}: presented token {presented}, current token {}{}",
+        display_token(.current),
+        if *.live { "" } else { " (the lease is not live)" }
+    )]
+    Fenced {
+        /// The lease named by the fence.
+        lease_name: String,
+        /// The token the writer presented.
+        presented: FencingToken,
+        /// The lease's current token, `None` when the lease was never granted.
+        current: Option<FencingToken>,
+        /// Whether the lease is live on the storage's clock.
+        live: bool,
+    },
+
+    /// The operation gave up waiting, e.g. for a lock; nothing was changed.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// What was being waited for.
+        operation: String,
+        /// How long the storage waited.
+        after: Duration,
+    },
+
+    /// The database schema is missing an object or does not match what the backend needs.
+    #[error("schema problem with {object}: {problem}")]
+    Schema {
+        /// The table, column, index or function concerned.
+        object: String,
+        /// What is missing or different.
+        problem: String,
+    },
+
+    /// The backend failed (I/O, connection, corruption); the source says how.
+    #[error("{message}")]
+    Backend {
+        /// What the storage was doing.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+/// Values longer than this are shortened in [`EventStorageError::InvalidInput`] messages.
+const MAX_SHOWN_CHARS: usize = 80;
+
+impl EventStorageError {
+    /// Builds an [`EventStorageError::InvalidInput`], quoting and shortening `value` for display.
+    pub fn invalid(field: impl Into<String>, value: impl AsRef<str>, problem: impl Into<String>) -> Self {
+        let value = value.as_ref();
+        let mut shown: String = value.chars().take(MAX_SHOWN_CHARS).collect();
+        if shown.len() < value.len() {
+            shown.push('…');
+        }
+        EventStorageError::InvalidInput {
+            field: field.into(),
+            value: format!("{shown:?}"),
+            problem: problem.into(),
+        }
+    }
+
+    /// Builds an [`EventStorageError::Unsupported`] for `operation` on `backend`.
+    pub fn unsupported(operation: impl Into<String>, backend: impl Into<String>) -> Self {
+        EventStorageError::Unsupported {
+            operation: operation.into(),
+            backend: backend.into(),
+        }
+    }
+
+    /// Builds an [`EventStorageError::Backend`] that keeps `source`.
+    pub fn backend(
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        EventStorageError::Backend {
+            message: message.into(),
+            source: source.into(),
+        }
+    }
+}
+
+fn display_reference(reference: &Option<EventReference>) -> String {
+    reference.map_or_else(|| "(none)".to_owned(), |r| r.to_string())
+}
+
+fn display_token(token: &Option<FencingToken>) -> String {
+    token.map_or_else(|| "(never granted)".to_owned(), |t| t.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_input_quotes_and_shortens_the_value() {
+        let long = "x".repeat(200);
+        let message = EventStorageError::invalid("lease name", &long, "at most 512 bytes").to_string();
+        assert!(message.starts_with("invalid lease name \"xxx"), "{message}");
+        assert!(message.contains("…\": at most 512 bytes"), "{message}");
+
+        let nul = EventStorageError::invalid("owner", "a\0b", "must not contain NUL").to_string();
+        assert!(nul.contains(r#""a\0b""#), "{nul}");
+    }
+
+    #[test]
+    fn fenced_names_both_tokens() {
+        let message = EventStorageError::Fenced {
+            lease_name: "orders".into(),
+            presented: FencingToken(3),
+            current: Some(FencingToken(4)),
+            live: true,
+        }
+        .to_string();
+        assert!(message.contains("presented token 3, current token 4"), "{message}");
+    }
+}

@@ -1,0 +1,122 @@
+//! Events: what a caller stores and what the storage gives back.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::{EventReference, EventStreamId, Tags};
+
+/// An event's identity, assigned by the storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EventId(pub Uuid);
+
+impl EventId {
+    /// A new, time-ordered id (UUID v7).
+    pub fn new() -> Self {
+        EventId(Uuid::now_v7())
+    }
+}
+
+impl Default for EventId {
+    fn default() -> Self {
+        EventId::new()
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The stored name of an event's type, e.g. `OrderPlaced`.
+///
+/// Stored as written: keep it stable, since renaming it splits one type into two.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EventType(pub String);
+
+impl EventType {
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for EventType {
+    fn from(name: &str) -> Self {
+        EventType(name.to_owned())
+    }
+}
+
+impl From<String> for EventType {
+    fn from(name: String) -> Self {
+        EventType(name)
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An event on its way into the storage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventToStore {
+    /// The event's type.
+    pub event_type: EventType,
+    /// The event's data.
+    pub payload: serde_json::Value,
+    /// Labels that queries select the event by.
+    pub tags: Tags,
+    /// A key that makes a retried append store the event once only (unique per stream).
+    pub idempotency_key: Option<String>,
+}
+
+impl EventToStore {
+    /// An event of `event_type` with `payload`, no tags and no idempotency key.
+    pub fn new(event_type: impl Into<EventType>, payload: serde_json::Value) -> Self {
+        EventToStore {
+            event_type: event_type.into(),
+            payload,
+            tags: Tags::none(),
+            idempotency_key: None,
+        }
+    }
+
+    /// This event with `tags`.
+    pub fn with_tags(mut self, tags: Tags) -> Self {
+        self.tags = tags;
+        self
+    }
+
+    /// This event with an idempotency key: appending a batch whose keys are all stored
+    /// already stores nothing again.
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+}
+
+/// An event as the storage holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// The stream the event was appended to.
+    pub stream: EventStreamId,
+    /// The event's type.
+    pub event_type: EventType,
+    /// The event's id and place in the storage's order.
+    pub reference: EventReference,
+    /// The event's data.
+    pub payload: serde_json::Value,
+    /// The event's tags.
+    pub tags: Tags,
+    /// When the storage stored it, on the storage's clock.
+    pub timestamp: DateTime<Utc>,
+    /// The idempotency key it was appended with.
+    pub idempotency_key: Option<String>,
+}

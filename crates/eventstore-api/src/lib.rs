@@ -1,0 +1,54 @@
+//! The event model, the storage SPI with leases, and what is built on it.
+//!
+//! - **Model**: [`EventToStore`], [`StoredEvent`], [`EventReference`], [`Tags`],
+//!   [`EventStreamId`], DCB queries ([`EventFilter`]) and conditional appends ([`AppendCriteria`]).
+//! - **SPI**: the [`EventStorage`] trait every backend implements, [`Capability`] for what is
+//!   optional, and the one error type [`EventStorageError`].
+//! - **Leases**: [`LeaseRequest`], [`LeaseResponse`], [`Lease`], [`FencingToken`] and
+//!   [`Fence`], for leader election where exactly one instance processes a stream.
+//! - **Input rules** shared by every backend: [`validate`].
+//!
+//! # Leases in one call
+//!
+//! Every instance sends the same request on a timer; the answer says whether it leads.
+//!
+//! ```
+//! # use std::time::Duration;
+//! # use eventstore_api::*;
+//! # async fn tick(storage: &dyn EventStorage) -> Result<(), EventStorageError> {
+//! let response = storage
+//!     .request_lease(LeaseRequest::new("order-dispatcher", "pod-7f3a9", 0, Duration::from_secs(30)))
+//!     .await?;
+//! match response.status {
+//!     LeaseStatus::Leader => { /* process, stamping writes with response.fencing_token */ }
+//!     LeaseStatus::LeaderStepDownRequested => {
+//!         /* finish the current unit of work, then hand over */
+//!         storage.release_lease("order-dispatcher", "pod-7f3a9").await?;
+//!     }
+//!     LeaseStatus::Standby => { /* someone else leads; keep requesting */ }
+//! }
+//! # Ok(()) }
+//! ```
+
+mod bookmark;
+mod capability;
+mod error;
+mod event;
+mod filter;
+mod lease;
+mod reference;
+mod storage;
+mod stream;
+mod tag;
+pub mod validate;
+
+pub use bookmark::Bookmark;
+pub use capability::Capability;
+pub use error::EventStorageError;
+pub use event::{EventId, EventToStore, EventType, StoredEvent};
+pub use filter::{AppendCondition, AppendCriteria, Direction, EventFilter, FilterItem, Limit};
+pub use lease::{Fence, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus};
+pub use reference::EventReference;
+pub use storage::{EventStorage, StorageResult};
+pub use stream::EventStreamId;
+pub use tag::{Tag, Tags};

@@ -1,0 +1,55 @@
+//! Where an event stands in the storage's order.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::EventId;
+
+/// An event's id and its place in the storage's total order.
+///
+/// References are ordered by `(tx, position)`: `tx` is the commit order where the backend has
+/// one (PostgreSQL's `xid8`), otherwise equal to `position`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EventReference {
+    /// The event's id.
+    pub id: EventId,
+    /// The storage's position of the event, unique and increasing within one `tx`.
+    pub position: u64,
+    /// The commit order of the event's write.
+    pub tx: u64,
+}
+
+impl EventReference {
+    /// A reference for a backend whose commit order is its position order.
+    pub fn at(id: EventId, position: u64) -> Self {
+        EventReference {
+            id,
+            position,
+            tx: position,
+        }
+    }
+}
+
+impl Ord for EventReference {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.tx, self.position, self.id).cmp(&(other.tx, other.position, other.id))
+    }
+}
+
+impl PartialOrd for EventReference {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for EventReference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.id, self.position)?;
+        if self.tx != self.position {
+            write!(f, "(tx {})", self.tx)?;
+        }
+        Ok(())
+    }
+}

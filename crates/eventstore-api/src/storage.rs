@@ -1,0 +1,281 @@
+//! The SPI: what a backend implements.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::{
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest, LeaseResponse,
+    Limit, StoredEvent, Tags,
+};
+
+/// Shorthand for the result every storage operation returns.
+pub type StorageResult<T> = Result<T, EventStorageError>;
+
+/// A storage of events, bookmarks and (optionally) leases.
+///
+/// Callers usually hold an `Arc<dyn EventStorage>`. Every backend behaves alike where this
+/// trait says so; the conformance kit (`eventstore-tck`) proves it. Methods of a
+/// [`Capability`] the backend lacks return [`EventStorageError::Unsupported`]; their default
+/// bodies do exactly that.
+#[async_trait]
+pub trait EventStorage: Send + Sync + std::fmt::Debug {
+    /// The backend's name, for messages and metrics (e.g. `memory`, `postgres`).
+    fn name(&self) -> &str;
+
+    /// Whether the backend offers `capability`.
+    fn supports(&self, capability: Capability) -> bool;
+
+    /// Appends `events` to `stream` if `criteria` hold, all or nothing.
+    ///
+    /// Returns the stored events in order. Events whose idempotency keys the stream holds
+    /// already are not stored again: a batch whose keys are all stored returns an empty list.
+    ///
+    /// # Errors
+    /// `InvalidInput` (wildcard stream, invalid event, a key twice in the batch),
+    /// `OptimisticLock` (criteria violated), `IdempotencyConflict` (stored and new keys mixed),
+    /// `Closed`, `Backend`.
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>>;
+
+    /// Events of the streams `stream` covers that match `filter`, strictly after `after`
+    /// when given, ordered by `direction`, at most `limit` of them (counted from the first
+    /// event in that direction).
+    ///
+    /// # Errors
+    /// `InvalidInput` (invalid stream), `Closed`, `Backend`.
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>>;
+
+    /// The event with `id`, if this storage holds one.
+    ///
+    /// # Errors
+    /// `Closed`, `Backend`.
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>>;
+
+    /// The reference of the last event in the streams `stream` covers.
+    ///
+    /// # Errors
+    /// `InvalidInput` (invalid stream), `Closed`, `Backend`.
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>>;
+
+    /// Places `reader`'s bookmark at `reference`, replacing any earlier one.
+    ///
+    /// # Errors
+    /// `UnknownEvent` when the storage holds no event with the reference's id (the previous
+    /// bookmark stays), `InvalidInput`, `Closed`, `Backend`.
+    async fn bookmark(&self, reader: &str, reference: &EventReference, tags: Tags) -> StorageResult<()>;
+
+    /// Where `reader`'s bookmark stands, in the storage's own coordinates.
+    ///
+    /// # Errors
+    /// `InvalidInput`, `Closed`, `Backend`.
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>>;
+
+    /// Removes `reader`'s bookmark; removing none is fine.
+    ///
+    /// # Errors
+    /// `InvalidInput`, `Closed`, `Backend`.
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()>;
+
+    /// Every bookmark, ordered by reader.
+    ///
+    /// # Errors
+    /// `Closed`, `Backend`.
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>>;
+
+    /// Acquires, renews, or registers as contender for a lease ([`Capability::Lease`]).
+    ///
+    /// # Errors
+    /// `InvalidInput` (nothing changes), `Unsupported`, `Closed`, `Timeout`, `Backend`.
+    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
+        let _ = request;
+        Err(EventStorageError::unsupported("request_lease", self.name()))
+    }
+
+    /// A batch of lease requests: the answers are those the requests would get one by one,
+    /// in order. One invalid request refuses the whole batch and changes nothing.
+    ///
+    /// The default validates every request, then runs them one by one.
+    ///
+    /// # Errors
+    /// As [`EventStorage::request_lease`].
+    async fn request_leases(&self, requests: Vec<LeaseRequest>) -> StorageResult<Vec<LeaseResponse>> {
+        if !self.supports(Capability::Lease) {
+            return Err(EventStorageError::unsupported("request_leases", self.name()));
+        }
+        crate::validate::validate_lease_requests(&requests)?;
+        let mut responses = Vec::with_capacity(requests.len());
+        for request in requests {
+            responses.push(self.request_lease(request).await?);
+        }
+        Ok(responses)
+    }
+
+    /// Releases `lease_name` if `owner` holds it, and withdraws `owner` as a contender.
+    ///
+    /// # Errors
+    /// `InvalidInput`, `Unsupported`, `Closed`, `Timeout`, `Backend`.
+    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+        let _ = (lease_name, owner);
+        Err(EventStorageError::unsupported("release_lease", self.name()))
+    }
+
+    /// Every lease the storage records, expired and released ones included, by name.
+    ///
+    /// # Errors
+    /// `Unsupported`, `Closed`, `Backend`.
+    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        Err(EventStorageError::unsupported("get_leases", self.name()))
+    }
+
+    /// "Now" on the storage's clock, the clock that judges lease expiry.
+    ///
+    /// # Errors
+    /// `Unsupported`, `Closed`, `Backend`.
+    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
+        Err(EventStorageError::unsupported("storage_time", self.name()))
+    }
+
+    /// [`EventStorage::append`], only while `fence` holds ([`Capability::FencedWrites`]).
+    ///
+    /// The fence is checked atomically with the write: the lease must be live on the
+    /// storage's clock with `fence.token` as its current token.
+    ///
+    /// # Errors
+    /// `Fenced` (nothing written), the errors of `append`, `Unsupported`.
+    async fn append_fenced(
+        &self,
+        fence: &Fence,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        let _ = (fence, criteria, stream, events);
+        Err(EventStorageError::unsupported("append_fenced", self.name()))
+    }
+
+    /// [`EventStorage::bookmark`], only while `fence` holds ([`Capability::FencedWrites`]).
+    ///
+    /// # Errors
+    /// `Fenced` (the bookmark stays), the errors of `bookmark`, `Unsupported`.
+    async fn bookmark_fenced(
+        &self,
+        fence: &Fence,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        let _ = (fence, reader, reference, tags);
+        Err(EventStorageError::unsupported("bookmark_fenced", self.name()))
+    }
+
+    /// Closes the storage for every handle; idempotent. Afterwards every call but `name`
+    /// returns `Closed`.
+    ///
+    /// # Errors
+    /// `Backend` when releasing resources fails.
+    async fn close(&self) -> StorageResult<()>;
+}
+
+/// Forwards every method, defaults included, so that `Arc<dyn EventStorage>` and
+/// `Box<dyn EventStorage>` are storages too.
+macro_rules! forward_event_storage {
+    ($wrapper:ident) => {
+        #[async_trait]
+        impl<T: EventStorage + ?Sized> EventStorage for $wrapper<T> {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn supports(&self, capability: Capability) -> bool {
+                (**self).supports(capability)
+            }
+            async fn append(
+                &self,
+                criteria: AppendCriteria,
+                stream: &EventStreamId,
+                events: Vec<EventToStore>,
+            ) -> StorageResult<Vec<StoredEvent>> {
+                (**self).append(criteria, stream, events).await
+            }
+            async fn query(
+                &self,
+                filter: &EventFilter,
+                stream: &EventStreamId,
+                after: Option<&EventReference>,
+                limit: Limit,
+                direction: Direction,
+            ) -> StorageResult<Vec<StoredEvent>> {
+                (**self).query(filter, stream, after, limit, direction).await
+            }
+            async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+                (**self).get_event_by_id(id).await
+            }
+            async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+                (**self).head(stream).await
+            }
+            async fn bookmark(&self, reader: &str, reference: &EventReference, tags: Tags) -> StorageResult<()> {
+                (**self).bookmark(reader, reference, tags).await
+            }
+            async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+                (**self).get_bookmark(reader).await
+            }
+            async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+                (**self).remove_bookmark(reader).await
+            }
+            async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+                (**self).get_bookmarks().await
+            }
+            async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
+                (**self).request_lease(request).await
+            }
+            async fn request_leases(&self, requests: Vec<LeaseRequest>) -> StorageResult<Vec<LeaseResponse>> {
+                (**self).request_leases(requests).await
+            }
+            async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+                (**self).release_lease(lease_name, owner).await
+            }
+            async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+                (**self).get_leases().await
+            }
+            async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
+                (**self).storage_time().await
+            }
+            async fn append_fenced(
+                &self,
+                fence: &Fence,
+                criteria: AppendCriteria,
+                stream: &EventStreamId,
+                events: Vec<EventToStore>,
+            ) -> StorageResult<Vec<StoredEvent>> {
+                (**self).append_fenced(fence, criteria, stream, events).await
+            }
+            async fn bookmark_fenced(
+                &self,
+                fence: &Fence,
+                reader: &str,
+                reference: &EventReference,
+                tags: Tags,
+            ) -> StorageResult<()> {
+                (**self).bookmark_fenced(fence, reader, reference, tags).await
+            }
+            async fn close(&self) -> StorageResult<()> {
+                (**self).close().await
+            }
+        }
+    };
+}
+
+use std::sync::Arc;
+forward_event_storage!(Arc);
+forward_event_storage!(Box);

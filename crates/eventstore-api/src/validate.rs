@@ -1,0 +1,297 @@
+//! Input rules every backend applies the same way, before anything changes.
+//!
+//! A backend calls these first, so that one input is refused (or accepted) alike everywhere
+//! and a refused call changes nothing.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::{EventStorageError, EventStreamId, EventToStore, LeaseRequest, Tags};
+
+/// The longest name accepted anywhere (lease names, owners, readers, stream parts, event
+/// types, tag keys and values, idempotency keys), in bytes of UTF-8.
+pub const MAX_NAME_BYTES: usize = 512;
+
+/// The shortest lease ttl accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+
+/// The longest lease ttl accepted (7 days).
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+type Result<T = ()> = std::result::Result<T, EventStorageError>;
+
+/// Checks a name: not blank, no NUL, at most [`MAX_NAME_BYTES`].
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming `field` and the broken rule.
+pub fn validate_name(field: &str, name: &str) -> Result {
+    if name.trim().is_empty() {
+        return Err(EventStorageError::invalid(field, name, "must not be blank"));
+    }
+    validate_text(field, name)
+}
+
+/// Checks text that may be empty: no NUL, at most [`MAX_NAME_BYTES`].
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming `field` and the broken rule.
+pub fn validate_text(field: &str, text: &str) -> Result {
+    if text.contains('\0') {
+        return Err(EventStorageError::invalid(field, text, "must not contain a NUL character"));
+    }
+    if text.len() > MAX_NAME_BYTES {
+        return Err(EventStorageError::invalid(
+            field,
+            text,
+            format!("is {} bytes long, at most {MAX_NAME_BYTES} are allowed", text.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a lease request: name and owner are names, `MIN_TTL <= ttl <= MAX_TTL`.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] for the first rule broken.
+pub fn validate_lease_request(request: &LeaseRequest) -> Result {
+    validate_name("lease name", &request.lease_name)?;
+    validate_name("lease owner", &request.owner)?;
+    validate_ttl(request.ttl)
+}
+
+/// Checks every request of a batch, so that one invalid request refuses the whole batch.
+///
+/// # Errors
+/// The first request's error, with its index in the batch in the field name.
+pub fn validate_lease_requests(requests: &[LeaseRequest]) -> Result {
+    for (index, request) in requests.iter().enumerate() {
+        validate_lease_request(request).map_err(|error| match error {
+            EventStorageError::InvalidInput { field, value, problem } => EventStorageError::InvalidInput {
+                field: format!("{field} of request {index}"),
+                value,
+                problem,
+            },
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+/// Checks the arguments of `release_lease`.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] when either is not a valid name.
+pub fn validate_release(lease_name: &str, owner: &str) -> Result {
+    validate_name("lease name", lease_name)?;
+    validate_name("lease owner", owner)
+}
+
+/// Checks a lease ttl against [`MIN_TTL`] and [`MAX_TTL`].
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming the ttl and the limit.
+pub fn validate_ttl(ttl: Duration) -> Result {
+    if ttl < MIN_TTL {
+        return Err(EventStorageError::invalid(
+            "lease ttl",
+            format!("{ttl:?}"),
+            format!("must be at least {MIN_TTL:?}"),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(EventStorageError::invalid(
+            "lease ttl",
+            format!("{ttl:?}"),
+            format!("must be at most {MAX_TTL:?} (7 days)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a stream to read: any part given is a name.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] for a blank, NUL-holding or over-long part.
+pub fn validate_stream(stream: &EventStreamId) -> Result {
+    if let Some(context) = &stream.context {
+        validate_name("stream context", context)?;
+    }
+    if let Some(purpose) = &stream.purpose {
+        validate_name("stream purpose", purpose)?;
+    }
+    Ok(())
+}
+
+/// Checks a stream to append to: as [`validate_stream`], and no wildcard.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] for a wildcard or an invalid part.
+pub fn validate_append_stream(stream: &EventStreamId) -> Result {
+    if !stream.is_concrete() {
+        return Err(EventStorageError::invalid(
+            "stream",
+            stream.to_string(),
+            "cannot append to a wildcard stream; name both context and purpose",
+        ));
+    }
+    validate_stream(stream)
+}
+
+/// Checks tags: non-empty keys without `:`, and no NUL or over-long key or value.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming the tag.
+pub fn validate_tags(tags: &Tags) -> Result {
+    for tag in tags {
+        validate_name("tag key", &tag.key)?;
+        if tag.key.contains(':') {
+            return Err(EventStorageError::invalid("tag key", &tag.key, "must not contain ':'"));
+        }
+        validate_text("tag value", &tag.value)?;
+    }
+    Ok(())
+}
+
+/// Checks a bookmark reader name.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] when it is not a valid name.
+pub fn validate_reader(reader: &str) -> Result {
+    validate_name("bookmark reader", reader)
+}
+
+/// Checks a batch to append: every event type, tag set, payload and idempotency key, and no
+/// idempotency key twice in the batch.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] for the first problem, naming the event's index.
+pub fn validate_events(events: &[EventToStore]) -> Result {
+    let mut keys = HashSet::new();
+    for (index, event) in events.iter().enumerate() {
+        validate_event(event).map_err(|error| match error {
+            EventStorageError::InvalidInput { field, value, problem } => EventStorageError::InvalidInput {
+                field: format!("{field} of event {index}"),
+                value,
+                problem,
+            },
+            other => other,
+        })?;
+        if let Some(key) = &event.idempotency_key {
+            if !keys.insert(key.as_str()) {
+                return Err(EventStorageError::invalid(
+                    format!("idempotency key of event {index}"),
+                    key,
+                    "appears twice in one batch",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_event(event: &EventToStore) -> Result {
+    validate_name("event type", event.event_type.as_str())?;
+    validate_tags(&event.tags)?;
+    if let Some(key) = &event.idempotency_key {
+        validate_name("idempotency key", key)?;
+    }
+    validate_payload(&event.payload)
+}
+
+/// Checks a payload: no NUL character in any string or key (PostgreSQL cannot store one).
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming the string that holds the NUL.
+pub fn validate_payload(payload: &serde_json::Value) -> Result {
+    use serde_json::Value;
+    let nul = |text: &str| {
+        if text.contains('\0') {
+            Err(EventStorageError::invalid(
+                "payload",
+                text,
+                "must not contain a NUL character in any string or key",
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match payload {
+        Value::String(text) => nul(text),
+        Value::Array(items) => items.iter().try_for_each(validate_payload),
+        Value::Object(fields) => fields.iter().try_for_each(|(key, value)| {
+            nul(key)?;
+            validate_payload(value)
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn assert_invalid(result: Result, needle: &str) {
+        match result {
+            Err(EventStorageError::InvalidInput { .. }) => {
+                let message = result.unwrap_err().to_string();
+                assert!(message.contains(needle), "{message:?} should mention {needle:?}");
+            }
+            other => panic!("expected InvalidInput mentioning {needle:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lease_requests_are_checked_for_every_rule() {
+        let ok = LeaseRequest::new("l", "o", 0, Duration::from_secs(1));
+        assert!(validate_lease_request(&ok).is_ok());
+        let with = |f: fn(&mut LeaseRequest)| {
+            let mut request = ok.clone();
+            f(&mut request);
+            validate_lease_request(&request)
+        };
+        assert_invalid(with(|r| r.lease_name = " ".into()), "blank");
+        assert_invalid(with(|r| r.owner = "a\0".into()), "NUL");
+        assert_invalid(with(|r| r.owner = "x".repeat(513)), "513 bytes");
+        assert_invalid(with(|r| r.ttl = Duration::from_micros(999)), "at least 1ms");
+        assert_invalid(with(|r| r.ttl = MAX_TTL + Duration::from_millis(1)), "7 days");
+        assert!(with(|r| r.owner = "é".repeat(256)).is_ok());
+    }
+
+    #[test]
+    fn a_batch_names_the_index_of_the_invalid_request() {
+        let ok = LeaseRequest::new("l", "o", 0, Duration::from_secs(1));
+        let bad = LeaseRequest::new("", "o", 0, Duration::from_secs(1));
+        assert_invalid(validate_lease_requests(&[ok, bad]), "of request 1");
+    }
+
+    #[test]
+    fn events_are_checked_for_types_tags_payloads_and_duplicate_keys() {
+        let ok = EventToStore::new("A", json!({"k": "v"}));
+        assert!(validate_events(std::slice::from_ref(&ok)).is_ok());
+        assert_invalid(validate_events(&[EventToStore::new("", json!(1))]), "event type of event 0");
+        assert_invalid(
+            validate_events(&[ok.clone(), EventToStore::new("A", json!({"a\0": 1}))]),
+            "payload of event 1",
+        );
+        assert_invalid(
+            validate_events(&[ok.clone().with_tags(Tags::from_pairs([("a:b", "c")]))]),
+            "tag key",
+        );
+        assert_invalid(
+            validate_events(&[ok.clone().with_idempotency_key("k"), ok.clone().with_idempotency_key("k")]),
+            "twice",
+        );
+    }
+
+    #[test]
+    fn appending_to_a_wildcard_stream_is_refused() {
+        assert_invalid(validate_append_stream(&EventStreamId::any()), "wildcard");
+        assert_invalid(
+            validate_append_stream(&EventStreamId::for_context("c").any_purpose()),
+            "wildcard",
+        );
+        assert!(validate_append_stream(&EventStreamId::for_context("c")).is_ok());
+        assert_invalid(validate_stream(&EventStreamId::new("", "p")), "stream context");
+    }
+}
