@@ -122,7 +122,11 @@ const MAX_SHOWN_CHARS: usize = 80;
 
 impl EventStorageError {
     /// Builds an [`EventStorageError::InvalidInput`], quoting and shortening `value` for display.
-    pub fn invalid(field: impl Into<String>, value: impl AsRef<str>, problem: impl Into<String>) -> Self {
+    pub fn invalid(
+        field: impl Into<String>,
+        value: impl AsRef<str>,
+        problem: impl Into<String>,
+    ) -> Self {
         let value = value.as_ref();
         let mut shown: String = value.chars().take(MAX_SHOWN_CHARS).collect();
         if shown.len() < value.len() {
@@ -170,7 +174,8 @@ mod tests {
     #[test]
     fn invalid_input_quotes_and_shortens_the_value() {
         let long = "x".repeat(200);
-        let message = EventStorageError::invalid("lease name", &long, "at most 512 bytes").to_string();
+        let message =
+            EventStorageError::invalid("lease name", &long, "at most 512 bytes").to_string();
         assert!(message.starts_with("invalid lease name \"xxx"), "{message}");
         assert!(message.contains("…\": at most 512 bytes"), "{message}");
 
@@ -187,6 +192,9 @@ mod tests {
             live: true,
         }
         .to_string();
-        assert!(message.contains("presented token 3, current token 4"), "{message}");
+        assert!(
+            message.contains("presented token 3, current token 4"),
+            "{message}"
+        );
     }
 }

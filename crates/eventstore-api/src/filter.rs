@@ -60,7 +60,10 @@ impl EventFilter {
 
     /// Matches events of any of `types`.
     pub fn for_types<T: Into<EventType>>(types: impl IntoIterator<Item = T>) -> Self {
-        EventFilter::of_item(Some(types.into_iter().map(Into::into).collect()), Tags::none())
+        EventFilter::of_item(
+            Some(types.into_iter().map(Into::into).collect()),
+            Tags::none(),
+        )
     }
 
     /// Matches events that carry every tag of `tags`.

@@ -24,7 +24,12 @@ pub struct LeaseRequest {
 
 impl LeaseRequest {
     /// A request for `lease_name` by `owner`.
-    pub fn new(lease_name: impl Into<String>, owner: impl Into<String>, priority: i64, ttl: Duration) -> Self {
+    pub fn new(
+        lease_name: impl Into<String>,
+        owner: impl Into<String>,
+        priority: i64,
+        ttl: Duration,
+    ) -> Self {
         LeaseRequest {
             lease_name: lease_name.into(),
             owner: owner.into(),
@@ -55,7 +60,9 @@ impl LeaseStatus {
 
 /// A lease's generation: strictly increasing on every change of owner, stable across renewals,
 /// never reset. Stamp work with it so that a stale leader's writes can be refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct FencingToken(pub u64);
 
@@ -141,7 +148,11 @@ impl Fence {
     /// # Errors
     /// [`crate::EventStorageError::Fenced`] when the lease is unknown, not live, or holds
     /// another token.
-    pub fn check(&self, lease: Option<&Lease>, now: DateTime<Utc>) -> Result<(), crate::EventStorageError> {
+    pub fn check(
+        &self,
+        lease: Option<&Lease>,
+        now: DateTime<Utc>,
+    ) -> Result<(), crate::EventStorageError> {
         let live = lease.is_some_and(|lease| !lease.is_expired_at(now));
         let current = lease.map(|lease| lease.fencing_token);
         if live && current == Some(self.token) {
@@ -185,10 +196,16 @@ mod tests {
     fn fence_passes_only_for_the_live_current_token() {
         let now = Utc::now();
         let live = lease(now, Duration::from_secs(10));
-        assert!(Fence::new("l", FencingToken(1)).check(Some(&live), now).is_ok());
-        assert!(Fence::new("l", FencingToken(2)).check(Some(&live), now).is_err());
+        assert!(Fence::new("l", FencingToken(1))
+            .check(Some(&live), now)
+            .is_ok());
+        assert!(Fence::new("l", FencingToken(2))
+            .check(Some(&live), now)
+            .is_err());
         let later = now + chrono::Duration::seconds(11);
-        assert!(Fence::new("l", FencingToken(1)).check(Some(&live), later).is_err());
+        assert!(Fence::new("l", FencingToken(1))
+            .check(Some(&live), later)
+            .is_err());
         assert!(Fence::new("l", FencingToken(1)).check(None, now).is_err());
     }
 }

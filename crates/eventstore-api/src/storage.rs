@@ -74,7 +74,12 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// `UnknownEvent` when the storage holds no event with the reference's id (the previous
     /// bookmark stays), `InvalidInput`, `Closed`, `Backend`.
-    async fn bookmark(&self, reader: &str, reference: &EventReference, tags: Tags) -> StorageResult<()>;
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()>;
 
     /// Where `reader`'s bookmark stands, in the storage's own coordinates.
     ///
@@ -110,9 +115,15 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// As [`EventStorage::request_lease`].
-    async fn request_leases(&self, requests: Vec<LeaseRequest>) -> StorageResult<Vec<LeaseResponse>> {
+    async fn request_leases(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseResponse>> {
         if !self.supports(Capability::Lease) {
-            return Err(EventStorageError::unsupported("request_leases", self.name()));
+            return Err(EventStorageError::unsupported(
+                "request_leases",
+                self.name(),
+            ));
         }
         crate::validate::validate_lease_requests(&requests)?;
         let mut responses = Vec::with_capacity(requests.len());
@@ -177,7 +188,10 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         tags: Tags,
     ) -> StorageResult<()> {
         let _ = (fence, reader, reference, tags);
-        Err(EventStorageError::unsupported("bookmark_fenced", self.name()))
+        Err(EventStorageError::unsupported(
+            "bookmark_fenced",
+            self.name(),
+        ))
     }
 
     /// Closes the storage for every handle; idempotent. Afterwards every call but `name`
@@ -216,7 +230,9 @@ macro_rules! forward_event_storage {
                 limit: Limit,
                 direction: Direction,
             ) -> StorageResult<Vec<StoredEvent>> {
-                (**self).query(filter, stream, after, limit, direction).await
+                (**self)
+                    .query(filter, stream, after, limit, direction)
+                    .await
             }
             async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
                 (**self).get_event_by_id(id).await
@@ -224,7 +240,12 @@ macro_rules! forward_event_storage {
             async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
                 (**self).head(stream).await
             }
-            async fn bookmark(&self, reader: &str, reference: &EventReference, tags: Tags) -> StorageResult<()> {
+            async fn bookmark(
+                &self,
+                reader: &str,
+                reference: &EventReference,
+                tags: Tags,
+            ) -> StorageResult<()> {
                 (**self).bookmark(reader, reference, tags).await
             }
             async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
@@ -239,7 +260,10 @@ macro_rules! forward_event_storage {
             async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
                 (**self).request_lease(request).await
             }
-            async fn request_leases(&self, requests: Vec<LeaseRequest>) -> StorageResult<Vec<LeaseResponse>> {
+            async fn request_leases(
+                &self,
+                requests: Vec<LeaseRequest>,
+            ) -> StorageResult<Vec<LeaseResponse>> {
                 (**self).request_leases(requests).await
             }
             async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
@@ -258,7 +282,9 @@ macro_rules! forward_event_storage {
                 stream: &EventStreamId,
                 events: Vec<EventToStore>,
             ) -> StorageResult<Vec<StoredEvent>> {
-                (**self).append_fenced(fence, criteria, stream, events).await
+                (**self)
+                    .append_fenced(fence, criteria, stream, events)
+                    .await
             }
             async fn bookmark_fenced(
                 &self,
@@ -267,7 +293,9 @@ macro_rules! forward_event_storage {
                 reference: &EventReference,
                 tags: Tags,
             ) -> StorageResult<()> {
-                (**self).bookmark_fenced(fence, reader, reference, tags).await
+                (**self)
+                    .bookmark_fenced(fence, reader, reference, tags)
+                    .await
             }
             async fn close(&self) -> StorageResult<()> {
                 (**self).close().await

@@ -37,13 +37,20 @@ pub fn validate_name(field: &str, name: &str) -> Result {
 /// [`EventStorageError::InvalidInput`] naming `field` and the broken rule.
 pub fn validate_text(field: &str, text: &str) -> Result {
     if text.contains('\0') {
-        return Err(EventStorageError::invalid(field, text, "must not contain a NUL character"));
+        return Err(EventStorageError::invalid(
+            field,
+            text,
+            "must not contain a NUL character",
+        ));
     }
     if text.len() > MAX_NAME_BYTES {
         return Err(EventStorageError::invalid(
             field,
             text,
-            format!("is {} bytes long, at most {MAX_NAME_BYTES} are allowed", text.len()),
+            format!(
+                "is {} bytes long, at most {MAX_NAME_BYTES} are allowed",
+                text.len()
+            ),
         ));
     }
     Ok(())
@@ -66,7 +73,11 @@ pub fn validate_lease_request(request: &LeaseRequest) -> Result {
 pub fn validate_lease_requests(requests: &[LeaseRequest]) -> Result {
     for (index, request) in requests.iter().enumerate() {
         validate_lease_request(request).map_err(|error| match error {
-            EventStorageError::InvalidInput { field, value, problem } => EventStorageError::InvalidInput {
+            EventStorageError::InvalidInput {
+                field,
+                value,
+                problem,
+            } => EventStorageError::InvalidInput {
                 field: format!("{field} of request {index}"),
                 value,
                 problem,
@@ -145,7 +156,11 @@ pub fn validate_tags(tags: &Tags) -> Result {
     for tag in tags {
         validate_name("tag key", &tag.key)?;
         if tag.key.contains(':') {
-            return Err(EventStorageError::invalid("tag key", &tag.key, "must not contain ':'"));
+            return Err(EventStorageError::invalid(
+                "tag key",
+                &tag.key,
+                "must not contain ':'",
+            ));
         }
         validate_text("tag value", &tag.value)?;
     }
@@ -169,7 +184,11 @@ pub fn validate_events(events: &[EventToStore]) -> Result {
     let mut keys = HashSet::new();
     for (index, event) in events.iter().enumerate() {
         validate_event(event).map_err(|error| match error {
-            EventStorageError::InvalidInput { field, value, problem } => EventStorageError::InvalidInput {
+            EventStorageError::InvalidInput {
+                field,
+                value,
+                problem,
+            } => EventStorageError::InvalidInput {
                 field: format!("{field} of event {index}"),
                 value,
                 problem,
@@ -235,7 +254,10 @@ mod tests {
         match result {
             Err(EventStorageError::InvalidInput { .. }) => {
                 let message = result.unwrap_err().to_string();
-                assert!(message.contains(needle), "{message:?} should mention {needle:?}");
+                assert!(
+                    message.contains(needle),
+                    "{message:?} should mention {needle:?}"
+                );
             }
             other => panic!("expected InvalidInput mentioning {needle:?}, got {other:?}"),
         }
@@ -254,7 +276,10 @@ mod tests {
         assert_invalid(with(|r| r.owner = "a\0".into()), "NUL");
         assert_invalid(with(|r| r.owner = "x".repeat(513)), "513 bytes");
         assert_invalid(with(|r| r.ttl = Duration::from_micros(999)), "at least 1ms");
-        assert_invalid(with(|r| r.ttl = MAX_TTL + Duration::from_millis(1)), "7 days");
+        assert_invalid(
+            with(|r| r.ttl = MAX_TTL + Duration::from_millis(1)),
+            "7 days",
+        );
         assert!(with(|r| r.owner = "é".repeat(256)).is_ok());
     }
 
@@ -269,7 +294,10 @@ mod tests {
     fn events_are_checked_for_types_tags_payloads_and_duplicate_keys() {
         let ok = EventToStore::new("A", json!({"k": "v"}));
         assert!(validate_events(std::slice::from_ref(&ok)).is_ok());
-        assert_invalid(validate_events(&[EventToStore::new("", json!(1))]), "event type of event 0");
+        assert_invalid(
+            validate_events(&[EventToStore::new("", json!(1))]),
+            "event type of event 0",
+        );
         assert_invalid(
             validate_events(&[ok.clone(), EventToStore::new("A", json!({"a\0": 1}))]),
             "payload of event 1",
@@ -279,7 +307,10 @@ mod tests {
             "tag key",
         );
         assert_invalid(
-            validate_events(&[ok.clone().with_idempotency_key("k"), ok.clone().with_idempotency_key("k")]),
+            validate_events(&[
+                ok.clone().with_idempotency_key("k"),
+                ok.clone().with_idempotency_key("k"),
+            ]),
             "twice",
         );
     }
@@ -292,6 +323,9 @@ mod tests {
             "wildcard",
         );
         assert!(validate_append_stream(&EventStreamId::for_context("c")).is_ok());
-        assert_invalid(validate_stream(&EventStreamId::new("", "p")), "stream context");
+        assert_invalid(
+            validate_stream(&EventStreamId::new("", "p")),
+            "stream context",
+        );
     }
 }
