@@ -28,8 +28,14 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
 
     /// Appends `events` to `stream` if `criteria` hold, all or nothing.
     ///
-    /// Returns the stored events in order. Events whose idempotency keys the stream holds
-    /// already are not stored again: a batch whose keys are all stored returns an empty list.
+    /// Returns the stored events in order, each with a storage-assigned id, reference and UTC
+    /// timestamp. An empty batch stores nothing and returns an empty list (the criteria are
+    /// still checked).
+    ///
+    /// Idempotency keys are unique per stream. A batch in which every event carries a key the
+    /// stream holds already is a retry: it returns an empty list, stores nothing, and is not
+    /// checked against the criteria (the first attempt was). A batch that mixes stored keys
+    /// with new keys or keyless events is an `IdempotencyConflict`.
     ///
     /// # Errors
     /// `InvalidInput` (wildcard stream, invalid event, a key twice in the batch),
