@@ -1,0 +1,1 @@
+//! Demonstrations of leader-elected projectors; see `examples/`.
