@@ -1,0 +1,263 @@
+//! The lease rules of the contract, for backends that keep leases in process memory.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use eventstore_api::{
+    EventStorageError, Fence, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus,
+};
+
+/// How far `release` backdates the heartbeat past the ttl, so that the released lease is
+/// expired at once on the storage's clock.
+const RELEASE_BACKDATE: Duration = Duration::from_millis(1);
+
+/// Every lease of one storage and its contenders, with the contract's rules applied.
+///
+/// The table is plain data: the caller serializes access (a mutex) and passes "now" from its
+/// storage clock, so the rules are deterministic and testable. Each operation on one lease costs
+/// O(contenders of that lease); nothing scans the other leases. Requests must be validated
+/// first (`eventstore_api::validate`).
+#[derive(Debug, Default)]
+pub struct LeaseTable {
+    leases: HashMap<String, LeaseEntry>,
+}
+
+#[derive(Debug, Default)]
+struct LeaseEntry {
+    /// The holder, or the last holder; `None` until first granted.
+    record: Option<Lease>,
+    /// Tokens up to this one were handed out before (e.g. by an earlier process).
+    floor: FencingToken,
+    contenders: HashMap<String, Contender>,
+}
+
+#[derive(Debug)]
+struct Contender {
+    priority: i64,
+    ttl: Duration,
+    heartbeat_at: DateTime<Utc>,
+}
+
+impl Contender {
+    fn is_live_at(&self, now: DateTime<Utc>) -> bool {
+        now <= self.heartbeat_at + to_chrono(self.ttl)
+    }
+}
+
+impl LeaseEntry {
+    fn live_record(&self, now: DateTime<Utc>) -> Option<&Lease> {
+        self.record
+            .as_ref()
+            .filter(|lease| !lease.is_expired_at(now))
+    }
+
+    fn next_token(&self) -> FencingToken {
+        let last = self
+            .record
+            .as_ref()
+            .map_or(FencingToken(0), |lease| lease.fencing_token);
+        last.max(self.floor).next()
+    }
+
+    fn wants_step_down(&self, owner: &str, priority: i64, now: DateTime<Utc>) -> bool {
+        self.contenders.iter().any(|(contender, registration)| {
+            contender != owner && registration.priority > priority && registration.is_live_at(now)
+        })
+    }
+}
+
+impl LeaseTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        LeaseTable::default()
+    }
+
+    /// Applies one `request_lease` at `now`: registers the caller as contender, then acquires,
+    /// renews, or answers standby.
+    pub fn request(&mut self, request: &LeaseRequest, now: DateTime<Utc>) -> LeaseResponse {
+        let entry = self.leases.entry(request.lease_name.clone()).or_default();
+        // Contenders whose own ttl lapsed are gone; dropping them here keeps the map bounded.
+        entry
+            .contenders
+            .retain(|_, contender| contender.is_live_at(now));
+        entry.contenders.insert(
+            request.owner.clone(),
+            Contender {
+                priority: request.priority,
+                ttl: request.ttl,
+                heartbeat_at: now,
+            },
+        );
+
+        let holder = entry.live_record(now).map(|lease| lease.owner.clone());
+        match holder {
+            Some(holder) if holder != request.owner => {
+                let lease = entry.record.as_ref().expect("a live holder has a record");
+                return LeaseResponse {
+                    status: LeaseStatus::Standby,
+                    fencing_token: lease.fencing_token,
+                    current_owner: lease.owner.clone(),
+                };
+            }
+            Some(_) => {
+                let lease = entry.record.as_mut().expect("a live holder has a record");
+                lease.heartbeat_at = now;
+                lease.ttl = request.ttl;
+                lease.priority = request.priority;
+            }
+            None => {
+                entry.record = Some(Lease {
+                    lease_name: request.lease_name.clone(),
+                    owner: request.owner.clone(),
+                    priority: request.priority,
+                    fencing_token: entry.next_token(),
+                    acquired_at: now,
+                    heartbeat_at: now,
+                    ttl: request.ttl,
+                });
+            }
+        }
+
+        let status = if entry.wants_step_down(&request.owner, request.priority, now) {
+            LeaseStatus::LeaderStepDownRequested
+        } else {
+            LeaseStatus::Leader
+        };
+        let lease = entry.record.as_ref().expect("the caller holds the lease");
+        LeaseResponse {
+            status,
+            fencing_token: lease.fencing_token,
+            current_owner: lease.owner.clone(),
+        }
+    }
+
+    /// Applies `release_lease` at `now`: withdraws `owner` as contender and, if it holds the
+    /// lease, backdates the heartbeat so the lease is acquirable at once. The record and its
+    /// token stay, so tokens never repeat.
+    pub fn release(&mut self, lease_name: &str, owner: &str, now: DateTime<Utc>) {
+        let Some(entry) = self.leases.get_mut(lease_name) else {
+            return;
+        };
+        entry.contenders.remove(owner);
+        if let Some(lease) = entry.record.as_mut().filter(|lease| lease.owner == owner) {
+            let expired = now - to_chrono(lease.ttl) - to_chrono(RELEASE_BACKDATE);
+            lease.heartbeat_at = lease.heartbeat_at.min(expired);
+        }
+    }
+
+    /// The token the next grant of `lease_name` would get.
+    pub fn next_token(&self, lease_name: &str) -> FencingToken {
+        self.leases
+            .get(lease_name)
+            .map_or(FencingToken(1), LeaseEntry::next_token)
+    }
+
+    /// Makes every later grant of `lease_name` get a token above `floor`, e.g. the highest
+    /// token an earlier process of a persistent storage handed out.
+    pub fn raise_floor(&mut self, lease_name: &str, floor: FencingToken) {
+        let entry = self.leases.entry(lease_name.to_owned()).or_default();
+        entry.floor = entry.floor.max(floor);
+    }
+
+    /// The record of `lease_name`, live or not.
+    pub fn lease(&self, lease_name: &str) -> Option<&Lease> {
+        self.leases.get(lease_name)?.record.as_ref()
+    }
+
+    /// Every lease ever granted, expired and released ones included, ordered by name.
+    pub fn leases(&self) -> Vec<Lease> {
+        let mut leases: Vec<Lease> = self
+            .leases
+            .values()
+            .filter_map(|entry| entry.record.clone())
+            .collect();
+        leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
+        leases
+    }
+
+    /// Checks `fence` against the lease it names at `now`.
+    ///
+    /// # Errors
+    /// [`EventStorageError::Fenced`] when that lease is unknown, not live, or holds another token.
+    pub fn check_fence(&self, fence: &Fence, now: DateTime<Utc>) -> Result<(), EventStorageError> {
+        fence.check(self.lease(&fence.lease_name), now)
+    }
+}
+
+fn to_chrono(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_700_000_000_000 + ms).unwrap()
+    }
+
+    fn ask(
+        table: &mut LeaseTable,
+        owner: &str,
+        priority: i64,
+        now: DateTime<Utc>,
+    ) -> LeaseResponse {
+        table.request(&LeaseRequest::new("l", owner, priority, TTL), now)
+    }
+
+    #[test]
+    fn expiry_is_judged_strictly_after_heartbeat_plus_ttl() {
+        let mut table = LeaseTable::new();
+        assert_eq!(
+            ask(&mut table, "a", 0, at(0)).fencing_token,
+            FencingToken(1)
+        );
+        let standby = ask(&mut table, "b", 0, at(10_000));
+        assert_eq!(standby.status, LeaseStatus::Standby);
+        let taken = ask(&mut table, "b", 0, at(10_001));
+        assert_eq!(
+            (taken.status, taken.fencing_token),
+            (LeaseStatus::Leader, FencingToken(2))
+        );
+    }
+
+    #[test]
+    fn a_floor_lifts_the_next_token_but_never_lowers_it() {
+        let mut table = LeaseTable::new();
+        table.raise_floor("l", FencingToken(41));
+        assert_eq!(table.next_token("l"), FencingToken(42));
+        assert_eq!(
+            ask(&mut table, "a", 0, at(0)).fencing_token,
+            FencingToken(42)
+        );
+        table.raise_floor("l", FencingToken(7));
+        table.release("l", "a", at(1));
+        assert_eq!(
+            ask(&mut table, "a", 0, at(2)).fencing_token,
+            FencingToken(43)
+        );
+        assert!(table.leases().iter().all(|lease| lease.lease_name == "l"));
+    }
+
+    #[test]
+    fn lapsed_contenders_are_dropped_and_stop_asking_for_step_down() {
+        let mut table = LeaseTable::new();
+        ask(&mut table, "low", 0, at(0));
+        table.request(
+            &LeaseRequest::new("l", "high", 5, Duration::from_millis(100)),
+            at(0),
+        );
+        assert_eq!(
+            ask(&mut table, "low", 0, at(100)).status,
+            LeaseStatus::LeaderStepDownRequested
+        );
+        assert_eq!(
+            ask(&mut table, "low", 0, at(101)).status,
+            LeaseStatus::Leader
+        );
+        assert_eq!(table.leases["l"].contenders.len(), 1);
+    }
+}
