@@ -8,7 +8,10 @@
 //! same lease rules instead of writing them again.
 
 mod clock;
+mod event_log;
 mod lease_table;
+mod storage;
 
 pub use clock::StorageClock;
 pub use lease_table::LeaseTable;
+pub use storage::MemoryEventStorage;

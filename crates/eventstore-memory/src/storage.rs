@@ -1,0 +1,270 @@
+//! `MemoryEventStorage`: the handle and its `EventStorage` implementation.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use eventstore_api::validate;
+use eventstore_api::{
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
+    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+};
+
+use crate::event_log::EventLog;
+use crate::{LeaseTable, StorageClock};
+
+/// An event storage held entirely in memory, leases included.
+///
+/// `clone()` gives another handle onto the same storage: handles contend for its leases for
+/// real, from any task or thread, and `close` on one closes all.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), eventstore_api::EventStorageError> {
+/// use std::time::Duration;
+/// use eventstore_api::{EventStorage, LeaseRequest, LeaseStatus};
+/// use eventstore_memory::MemoryEventStorage;
+///
+/// let storage = MemoryEventStorage::new();
+/// let other = storage.clone();
+/// let ttl = Duration::from_secs(30);
+/// let first = storage.request_lease(LeaseRequest::new("dispatcher", "pod-a", 0, ttl)).await?;
+/// let second = other.request_lease(LeaseRequest::new("dispatcher", "pod-b", 0, ttl)).await?;
+/// assert_eq!(first.status, LeaseStatus::Leader);
+/// assert_eq!((second.status, second.current_owner.as_str()), (LeaseStatus::Standby, "pod-a"));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryEventStorage {
+    shared: Arc<Shared>,
+}
+
+/// The storage all handles share. Locks are taken in the order leases, log, bookmarks.
+#[derive(Debug, Default)]
+struct Shared {
+    closed: AtomicBool,
+    clock: StorageClock,
+    leases: Mutex<LeaseTable>,
+    log: RwLock<EventLog>,
+    bookmarks: Mutex<BTreeMap<String, Bookmark>>,
+}
+
+impl MemoryEventStorage {
+    /// A new, empty storage.
+    pub fn new() -> Self {
+        MemoryEventStorage::default()
+    }
+
+    fn open(&self) -> StorageResult<&Shared> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            Err(EventStorageError::Closed)
+        } else {
+            Ok(&self.shared)
+        }
+    }
+}
+
+/// Locks a mutex; a panic elsewhere while holding it leaves consistent data (every update is
+/// applied in full before anything can panic), so poisoning is ignored.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    fn read_log(&self) -> std::sync::RwLockReadGuard<'_, EventLog> {
+        self.log
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write_log(&self) -> std::sync::RwLockWriteGuard<'_, EventLog> {
+        self.log
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn append(
+        &self,
+        criteria: &AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        let now = self.clock.now();
+        self.write_log().append(criteria, stream, events, now)
+    }
+
+    fn bookmark(&self, reader: &str, reference: &EventReference, tags: Tags) -> StorageResult<()> {
+        let log = self.read_log();
+        let stored = log
+            .get(reference.id)
+            .ok_or(EventStorageError::UnknownEvent { id: reference.id })?;
+        let bookmark = Bookmark {
+            reader: reader.to_owned(),
+            reference: stored.reference,
+            tags,
+            updated_at: self.clock.now(),
+        };
+        lock(&self.bookmarks).insert(reader.to_owned(), bookmark);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl EventStorage for MemoryEventStorage {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn supports(&self, capability: Capability) -> bool {
+        matches!(capability, Capability::Lease | Capability::FencedWrites)
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        let shared = self.open()?;
+        validate::validate_append_stream(stream)?;
+        validate::validate_events(&events)?;
+        shared.append(&criteria, stream, events)
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        let shared = self.open()?;
+        validate::validate_stream(stream)?;
+        Ok(shared
+            .read_log()
+            .query(filter, stream, after, limit, direction))
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+        Ok(self.open()?.read_log().get(id).cloned())
+    }
+
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        let shared = self.open()?;
+        validate::validate_stream(stream)?;
+        Ok(shared.read_log().head(stream))
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        let shared = self.open()?;
+        validate::validate_reader(reader)?;
+        validate::validate_tags(&tags)?;
+        shared.bookmark(reader, reference, tags)
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        let shared = self.open()?;
+        validate::validate_reader(reader)?;
+        Ok(lock(&shared.bookmarks)
+            .get(reader)
+            .map(|bookmark| bookmark.reference))
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+        let shared = self.open()?;
+        validate::validate_reader(reader)?;
+        lock(&shared.bookmarks).remove(reader);
+        Ok(())
+    }
+
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+        Ok(lock(&self.open()?.bookmarks).values().cloned().collect())
+    }
+
+    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
+        let shared = self.open()?;
+        validate::validate_lease_request(&request)?;
+        let mut leases = lock(&shared.leases);
+        Ok(leases.request(&request, shared.clock.now()))
+    }
+
+    async fn request_leases(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseResponse>> {
+        let shared = self.open()?;
+        validate::validate_lease_requests(&requests)?;
+        let mut leases = lock(&shared.leases);
+        let now = shared.clock.now();
+        Ok(requests
+            .iter()
+            .map(|request| leases.request(request, now))
+            .collect())
+    }
+
+    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+        let shared = self.open()?;
+        validate::validate_release(lease_name, owner)?;
+        let mut leases = lock(&shared.leases);
+        leases.release(lease_name, owner, shared.clock.now());
+        Ok(())
+    }
+
+    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        Ok(lock(&self.open()?.leases).leases())
+    }
+
+    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
+        Ok(self.open()?.clock.now())
+    }
+
+    async fn append_fenced(
+        &self,
+        fence: &Fence,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        let shared = self.open()?;
+        validate::validate_name("fence lease name", &fence.lease_name)?;
+        validate::validate_append_stream(stream)?;
+        validate::validate_events(&events)?;
+        // Holding the lease table across the write keeps the lease from changing hands between
+        // the check and the append.
+        let leases = lock(&shared.leases);
+        leases.check_fence(fence, shared.clock.now())?;
+        shared.append(&criteria, stream, events)
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        fence: &Fence,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        let shared = self.open()?;
+        validate::validate_name("fence lease name", &fence.lease_name)?;
+        validate::validate_reader(reader)?;
+        validate::validate_tags(&tags)?;
+        let leases = lock(&shared.leases);
+        leases.check_fence(fence, shared.clock.now())?;
+        shared.bookmark(reader, reference, tags)
+    }
+
+    async fn close(&self) -> StorageResult<()> {
+        self.shared.closed.store(true, Ordering::Release);
+        Ok(())
+    }
+}
