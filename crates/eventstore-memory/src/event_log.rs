@@ -146,20 +146,19 @@ impl EventLog {
             };
         let matching = |event: &&Arc<StoredEvent>| filter.matches(event);
         let take = limit.as_usize();
-        let cloned = |event: &Arc<StoredEvent>| StoredEvent::clone(event);
         match direction {
             Direction::Forward => candidates
                 // Positions ascend, so nothing after the `until` bound can match.
                 .take_while(|event| filter.until.is_none_or(|until| event.reference <= until))
                 .filter(matching)
                 .take(take)
-                .map(|event| cloned(event))
+                .map(|event| StoredEvent::clone(event))
                 .collect(),
             Direction::Backward => candidates
                 .rev()
                 .filter(matching)
                 .take(take)
-                .map(|event| cloned(event))
+                .map(|event| StoredEvent::clone(event))
                 .collect(),
         }
     }

@@ -15,3 +15,8 @@ mod storage;
 pub use clock::StorageClock;
 pub use lease_table::LeaseTable;
 pub use storage::MemoryEventStorage;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
