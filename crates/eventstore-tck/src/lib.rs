@@ -1,6 +1,101 @@
-//! The conformance kit: scenarios every `EventStorage` backend runs against itself.
+//! The conformance kit: scenarios every [`EventStorage`](eventstore_api::EventStorage)
+//! backend runs against itself.
 //!
-//! (The guide for backend authors is written below once the kit is complete.)
+//! Each scenario is a plain `pub async fn` named for the behaviour it proves, taking a
+//! [`StorageFactory`]; [`tck_tests!`] stamps out one `#[tokio::test]` per scenario, so every
+//! behaviour passes or fails by name in the backend's own test run.
+//!
+//! # Guide for backend authors
+//!
+//! ## 1. Run the kit
+//!
+//! Add the kit and tokio as dev-dependencies:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! eventstore-tck = "0.1"
+//! async-trait = "0.1"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! Then write `tests/tck.rs` with a factory for your backend and one macro call:
+//!
+//! ```ignore
+//! use async_trait::async_trait;
+//! use eventstore_tck::StorageFactory;
+//!
+//! struct MyFactory;
+//!
+//! #[async_trait]
+//! impl StorageFactory for MyFactory {
+//!     type Storage = MyStorage;
+//!
+//!     /// A fresh, empty storage: a new directory, a new table prefix, a new schema...
+//!     async fn create(&self) -> MyStorage {
+//!         MyStorage::open_fresh().await.expect("open a fresh storage")
+//!     }
+//!
+//!     /// A second handle onto the same storage, as a second process would open it.
+//!     async fn another_handle(&self, storage: &MyStorage) -> MyStorage {
+//!         storage.reconnect().await.expect("open a second handle")
+//!     }
+//! }
+//!
+//! eventstore_tck::tck_tests!(MyFactory);
+//! ```
+//!
+//! `cargo test --test tck` now runs every scenario; `cargo test --test tck leases::` runs one
+//! module. Scenarios run in parallel, so `create` must isolate storages from each other (a
+//! unique directory, table prefix or schema each time) and must not need cleaning up between
+//! runs. Make `another_handle` as independent as your backend allows (a separate connection
+//! pool for a database), because the contention scenarios race the two handles against each
+//! other. If your backend allows only one handle per storage (an exclusively locked
+//! directory, say), return a clone.
+//!
+//! Scenarios panic with a message naming the rule that failed. Time-based scenarios use short
+//! ttls and poll the storage's clock with a deadline ([`support::eventually`]); they never
+//! rely on a sleep being long enough.
+//!
+//! ## 2. What every backend promises
+//!
+//! Events and bookmarks are not optional ([`events`], [`bookmarks`], [`lifecycle`]):
+//!
+//! - **Appends** are all or nothing; the condition of a conditional append
+//!   ([`AppendCriteria`](eventstore_api::AppendCriteria)) is checked atomically with the
+//!   write, so of several racing appends to one boundary exactly one wins.
+//! - **Idempotency keys** are unique per stream; a batch whose keys are all stored is a retry
+//!   and stores nothing; mixing stored and new keys is `IdempotencyConflict`.
+//! - **Queries** return the events of the covered streams that match the filter, strictly
+//!   after `after`, in the asked direction, at most `limit` of them.
+//! - **Bookmarks** name an event the storage holds (else `UnknownEvent`, old bookmark kept) and
+//!   are reported in the storage's own coordinates.
+//! - **Input rules** come from `eventstore_api::validate`: call them before changing anything,
+//!   so your backend refuses exactly what the others refuse, with `InvalidInput`.
+//! - **Close** is idempotent, closes every handle, and leaves only `name` answering.
+//!
+//! ## 3. Capabilities
+//!
+//! A capability is a fact your backend declares with
+//! [`EventStorage::supports`](eventstore_api::EventStorage::supports); the kit reads it at run
+//! time and holds you to it.
+//!
+//! - **`Capability::Lease`**: `request_lease`, `request_leases`, `release_lease`,
+//!   `get_leases` and `storage_time` follow the lease rules exactly ([`leases`]): one call
+//!   acquires, renews and registers the contender; expiry is judged on the storage's clock
+//!   only; a fencing token is 1 for the first holder, unchanged by renewal, and strictly
+//!   higher on every other grant, never repeating, also after a release or a restart;
+//!   concurrent requests elect exactly one holder; a release makes the lease acquirable at
+//!   once and withdraws the contender; strictly higher live priority asks the holder to step
+//!   down and nothing else does; a batch answers exactly as its requests one by one and one
+//!   invalid request refuses it whole.
+//!   Without this capability, leave the trait's default bodies in place: every lease scenario
+//!   then proves that each lease method returns `Unsupported` instead.
+//! - **`Capability::FencedWrites`** (needs `Lease`): `append_fenced` and `bookmark_fenced`
+//!   write only while the fence's lease is live on the storage's clock with the presented
+//!   token as its current one, checked atomically with the write; otherwise `Fenced` and
+//!   nothing written ([`election`]). Without it, those methods return `Unsupported`.
+//!
+//! A backend written before leases existed still passes the kit, by refusing them honestly.
 
 mod factory;
 pub mod support;
