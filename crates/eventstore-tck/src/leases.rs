@@ -1,8 +1,1470 @@
-//! Scenarios: leases.
+//! Scenarios: leases ([`eventstore_api::Capability::Lease`]).
+//!
+//! Each scenario proves one rule of the lease semantics of
+//! [`EventStorage::request_lease`], [`EventStorage::request_leases`],
+//! [`EventStorage::release_lease`], [`EventStorage::get_leases`] and
+//! [`EventStorage::storage_time`]. On a backend that does not claim the capability, every
+//! scenario proves instead that each lease method refuses with `Unsupported`.
+//!
+//! Leases that must stay live use [`LONG_TTL`]; where expiry is the point, scenarios use a
+//! short ttl and poll the storage's clock with a deadline, never a bare sleep.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use eventstore_api::{
+    EventStorage, EventStorageError, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus,
+};
+use tokio::sync::Barrier;
+
+use crate::support::{self, LONG_TTL, SHORT_TTL};
+use crate::StorageFactory;
+
+/// How many requests race each other in the concurrency scenarios.
+const CONTENDERS: usize = 16;
+
+/// The ttl of a contender whose lapse a scenario waits for: long enough that the holder's next
+/// request surely sees it live on a slow machine, short enough to wait out.
+const LAPSING_CONTENDER_TTL: Duration = Duration::from_secs(1);
+
+/// The longest ttl the contract accepts (7 days).
+const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// The longest lease name or owner the contract accepts, in bytes.
+const MAX_NAME_BYTES: usize = 512;
+
+// ---------------------------------------------------------------------------------------------
+// Acquisition, renewal, standby (rules 2, 3, 4, 6, 7)
+// ---------------------------------------------------------------------------------------------
+
+/// The very first request for a lease makes the caller its leader with token 1, and the
+/// storage records the lease with the request's priority and ttl, acquired and heartbeat at
+/// one instant of the storage's own clock.
+pub async fn first_request_gets_token_one<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let before = storage_time(&storage).await;
+    let response = request(&storage, "orders", "node-a", 3, LONG_TTL).await;
+    let after = storage_time(&storage).await;
+
+    assert_response(&response, LeaseStatus::Leader, 1, "node-a", "first request");
+    let lease = lease_named(&storage, "orders").await;
+    assert_eq!(lease.owner, "node-a", "owner of the new lease: {lease:?}");
+    assert_eq!(lease.priority, 3, "priority of the new lease: {lease:?}");
+    assert_eq!(lease.ttl, LONG_TTL, "ttl of the new lease: {lease:?}");
+    assert_eq!(lease.fencing_token, FencingToken(1), "token: {lease:?}");
+    assert_eq!(
+        lease.acquired_at, lease.heartbeat_at,
+        "a new lease is acquired and heartbeat at the same instant: {lease:?}"
+    );
+    assert!(
+        before <= lease.acquired_at && lease.acquired_at <= after,
+        "acquired_at {} must lie on the storage's clock between {before} and {after}",
+        lease.acquired_at
+    );
+}
+
+/// A holder's request renews its live lease: the token and `acquired_at` stay, the heartbeat
+/// moves forward on the storage's clock.
+pub async fn renewal_keeps_token_and_acquired_at_and_moves_heartbeat<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let first = lease_named(&storage, "orders").await;
+    wait_for_storage_time_after(&storage, first.heartbeat_at).await;
+
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Leader, 1, "node-a", "renewal");
+    let renewed = lease_named(&storage, "orders").await;
+    assert_eq!(
+        renewed.fencing_token, first.fencing_token,
+        "renewal keeps the token"
+    );
+    assert_eq!(
+        renewed.acquired_at, first.acquired_at,
+        "renewal keeps acquired_at"
+    );
+    assert!(
+        renewed.heartbeat_at > first.heartbeat_at,
+        "renewal moves the heartbeat forward: was {}, now {}",
+        first.heartbeat_at,
+        renewed.heartbeat_at
+    );
+    assert!(
+        renewed.heartbeat_at <= storage_time(&storage).await,
+        "the heartbeat lies on the storage's clock, not in its future: {renewed:?}"
+    );
+}
+
+/// A renewal refreshes the priority and ttl the lease records to those of the latest request.
+pub async fn renewal_refreshes_priority_and_ttl<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "orders", "node-a", 1, LONG_TTL).await;
+    let longer = LONG_TTL * 2;
+    let response = request(&storage, "orders", "node-a", 7, longer).await;
+    assert_response(&response, LeaseStatus::Leader, 1, "node-a", "renewal");
+
+    let lease = lease_named(&storage, "orders").await;
+    assert_eq!(
+        lease.priority, 7,
+        "renewal refreshes the priority: {lease:?}"
+    );
+    assert_eq!(lease.ttl, longer, "renewal refreshes the ttl: {lease:?}");
+}
+
+/// A request while another owner holds the live lease answers `Standby`, carrying the
+/// holder's token and owner, and leaves the lease with the holder.
+pub async fn standby_carries_the_holders_token_and_owner<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let held = lease_named(&storage, "orders").await;
+
+    let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Standby, 1, "node-a", "contender");
+    let after = lease_named(&storage, "orders").await;
+    assert_eq!(after, held, "a standby request must not touch the lease");
+}
+
+/// A live lease is never revoked: however high a contender's priority and however often it
+/// asks, it stands by while the holder is asked to step down and keeps the lease.
+pub async fn a_live_lease_is_never_revoked<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    for attempt in 0..5 {
+        let response = request(&other, "orders", "node-b", 100, LONG_TTL).await;
+        assert_response(
+            &response,
+            LeaseStatus::Standby,
+            1,
+            "node-a",
+            &format!("higher-priority contender, attempt {attempt}"),
+        );
+    }
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::LeaderStepDownRequested,
+        1,
+        "node-a",
+        "holder with a higher-priority contender waiting",
+    );
+    assert_eq!(lease_named(&storage, "orders").await.owner, "node-a");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expiry and release (rule 3, release_lease, get_leases)
+// ---------------------------------------------------------------------------------------------
+
+/// Once the holder's ttl has lapsed on the storage's clock, the next request by another owner
+/// takes the lease over with the next token, acquired and heartbeat at once.
+pub async fn expired_lease_is_taken_over_with_the_next_token<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
+    support::wait_until_expired(&storage, "orders").await;
+    let expired = lease_named(&storage, "orders").await;
+
+    let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Leader, 2, "node-b", "takeover");
+    let lease = lease_named(&storage, "orders").await;
+    assert_eq!(lease.owner, "node-b", "new holder: {lease:?}");
+    assert_eq!(
+        lease.fencing_token,
+        FencingToken(2),
+        "next token: {lease:?}"
+    );
+    assert_eq!(
+        lease.acquired_at, lease.heartbeat_at,
+        "a takeover is an acquisition: {lease:?}"
+    );
+    assert!(
+        lease.acquired_at > expired.expires_at(),
+        "the takeover at {} happened after the old lease expired at {}",
+        lease.acquired_at,
+        expired.expires_at()
+    );
+}
+
+/// A released lease is acquirable at once: it is listed as expired on the storage's clock
+/// immediately, keeping its owner and token, and the next request takes it with token + 1
+/// without waiting out the ttl.
+pub async fn released_lease_is_acquirable_at_once<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    release(&storage, "orders", "node-a").await;
+
+    let released = lease_named(&storage, "orders").await;
+    let now = storage_time(&storage).await;
+    assert!(
+        released.is_expired_at(now),
+        "a released lease is expired at once on the storage's clock ({now}): {released:?}"
+    );
+    assert_eq!(released.owner, "node-a", "release keeps the last owner");
+    assert_eq!(
+        released.fencing_token,
+        FencingToken(1),
+        "release keeps the token"
+    );
+
+    let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        2,
+        "node-b",
+        "request after release",
+    );
+}
+
+/// Releasing a lease one does not hold succeeds and changes nothing: the holder keeps its
+/// lease, token and heartbeat.
+pub async fn release_by_a_non_owner_changes_nothing<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let before = leases(&storage).await;
+
+    release(&other, "orders", "node-b").await;
+    assert_eq!(
+        leases(&storage).await,
+        before,
+        "a release by a non-owner must not touch the lease"
+    );
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Leader, 1, "node-a", "holder after");
+}
+
+/// Releasing a lease that never existed succeeds, creates nothing and touches no other lease.
+pub async fn release_of_an_unknown_lease_changes_nothing<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let before = leases(&storage).await;
+
+    release(&storage, "never-requested", "node-a").await;
+    assert_eq!(
+        leases(&storage).await,
+        before,
+        "releasing an unknown lease must change nothing"
+    );
+}
+
+/// Leases that expired or were released stay listed with their last owner, priority, token
+/// and ttl, and `is_expired_at(storage_time)` tells them from live ones.
+pub async fn expired_leases_stay_listed_with_their_last_owner<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "expiring", "node-a", 3, SHORT_TTL).await;
+    request(&storage, "released", "node-b", 4, LONG_TTL).await;
+    request(&storage, "live", "node-c", 5, LONG_TTL).await;
+    release(&storage, "released", "node-b").await;
+    support::wait_until_expired(&storage, "expiring").await;
+
+    let now = storage_time(&storage).await;
+    let listed = leases(&storage).await;
+    let expected = [
+        ("expiring", "node-a", 3, SHORT_TTL, true),
+        ("released", "node-b", 4, LONG_TTL, true),
+        ("live", "node-c", 5, LONG_TTL, false),
+    ];
+    for (name, owner, priority, ttl, expired) in expected {
+        let lease = listed
+            .iter()
+            .find(|lease| lease.lease_name == name)
+            .unwrap_or_else(|| panic!("lease {name} must stay listed, got {listed:?}"));
+        assert_eq!(lease.owner, owner, "last owner of {name}: {lease:?}");
+        assert_eq!(lease.priority, priority, "priority of {name}: {lease:?}");
+        assert_eq!(lease.fencing_token, FencingToken(1), "token of {name}");
+        if name != "released" {
+            assert_eq!(lease.ttl, ttl, "ttl of {name}: {lease:?}");
+        }
+        assert_eq!(
+            lease.is_expired_at(now),
+            expired,
+            "is_expired_at({now}) of {name}: {lease:?}"
+        );
+    }
+    assert_eq!(listed.len(), 3, "exactly the three leases: {listed:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Priority and step-down (rules 2 and 5, release withdraws the contender)
+// ---------------------------------------------------------------------------------------------
+
+/// A live contender with a strictly higher priority turns the holder's renewal into
+/// `LeaderStepDownRequested`, with the holder's token kept.
+pub async fn higher_live_priority_asks_the_holder_to_step_down<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let response = request(&other, "orders", "node-b", 1, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Standby, 1, "node-a", "contender");
+
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::LeaderStepDownRequested,
+        1,
+        "node-a",
+        "holder with a contender of priority 1 over its 0",
+    );
+}
+
+/// Contenders of equal or lower priority never ask the holder to step down, down to the
+/// extremes of the priority range.
+pub async fn equal_or_lower_priority_never_asks_for_step_down<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 5, LONG_TTL).await;
+    for (owner, priority) in [("equal", 5), ("lower", 4), ("lowest", i64::MIN)] {
+        let response = request(&other, "orders", owner, priority, LONG_TTL).await;
+        assert_response(&response, LeaseStatus::Standby, 1, "node-a", owner);
+    }
+    let response = request(&storage, "orders", "node-a", 5, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        1,
+        "node-a",
+        "holder of priority 5 with contenders of 5, 4 and i64::MIN",
+    );
+
+    request(&storage, "top", "node-a", i64::MAX, LONG_TTL).await;
+    request(&other, "top", "node-b", i64::MAX, LONG_TTL).await;
+    let response = request(&storage, "top", "node-a", i64::MAX, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        1,
+        "node-a",
+        "holder of priority i64::MAX with a contender of the same",
+    );
+}
+
+/// A contender counts with its latest request: the holder's own earlier, higher priority is
+/// never a reason to step down, and a contender that lowers its priority withdraws its
+/// step-down request.
+pub async fn a_contender_is_judged_by_its_latest_priority<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 10, LONG_TTL).await;
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        1,
+        "node-a",
+        "holder lowering its own priority (it is no contender of itself)",
+    );
+
+    request(&other, "orders", "node-b", 20, LONG_TTL).await;
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::LeaderStepDownRequested,
+        1,
+        "node-a",
+        "holder with a contender of priority 20",
+    );
+    request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        1,
+        "node-a",
+        "holder after the contender lowered its priority to 0",
+    );
+}
+
+/// A step-down request lapses with its contender: once the higher-priority contender's own
+/// ttl has lapsed on the storage's clock without another request, the holder is `Leader`
+/// again, and it kept the lease throughout.
+pub async fn step_down_request_lapses_with_the_higher_contender<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let contender_registered_after = storage_time(&storage).await;
+    request(&other, "orders", "node-b", 10, LAPSING_CONTENDER_TTL).await;
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::LeaderStepDownRequested,
+        1,
+        "node-a",
+        "holder while the higher-priority contender is live",
+    );
+
+    support::eventually("the step-down request to lapse", || async {
+        let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+        assert!(
+            response.status.is_leader() && response.fencing_token == FencingToken(1),
+            "the holder keeps its lease while asked to step down: {response:?}"
+        );
+        response.status == LeaseStatus::Leader
+    })
+    .await;
+    let lapsed_by = contender_registered_after
+        + chrono::Duration::from_std(LAPSING_CONTENDER_TTL).expect("ttl fits");
+    let now = storage_time(&storage).await;
+    assert!(
+        now > lapsed_by,
+        "the step-down request lapsed at {now}, before the contender's ttl ran out at {lapsed_by}"
+    );
+}
+
+/// Releasing withdraws the releaser's contender registration, whether or not it held the
+/// lease: a waiting higher-priority contender that releases no longer asks the holder to step
+/// down, and a high-priority holder that releases does not ask its successor to.
+pub async fn release_withdraws_the_contender<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    request(&other, "orders", "node-b", 10, LONG_TTL).await;
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_eq!(response.status, LeaseStatus::LeaderStepDownRequested);
+
+    release(&other, "orders", "node-b").await;
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        1,
+        "node-a",
+        "holder after the higher-priority contender released",
+    );
+
+    request(&storage, "payments", "node-a", 10, LONG_TTL).await;
+    release(&storage, "payments", "node-a").await;
+    let response = request(&other, "payments", "node-b", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        2,
+        "node-b",
+        "successor of a priority-10 holder that released (and so withdrew)",
+    );
+}
+
+/// Step-down is judged on acquisition too: an owner that acquires a lease while a live
+/// contender of strictly higher priority waits is told at once to step down.
+pub async fn step_down_is_judged_on_acquisition_too<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-x", 0, LONG_TTL).await;
+    let response = request(&other, "orders", "node-high", 10, LONG_TTL).await;
+    assert_eq!(response.status, LeaseStatus::Standby);
+    release(&storage, "orders", "node-x").await;
+
+    let response = request(&storage, "orders", "node-low", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::LeaderStepDownRequested,
+        2,
+        "node-low",
+        "acquisition while a priority-10 contender is live",
+    );
+}
+
+/// Planned handover: the holder asked to step down releases, and the higher-priority
+/// contender takes the lease with token + 1 on its next request, as plain `Leader`; the old
+/// holder then stands by behind it.
+pub async fn planned_handover_passes_the_lease_to_the_higher_priority_contender<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-old", 0, LONG_TTL).await;
+    request(&other, "orders", "node-new", 10, LONG_TTL).await;
+    let response = request(&storage, "orders", "node-old", 0, LONG_TTL).await;
+    assert_eq!(response.status, LeaseStatus::LeaderStepDownRequested);
+
+    release(&storage, "orders", "node-old").await;
+    let response = request(&other, "orders", "node-new", 10, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Leader, 2, "node-new", "handover");
+    let response = request(&storage, "orders", "node-old", 0, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Standby, 2, "node-new", "old holder");
+    let response = request(&other, "orders", "node-new", 10, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Leader, 2, "node-new", "new holder");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fencing tokens (rule 3)
+// ---------------------------------------------------------------------------------------------
+
+/// Re-acquiring one's own lease after it expired is a new tenure with a new token.
+pub async fn reacquiring_ones_own_expired_lease_gets_a_new_token<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
+    support::wait_until_expired(&storage, "orders").await;
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        2,
+        "node-a",
+        "same owner after its lease expired",
+    );
+}
+
+/// Re-acquiring one's own lease after releasing it is a new tenure with a new token.
+pub async fn reacquiring_ones_own_released_lease_gets_a_new_token<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    release(&storage, "orders", "node-a").await;
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        2,
+        "node-a",
+        "same owner after releasing",
+    );
+}
+
+/// A holder whose ttl lapsed is no longer the holder, even if nobody else took the lease:
+/// its next request is a re-acquisition (new token, `acquired_at` reset to the heartbeat),
+/// not a renewal, and contenders see the new token.
+pub async fn a_lapsed_holder_that_requests_again_starts_a_new_tenure<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
+    let first = lease_named(&storage, "orders").await;
+    let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    assert_response(&response, LeaseStatus::Standby, 1, "node-a", "contender");
+    support::wait_until_expired(&storage, "orders").await;
+
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        2,
+        "node-a",
+        "the lapsed holder, first to ask again",
+    );
+    let second = lease_named(&storage, "orders").await;
+    assert_eq!(
+        second.acquired_at, second.heartbeat_at,
+        "a re-acquisition starts a new tenure: {second:?}"
+    );
+    assert!(
+        second.acquired_at > first.acquired_at,
+        "acquired_at must move to the new tenure: was {}, now {}",
+        first.acquired_at,
+        second.acquired_at
+    );
+    let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Standby,
+        2,
+        "node-a",
+        "contender after",
+    );
+}
+
+/// Over a sequence of owners, handing over by release and by expiry and including owners that
+/// come back, every acquisition gets the previous token + 1: tokens strictly increase and
+/// never repeat.
+pub async fn tokens_strictly_increase_over_owners_and_never_repeat<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    // (owner, hands over by expiry rather than by release)
+    let tenures = [
+        ("node-a", false),
+        ("node-b", true),
+        ("node-c", false),
+        ("node-a", false),
+        ("node-b", true),
+        ("node-a", false),
+        ("node-c", false),
+    ];
+    let mut tokens = Vec::new();
+    for (index, (owner, by_expiry)) in tenures.into_iter().enumerate() {
+        let handle = if index % 2 == 0 { &storage } else { &other };
+        let ttl = if by_expiry { SHORT_TTL } else { LONG_TTL };
+        let response = request(handle, "orders", owner, 0, ttl).await;
+        assert!(
+            response.status.is_leader() && response.current_owner == owner,
+            "tenure {index}: {owner} must acquire the free lease, got {response:?}"
+        );
+        if let Some(previous) = tokens.last() {
+            assert_eq!(
+                response.fencing_token,
+                FencingToken::next(*previous),
+                "tenure {index} ({owner}) must get the previous token + 1; tokens so far {tokens:?}"
+            );
+        }
+        tokens.push(response.fencing_token);
+        if by_expiry {
+            support::wait_until_expired(&storage, "orders").await;
+        } else {
+            release(handle, "orders", owner).await;
+        }
+    }
+    assert_eq!(tokens.first(), Some(&FencingToken(1)), "tokens {tokens:?}");
+    let distinct: HashSet<_> = tokens.iter().collect();
+    assert_eq!(distinct.len(), tokens.len(), "tokens repeat: {tokens:?}");
+}
+
+/// A displaced owner that keeps requesting never renews the new holder's lease: it stands by
+/// behind the new token, and the new holder's record (heartbeat, ttl, priority) stays as the
+/// new holder left it.
+pub async fn a_displaced_owner_never_renews_the_new_holders_lease<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
+    support::wait_until_expired(&storage, "orders").await;
+    request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    let taken = lease_named(&storage, "orders").await;
+    wait_for_storage_time_after(&storage, taken.heartbeat_at).await;
+
+    for attempt in 0..10 {
+        let response = request(&storage, "orders", "node-a", 1, LONG_TTL * 2).await;
+        assert_response(
+            &response,
+            LeaseStatus::Standby,
+            2,
+            "node-b",
+            &format!("displaced owner, attempt {attempt}"),
+        );
+    }
+    assert_eq!(
+        lease_named(&storage, "orders").await,
+        taken,
+        "the displaced owner's requests must leave the new holder's lease untouched"
+    );
+}
+
+/// Leases are independent: tokens count per lease, and a contender, release or expiry on one
+/// lease leaves every other lease as it was.
+pub async fn leases_are_independent<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "alpha", "node-a", 0, LONG_TTL).await;
+    request(&storage, "alpha", "node-a", 0, LONG_TTL).await;
+    release(&storage, "alpha", "node-a").await;
+    request(&storage, "alpha", "node-a", 0, LONG_TTL).await;
+
+    let response = request(&other, "beta", "node-b", 0, SHORT_TTL).await;
+    assert_response(&response, LeaseStatus::Leader, 1, "node-b", "beta's first");
+    let response = request(&other, "alpha", "node-c", 100, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Standby,
+        2,
+        "node-a",
+        "alpha contender",
+    );
+    let response = request(&other, "beta", "node-b", 0, SHORT_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        1,
+        "node-b",
+        "beta's holder is not asked to step down by alpha's contender",
+    );
+
+    let alpha = lease_named(&storage, "alpha").await;
+    release(&storage, "beta", "node-a").await;
+    support::wait_until_expired(&storage, "beta").await;
+    assert_eq!(
+        lease_named(&storage, "alpha").await,
+        alpha,
+        "beta's release and expiry leave alpha untouched"
+    );
+    let now = storage_time(&storage).await;
+    assert!(!alpha.is_expired_at(now), "alpha is still live: {alpha:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contention (rule 8)
+// ---------------------------------------------------------------------------------------------
+
+/// Many first requests for one lease at once, from several handles and tasks, elect exactly
+/// one leader with token 1; every other request stands by behind it.
+pub async fn concurrent_first_requests_elect_exactly_one<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    let handles = [Arc::new(storage), Arc::new(other)];
+    let responses = race_for_lease(&handles, "orders").await;
+    assert_exactly_one_leader(&responses, FencingToken(1));
+    let winner = &leader_of(&responses).current_owner;
+    let lease = lease_named(&*handles[0], "orders").await;
+    assert_eq!(&lease.owner, winner, "the recorded holder is the winner");
+    assert_eq!(lease.fencing_token, FencingToken(1));
+}
+
+/// Many requests racing for an expired lease elect exactly one new leader with the next
+/// token; every other request stands by behind it.
+pub async fn concurrent_takeover_after_expiry_elects_exactly_one<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-old", 0, SHORT_TTL).await;
+    support::wait_until_expired(&storage, "orders").await;
+
+    let handles = [Arc::new(storage), Arc::new(other)];
+    let responses = race_for_lease(&handles, "orders").await;
+    assert_exactly_one_leader(&responses, FencingToken(2));
+    let winner = &leader_of(&responses).current_owner;
+    let lease = lease_named(&*handles[1], "orders").await;
+    assert_eq!(&lease.owner, winner, "the recorded holder is the winner");
+    assert_eq!(lease.fencing_token, FencingToken(2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Input rules (rule 1)
+// ---------------------------------------------------------------------------------------------
+
+/// Every invalid request (blank, NUL-holding or over-512-byte lease name or owner; ttl under
+/// 1 ms or over 7 days) is refused with `InvalidInput` and changes nothing: no lease is
+/// created or renewed and no contender registered.
+pub async fn invalid_requests_are_refused_and_change_nothing<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let before = leases(&storage).await;
+
+    for (what, invalid) in invalid_requests() {
+        let result = storage.request_lease(invalid.clone()).await;
+        assert_invalid_input(&result, &format!("request_lease with {what}"));
+        assert_eq!(
+            leases(&storage).await,
+            before,
+            "a refused request with {what} must change nothing"
+        );
+    }
+    let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        1,
+        "node-a",
+        "holder after refused requests (none may have registered a contender)",
+    );
+}
+
+/// Requests right at the limits are accepted: a 512-byte lease name, a 512-byte owner of
+/// two-byte characters, a ttl of exactly 1 ms and of exactly 7 days.
+pub async fn requests_at_the_limits_are_accepted<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let long_name = "n".repeat(MAX_NAME_BYTES);
+    let long_owner = "é".repeat(MAX_NAME_BYTES / 2);
+    let cases = [
+        (
+            "a 512-byte name",
+            LeaseRequest::new(&long_name, "node-a", 0, LONG_TTL),
+        ),
+        (
+            "a 512-byte owner",
+            LeaseRequest::new("owner-limit", &long_owner, 0, LONG_TTL),
+        ),
+        (
+            "a ttl of 1ms",
+            LeaseRequest::new("short", "node-a", 0, Duration::from_millis(1)),
+        ),
+        (
+            "a ttl of 7 days",
+            LeaseRequest::new("long", "node-a", 0, MAX_TTL),
+        ),
+    ];
+    for (what, accepted) in cases {
+        let owner = accepted.owner.clone();
+        let lease_name = accepted.lease_name.clone();
+        let response = storage
+            .request_lease(accepted)
+            .await
+            .unwrap_or_else(|error| panic!("a request with {what} must be accepted: {error}"));
+        assert_response(&response, LeaseStatus::Leader, 1, &owner, what);
+        let lease = lease_named(&storage, &lease_name).await;
+        assert_eq!(lease.owner, owner, "{what}: owner kept byte for byte");
+    }
+}
+
+/// `release_lease` with an invalid lease name or owner is refused with `InvalidInput` and
+/// changes nothing.
+pub async fn invalid_releases_are_refused_and_change_nothing<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let before = leases(&storage).await;
+
+    let too_long = "x".repeat(MAX_NAME_BYTES + 1);
+    let cases = [
+        ("an empty lease name", "", "node-a"),
+        ("a blank lease name", " \t", "node-a"),
+        ("a lease name with NUL", "orders\0", "node-a"),
+        ("a 513-byte lease name", too_long.as_str(), "node-a"),
+        ("an empty owner", "orders", ""),
+        ("a blank owner", "orders", "  "),
+        ("an owner with NUL", "orders", "node-a\0"),
+        ("a 513-byte owner", "orders", too_long.as_str()),
+    ];
+    for (what, lease_name, owner) in cases {
+        let result = storage.release_lease(lease_name, owner).await;
+        assert_invalid_input(&result, &format!("release_lease with {what}"));
+        assert_eq!(
+            leases(&storage).await,
+            before,
+            "a refused release with {what} must change nothing"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batches (request_leases)
+// ---------------------------------------------------------------------------------------------
+
+/// A batch answers exactly as the same requests one by one, in order, and leaves the same
+/// leases behind, with several requests for one lease in the batch (acquire, stand by, be
+/// asked to step down) and a request against a lease held before the batch.
+pub async fn a_batch_answers_as_the_same_requests_one_by_one<F: StorageFactory>(factory: &F) {
+    let batched = factory.create().await;
+    if !support::leases_supported(&batched).await {
+        return;
+    }
+    let one_by_one = factory.create().await;
+    for storage in [&batched, &one_by_one] {
+        request(storage, "held", "node-x", 0, LONG_TTL).await;
+    }
+    let requests = vec![
+        LeaseRequest::new("fresh", "node-a", 0, LONG_TTL),
+        LeaseRequest::new("fresh", "node-b", 5, LONG_TTL),
+        LeaseRequest::new("fresh", "node-a", 0, LONG_TTL),
+        LeaseRequest::new("held", "node-y", 0, LONG_TTL),
+        LeaseRequest::new("held", "node-x", 1, LONG_TTL),
+        LeaseRequest::new("other", "node-c", 2, LONG_TTL),
+        LeaseRequest::new("fresh", "node-b", 5, LONG_TTL),
+    ];
+    let answered = batched
+        .request_leases(requests.clone())
+        .await
+        .expect("request_leases");
+    let expected = one_by_one_answers(&one_by_one, requests).await;
+    assert_eq!(
+        answered, expected,
+        "batch answers against one-by-one answers"
+    );
+
+    let status = |i: usize| answered[i].status;
+    assert_eq!(status(0), LeaseStatus::Leader, "{answered:?}");
+    assert_eq!(status(1), LeaseStatus::Standby, "{answered:?}");
+    assert_eq!(
+        status(2),
+        LeaseStatus::LeaderStepDownRequested,
+        "{answered:?}"
+    );
+    assert_eq!(status(3), LeaseStatus::Standby, "{answered:?}");
+    assert_eq!(status(4), LeaseStatus::Leader, "{answered:?}");
+    assert_eq!(
+        lease_shapes(&batched).await,
+        lease_shapes(&one_by_one).await
+    );
+}
+
+/// A batch that follows an expiry answers as one by one too: the first request for the
+/// expired lease takes it over with the next token, the old holder's request in the same
+/// batch stands by behind it.
+pub async fn a_batch_takes_over_an_expired_lease_as_one_by_one<F: StorageFactory>(factory: &F) {
+    let batched = factory.create().await;
+    if !support::leases_supported(&batched).await {
+        return;
+    }
+    let one_by_one = factory.create().await;
+    for storage in [&batched, &one_by_one] {
+        request(storage, "orders", "node-a", 0, SHORT_TTL).await;
+    }
+    for storage in [&batched, &one_by_one] {
+        support::wait_until_expired(storage, "orders").await;
+    }
+    let requests = vec![
+        LeaseRequest::new("orders", "node-b", 0, LONG_TTL),
+        LeaseRequest::new("orders", "node-a", 0, LONG_TTL),
+        LeaseRequest::new("orders", "node-b", 0, LONG_TTL),
+    ];
+    let answered = batched
+        .request_leases(requests.clone())
+        .await
+        .expect("request_leases");
+    let expected = one_by_one_answers(&one_by_one, requests).await;
+    assert_eq!(
+        answered, expected,
+        "batch answers against one-by-one answers"
+    );
+    assert_response(&answered[0], LeaseStatus::Leader, 2, "node-b", "takeover");
+    assert_response(
+        &answered[1],
+        LeaseStatus::Standby,
+        2,
+        "node-b",
+        "old holder",
+    );
+    assert_response(&answered[2], LeaseStatus::Leader, 2, "node-b", "renewal");
+    assert_eq!(
+        lease_shapes(&batched).await,
+        lease_shapes(&one_by_one).await
+    );
+}
+
+/// A batch holding one invalid request is refused whole with `InvalidInput`: the valid
+/// requests before and after it change nothing either.
+pub async fn a_batch_with_one_invalid_request_changes_nothing<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "held", "node-x", 0, LONG_TTL).await;
+    let before = leases(&storage).await;
+
+    for (what, invalid) in invalid_requests() {
+        let batch = vec![
+            LeaseRequest::new("fresh", "node-a", 0, LONG_TTL),
+            LeaseRequest::new("held", "node-x", 9, LONG_TTL * 2),
+            invalid,
+            LeaseRequest::new("held", "node-y", 50, LONG_TTL),
+        ];
+        let result = storage.request_leases(batch).await;
+        assert_invalid_input(&result, &format!("a batch holding a request with {what}"));
+        assert_eq!(
+            leases(&storage).await,
+            before,
+            "a refused batch (request with {what}) must change nothing"
+        );
+    }
+    let response = request(&storage, "held", "node-x", 0, LONG_TTL).await;
+    assert_response(
+        &response,
+        LeaseStatus::Leader,
+        1,
+        "node-x",
+        "holder after refused batches (none may have registered node-y)",
+    );
+}
+
+/// An empty batch answers with an empty list and changes nothing.
+pub async fn an_empty_batch_returns_an_empty_list<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    request(&storage, "held", "node-x", 0, LONG_TTL).await;
+    let before = leases(&storage).await;
+    let answered = storage
+        .request_leases(Vec::new())
+        .await
+        .expect("request_leases(empty)");
+    assert!(
+        answered.is_empty(),
+        "an empty batch answers nothing: {answered:?}"
+    );
+    assert_eq!(
+        leases(&storage).await,
+        before,
+        "an empty batch changes nothing"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The storage's clock and lifecycle
+// ---------------------------------------------------------------------------------------------
+
+/// `storage_time` never goes backwards, read in turn through two handles of one storage.
+pub async fn storage_time_does_not_go_backwards<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    let mut previous = storage_time(&storage).await;
+    for read in 0..200 {
+        let handle = if read % 2 == 0 { &other } else { &storage };
+        let now = storage_time(handle).await;
+        assert!(
+            now >= previous,
+            "storage_time went backwards on read {read}: {previous} then {now}"
+        );
+        previous = now;
+    }
+}
+
+/// Once the storage is closed, every lease method refuses with `Closed`, through every
+/// handle, an empty batch included.
+pub async fn lease_methods_refuse_once_the_storage_is_closed<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    storage.close().await.expect("close");
+
+    for (which, handle) in [("the closed handle", &storage), ("another handle", &other)] {
+        let one = || support::request("orders", "node-a");
+        let r = handle.request_lease(one()).await;
+        assert_closed(&r, &format!("request_lease through {which}"));
+        let r = handle.request_leases(vec![one()]).await;
+        assert_closed(&r, &format!("request_leases through {which}"));
+        let r = handle.request_leases(Vec::new()).await;
+        assert_closed(&r, &format!("an empty request_leases through {which}"));
+        let r = handle.release_lease("orders", "node-a").await;
+        assert_closed(&r, &format!("release_lease through {which}"));
+        let r = handle.get_leases().await;
+        assert_closed(&r, &format!("get_leases through {which}"));
+        let r = handle.storage_time().await;
+        assert_closed(&r, &format!("storage_time through {which}"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the scenarios share
+// ---------------------------------------------------------------------------------------------
+
+/// Sends a request that must succeed.
+async fn request<S: EventStorage + ?Sized>(
+    storage: &S,
+    lease_name: &str,
+    owner: &str,
+    priority: i64,
+    ttl: Duration,
+) -> LeaseResponse {
+    storage
+        .request_lease(LeaseRequest::new(lease_name, owner, priority, ttl))
+        .await
+        .unwrap_or_else(|error| {
+            panic!("request_lease({lease_name:?}, {owner:?}, {priority}, {ttl:?}): {error}")
+        })
+}
+
+/// Releases, which must succeed.
+async fn release<S: EventStorage + ?Sized>(storage: &S, lease_name: &str, owner: &str) {
+    storage
+        .release_lease(lease_name, owner)
+        .await
+        .unwrap_or_else(|error| panic!("release_lease({lease_name:?}, {owner:?}): {error}"));
+}
+
+async fn storage_time<S: EventStorage + ?Sized>(storage: &S) -> DateTime<Utc> {
+    storage.storage_time().await.expect("storage_time")
+}
+
+async fn leases<S: EventStorage + ?Sized>(storage: &S) -> Vec<Lease> {
+    storage.get_leases().await.expect("get_leases")
+}
+
+/// The recorded lease named `lease_name`, which must be listed.
+async fn lease_named<S: EventStorage + ?Sized>(storage: &S, lease_name: &str) -> Lease {
+    let listed = leases(storage).await;
+    listed
+        .iter()
+        .find(|lease| lease.lease_name == lease_name)
+        .cloned()
+        .unwrap_or_else(|| panic!("get_leases must list {lease_name:?}, got {listed:?}"))
+}
+
+/// What of the recorded leases does not depend on when a request ran.
+async fn lease_shapes<S: EventStorage + ?Sized>(
+    storage: &S,
+) -> Vec<(String, String, i64, FencingToken, Duration)> {
+    let mut shapes: Vec<_> = leases(storage)
+        .await
+        .into_iter()
+        .map(|lease| {
+            (
+                lease.lease_name,
+                lease.owner,
+                lease.priority,
+                lease.fencing_token,
+                lease.ttl,
+            )
+        })
+        .collect();
+    shapes.sort();
+    shapes
+}
+
+/// Waits until the storage's clock has moved past `instant`, so that a later heartbeat is
+/// distinguishable from one at `instant`.
+async fn wait_for_storage_time_after<S: EventStorage + ?Sized>(
+    storage: &S,
+    instant: DateTime<Utc>,
+) {
+    support::eventually(&format!("storage_time to pass {instant}"), || async {
+        storage_time(storage).await > instant
+    })
+    .await;
+}
+
+async fn one_by_one_answers<S: EventStorage + ?Sized>(
+    storage: &S,
+    requests: Vec<LeaseRequest>,
+) -> Vec<LeaseResponse> {
+    let mut answers = Vec::with_capacity(requests.len());
+    for request in requests {
+        answers.push(storage.request_lease(request).await.expect("request_lease"));
+    }
+    answers
+}
+
+fn assert_response(
+    response: &LeaseResponse,
+    status: LeaseStatus,
+    token: u64,
+    owner: &str,
+    context: &str,
+) {
+    let expected = LeaseResponse {
+        status,
+        fencing_token: FencingToken(token),
+        current_owner: owner.to_owned(),
+    };
+    assert_eq!(response, &expected, "{context}");
+}
+
+fn assert_closed<T: Debug>(result: &Result<T, EventStorageError>, context: &str) {
+    assert!(
+        matches!(result, Err(EventStorageError::Closed)),
+        "{context}: expected Closed, got {result:?}"
+    );
+}
+
+fn assert_invalid_input<T: Debug>(result: &Result<T, EventStorageError>, context: &str) {
+    assert!(
+        matches!(result, Err(EventStorageError::InvalidInput { .. })),
+        "{context}: expected InvalidInput, got {result:?}"
+    );
+}
+
+/// One invalid request per input rule, each described. Requests whose lease name and owner are
+/// valid target the `orders` lease and the `held` lease held by `node-a` or `node-x` with a
+/// high priority, so that accepting one by mistake would show in the leases or as a step-down.
+fn invalid_requests() -> Vec<(String, LeaseRequest)> {
+    let over_long = "x".repeat(MAX_NAME_BYTES + 1);
+    let over_long_multibyte = "é".repeat(MAX_NAME_BYTES / 2 + 1);
+    let names = [
+        ("an empty", String::new()),
+        ("a blank", " \t\n".to_owned()),
+        ("a NUL-holding", "lease\0name".to_owned()),
+        ("a 513-byte", over_long),
+        ("a 514-byte (257 characters)", over_long_multibyte),
+    ];
+    let mut cases = Vec::new();
+    for (what, bad) in &names {
+        cases.push((
+            format!("{what} lease name"),
+            LeaseRequest::new(bad.clone(), "node-b", 99, LONG_TTL),
+        ));
+        for lease_name in ["orders", "held"] {
+            cases.push((
+                format!("{what} owner for {lease_name}"),
+                LeaseRequest::new(lease_name, bad.clone(), 99, LONG_TTL),
+            ));
+        }
+    }
+    let ttls = [
+        ("a zero ttl", Duration::ZERO),
+        ("a ttl of 999µs", Duration::from_micros(999)),
+        ("a ttl of 7 days + 1ms", MAX_TTL + Duration::from_millis(1)),
+        ("a ttl of Duration::MAX", Duration::MAX),
+    ];
+    for (what, ttl) in ttls {
+        for (lease_name, owner) in [
+            ("orders", "node-a"),
+            ("orders", "node-b"),
+            ("held", "node-x"),
+            ("held", "node-b"),
+        ] {
+            cases.push((
+                format!("{what} from {owner} for {lease_name}"),
+                LeaseRequest::new(lease_name, owner, 99, ttl),
+            ));
+        }
+    }
+    cases
+}
+
+/// Sends [`CONTENDERS`] requests for `lease_name` at once, from distinct owners, spread over
+/// `handles` and over tasks on the multi-thread runtime; returns every answer.
+async fn race_for_lease<S: EventStorage + 'static>(
+    handles: &[Arc<S>],
+    lease_name: &str,
+) -> Vec<LeaseResponse> {
+    let start = Arc::new(Barrier::new(CONTENDERS));
+    let tasks: Vec<_> = (0..CONTENDERS)
+        .map(|index| {
+            let handle = Arc::clone(&handles[index % handles.len()]);
+            let start = Arc::clone(&start);
+            let request = LeaseRequest::new(lease_name, format!("node-{index}"), 0, LONG_TTL);
+            tokio::spawn(async move {
+                start.wait().await;
+                handle.request_lease(request).await
+            })
+        })
+        .collect();
+    let mut responses = Vec::with_capacity(CONTENDERS);
+    for (index, task) in tasks.into_iter().enumerate() {
+        let response = task
+            .await
+            .unwrap_or_else(|error| panic!("contender {index} panicked: {error}"))
+            .unwrap_or_else(|error| panic!("contender {index}'s request failed: {error}"));
+        responses.push(response);
+    }
+    responses
+}
+
+fn leader_of(responses: &[LeaseResponse]) -> &LeaseResponse {
+    responses
+        .iter()
+        .find(|response| response.status.is_leader())
+        .unwrap_or_else(|| panic!("no leader among {responses:?}"))
+}
+
+/// Exactly one response leads, with `token`; every other stands by behind the same owner
+/// and token.
+fn assert_exactly_one_leader(responses: &[LeaseResponse], token: FencingToken) {
+    let leaders = responses
+        .iter()
+        .filter(|response| response.status.is_leader())
+        .count();
+    assert_eq!(leaders, 1, "exactly one leader among {responses:?}");
+    let leader = leader_of(responses);
+    assert_eq!(
+        leader.status,
+        LeaseStatus::Leader,
+        "equal priorities: {leader:?}"
+    );
+    assert_eq!(
+        leader.fencing_token, token,
+        "the winner's token: {leader:?}"
+    );
+    for response in responses.iter().filter(|r| !r.status.is_leader()) {
+        assert_eq!(
+            (&response.current_owner, response.fencing_token),
+            (&leader.current_owner, token),
+            "every standby carries the winner's owner and token: {responses:?}"
+        );
+    }
+}
 
 /// The scenarios of this module, one `#[tokio::test]` each (used by [`crate::tck_tests`]).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __tck_leases_tests {
-    ($factory:expr) => {};
+    ($factory:expr) => {
+        $crate::__tck_test!($factory, leases, first_request_gets_token_one);
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            renewal_keeps_token_and_acquired_at_and_moves_heartbeat
+        );
+        $crate::__tck_test!($factory, leases, renewal_refreshes_priority_and_ttl);
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            standby_carries_the_holders_token_and_owner
+        );
+        $crate::__tck_test!($factory, leases, a_live_lease_is_never_revoked);
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            expired_lease_is_taken_over_with_the_next_token
+        );
+        $crate::__tck_test!($factory, leases, released_lease_is_acquirable_at_once);
+        $crate::__tck_test!($factory, leases, release_by_a_non_owner_changes_nothing);
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            release_of_an_unknown_lease_changes_nothing
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            expired_leases_stay_listed_with_their_last_owner
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            higher_live_priority_asks_the_holder_to_step_down
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            equal_or_lower_priority_never_asks_for_step_down
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            a_contender_is_judged_by_its_latest_priority
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            step_down_request_lapses_with_the_higher_contender
+        );
+        $crate::__tck_test!($factory, leases, release_withdraws_the_contender);
+        $crate::__tck_test!($factory, leases, step_down_is_judged_on_acquisition_too);
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            planned_handover_passes_the_lease_to_the_higher_priority_contender
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            reacquiring_ones_own_expired_lease_gets_a_new_token
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            reacquiring_ones_own_released_lease_gets_a_new_token
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            a_lapsed_holder_that_requests_again_starts_a_new_tenure
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            tokens_strictly_increase_over_owners_and_never_repeat
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            a_displaced_owner_never_renews_the_new_holders_lease
+        );
+        $crate::__tck_test!($factory, leases, leases_are_independent);
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            concurrent_first_requests_elect_exactly_one
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            concurrent_takeover_after_expiry_elects_exactly_one
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            invalid_requests_are_refused_and_change_nothing
+        );
+        $crate::__tck_test!($factory, leases, requests_at_the_limits_are_accepted);
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            invalid_releases_are_refused_and_change_nothing
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            a_batch_answers_as_the_same_requests_one_by_one
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            a_batch_takes_over_an_expired_lease_as_one_by_one
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            a_batch_with_one_invalid_request_changes_nothing
+        );
+        $crate::__tck_test!($factory, leases, an_empty_batch_returns_an_empty_list);
+        $crate::__tck_test!($factory, leases, storage_time_does_not_go_backwards);
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            lease_methods_refuse_once_the_storage_is_closed
+        );
+    };
 }
