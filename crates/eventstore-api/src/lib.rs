@@ -52,3 +52,14 @@ pub use reference::EventReference;
 pub use storage::{EventStorage, StorageResult};
 pub use stream::EventStreamId;
 pub use tag::{Tag, Tags};
+
+pub mod elector;
+pub mod guide;
+pub mod projector;
+pub mod store;
+#[cfg(test)]
+mod test_storage;
+
+pub use elector::{LeaderElector, Leadership, LeadershipWatch};
+pub use projector::{Projection, Projector};
+pub use store::EventStore;

@@ -1,0 +1,246 @@
+//! What an instance knows about its leadership, and the cheap handle work loops check.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::{Fence, FencingToken};
+
+/// The leadership of one elector, as published on its watch channel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Leadership {
+    /// Not leading, because leadership could not be confirmed: no answer yet, the last
+    /// request failed or hung past the deadline, or the lease was just handed over.
+    Unknown,
+    /// This instance holds the lease: the single legitimate processor.
+    Leader {
+        /// The fencing token to stamp writes with.
+        token: FencingToken,
+    },
+    /// This instance holds the lease, but a contender with a higher priority waits: finish
+    /// the current unit of work, then [`LeadershipWatch::acknowledge_step_down`].
+    StepDownRequested {
+        /// The fencing token of this (ending) tenure.
+        token: FencingToken,
+    },
+    /// Another instance holds the lease.
+    Standby {
+        /// The holder's owner id.
+        holder: String,
+        /// The holder's token.
+        token: FencingToken,
+    },
+    /// The elector has stopped (shut down, aborted, or the storage was closed).
+    Stopped,
+}
+
+impl Leadership {
+    /// The token of this instance's tenure, when it leads (step-down requested included).
+    pub fn token(&self) -> Option<FencingToken> {
+        match self {
+            Leadership::Leader { token } | Leadership::StepDownRequested { token } => Some(*token),
+            _ => None,
+        }
+    }
+
+    /// Whether this says the instance leads (step-down requested included).
+    pub fn is_leader(&self) -> bool {
+        self.token().is_some()
+    }
+}
+
+impl fmt::Display for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Leadership::Unknown => f.write_str("not leading (unconfirmed)"),
+            Leadership::Leader { token } => write!(f, "leader with token {token}"),
+            Leadership::StepDownRequested { token } => {
+                write!(f, "leader with token {token}, step-down requested")
+            }
+            Leadership::Standby { holder, token } => {
+                write!(f, "standby; {holder} leads with token {token}")
+            }
+            Leadership::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
+/// A confirmed tenure: valid until `deadline` on this process's monotonic clock.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tenure {
+    pub(super) token: FencingToken,
+    pub(super) deadline: Instant,
+}
+
+/// State shared by the elector task and every [`LeadershipWatch`].
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) lease_name: String,
+    pub(super) owner: String,
+    tenure: Mutex<Option<Tenure>>,
+    acknowledged: Mutex<Option<FencingToken>>,
+    pub(super) acknowledgement: Notify,
+    publisher: watch::Sender<Leadership>,
+}
+
+impl Shared {
+    pub(super) fn new(lease_name: String, owner: String) -> Arc<Self> {
+        Arc::new(Shared {
+            lease_name,
+            owner,
+            tenure: Mutex::new(None),
+            acknowledged: Mutex::new(None),
+            acknowledgement: Notify::new(),
+            publisher: watch::Sender::new(Leadership::Unknown),
+        })
+    }
+
+    pub(super) fn tenure(&self) -> Option<Tenure> {
+        *self
+            .tenure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a confirmed tenure (or none) and publishes `leadership` if it changed.
+    pub(super) fn confirm(&self, tenure: Option<Tenure>, leadership: Leadership) {
+        *self
+            .tenure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = tenure;
+        self.publish(leadership);
+    }
+
+    /// Drops any tenure and publishes `leadership` (`Unknown` or `Stopped`).
+    pub(super) fn demote(&self, leadership: Leadership) {
+        self.confirm(None, leadership);
+    }
+
+    fn publish(&self, leadership: Leadership) {
+        self.publisher.send_if_modified(|current| {
+            if *current == leadership {
+                false
+            } else {
+                tracing::debug!(lease = %self.lease_name, owner = %self.owner, %leadership, "leadership changed");
+                *current = leadership;
+                true
+            }
+        });
+    }
+
+    /// Takes the step-down acknowledgement if it is for `token`.
+    pub(super) fn take_acknowledgement(&self, token: FencingToken) -> bool {
+        let mut acknowledged = self
+            .acknowledged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if *acknowledged == Some(token) {
+            *acknowledged = None;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// A cheap, cloneable view of one elector's leadership for the work it guards.
+///
+/// [`LeadershipWatch::token`] and [`LeadershipWatch::is_leader`] check the self-demotion
+/// deadline on every call, so they turn false on time even when the elector task is starved
+/// or its request hangs.
+#[derive(Debug, Clone)]
+pub struct LeadershipWatch {
+    shared: Arc<Shared>,
+    receiver: watch::Receiver<Leadership>,
+}
+
+impl LeadershipWatch {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        let receiver = shared.publisher.subscribe();
+        LeadershipWatch { shared, receiver }
+    }
+
+    pub(super) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The lease elected on.
+    pub fn lease_name(&self) -> &str {
+        &self.shared.lease_name
+    }
+
+    /// This instance's owner id.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// The token of the current tenure, if this instance leads right now: confirmed by the
+    /// storage and before its deadline.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.shared
+            .tenure()
+            .filter(|tenure| Instant::now() < tenure.deadline)
+            .map(|tenure| tenure.token)
+    }
+
+    /// Whether this instance leads right now (see [`LeadershipWatch::token`]).
+    pub fn is_leader(&self) -> bool {
+        self.token().is_some()
+    }
+
+    /// The fence for writes of the current tenure, if this instance leads right now.
+    pub fn fence(&self) -> Option<Fence> {
+        self.token()
+            .map(|token| Fence::new(self.shared.lease_name.clone(), token))
+    }
+
+    /// The last published leadership, with a lapsed tenure shown as [`Leadership::Unknown`].
+    pub fn current(&self) -> Leadership {
+        let published = self.receiver.borrow().clone();
+        match published.token() {
+            Some(token) if self.token() != Some(token) => Leadership::Unknown,
+            _ => published,
+        }
+    }
+
+    /// Waits until the published leadership changes.
+    ///
+    /// # Errors
+    /// When the elector is gone and nothing will change any more.
+    pub async fn changed(&mut self) -> Result<(), watch::error::RecvError> {
+        self.receiver.changed().await
+    }
+
+    /// Waits until this instance leads and returns the token; `None` when the elector stops.
+    pub async fn wait_for_leadership(&mut self) -> Option<FencingToken> {
+        loop {
+            if let Some(token) = self.token() {
+                return Some(token);
+            }
+            if self.current() == Leadership::Stopped || self.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// A receiver of every published change, for `tokio::select!` loops.
+    pub fn subscribe(&self) -> watch::Receiver<Leadership> {
+        self.receiver.clone()
+    }
+
+    /// Tells the elector that the work of the tenure `token` has finished its current unit
+    /// and stopped, so the lease can be released to the higher-priority contender.
+    ///
+    /// Until this is called the elector keeps renewing: a leader that cannot stop safely
+    /// keeps the lease.
+    pub fn acknowledge_step_down(&self, token: FencingToken) {
+        *self
+            .shared
+            .acknowledged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(token);
+        self.shared.acknowledgement.notify_one();
+    }
+}

@@ -1,0 +1,243 @@
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::test_storage::TestStorage;
+
+const TTL: Duration = Duration::from_millis(300);
+const DEADLINE: Duration = Duration::from_secs(10);
+
+async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !condition().await {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn elector(storage: &Arc<TestStorage>, owner: &str, priority: i64) -> LeaderElector {
+    LeaderElector::builder(storage.clone(), "jobs")
+        .owner(owner)
+        .priority(priority)
+        .ttl(TTL)
+        .start()
+        .unwrap()
+}
+
+async fn leads(elector: &LeaderElector) -> FencingToken {
+    let mut watch = elector.watch();
+    tokio::time::timeout(DEADLINE, watch.wait_for_leadership())
+        .await
+        .expect("leads in time")
+        .expect("the elector runs")
+}
+
+#[tokio::test]
+async fn a_storage_without_leases_is_refused_at_start() {
+    let storage = Arc::new(TestStorage::without_leases());
+    let error = LeaderElector::builder(storage, "jobs").start().unwrap_err();
+    assert!(
+        matches!(error, EventStorageError::Unsupported { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("Capability::Lease"), "{error}");
+}
+
+#[tokio::test]
+async fn settings_that_would_lose_a_healthy_lease_are_refused() {
+    let storage = Arc::new(TestStorage::new());
+    let build = |interval: Duration, margin: Duration| {
+        LeaderElector::builder(storage.clone(), "jobs")
+            .ttl(Duration::from_secs(3))
+            .request_interval(interval)
+            .safety_margin(margin)
+            .start()
+    };
+    let ms = Duration::from_millis;
+    let error = build(ms(3000), ms(10)).unwrap_err();
+    assert!(error.to_string().contains("request interval"), "{error}");
+    assert!(
+        error.to_string().contains("shorter than the ttl 3s"),
+        "{error}"
+    );
+    assert!(build(ms(0), ms(10)).is_err());
+    let error = build(ms(2000), ms(1000)).unwrap_err();
+    assert!(error.to_string().contains("safety margin"), "{error}");
+    assert!(build(ms(1000), ms(150)).is_ok());
+
+    let error = LeaderElector::builder(storage.clone(), " ")
+        .start()
+        .unwrap_err();
+    assert!(error.to_string().contains("lease name"), "{error}");
+    let error = LeaderElector::builder(storage.clone(), "jobs")
+        .ttl(Duration::ZERO)
+        .start()
+        .unwrap_err();
+    assert!(error.to_string().contains("ttl"), "{error}");
+    assert!(
+        storage.get_leases().await.unwrap().is_empty(),
+        "nothing requested"
+    );
+}
+
+#[tokio::test]
+async fn the_only_contender_leads_with_the_first_token_and_its_fence() {
+    let storage = Arc::new(TestStorage::new());
+    let elector = elector(&storage, "a", 0);
+    assert_eq!(leads(&elector).await, FencingToken(1));
+    let watch = elector.watch();
+    assert!(watch.is_leader());
+    assert_eq!(
+        watch.fence(),
+        Some(crate::Fence::new("jobs", FencingToken(1)))
+    );
+    assert_eq!(
+        elector.leadership(),
+        Leadership::Leader {
+            token: FencingToken(1)
+        }
+    );
+    elector.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_other_contender_stands_by_naming_the_holder() {
+    let storage = Arc::new(TestStorage::new());
+    let a = elector(&storage, "a", 0);
+    let token = leads(&a).await;
+    let b = elector(&storage, "b", 0);
+    eventually("b to stand by", || async {
+        b.leadership()
+            == Leadership::Standby {
+                holder: "a".into(),
+                token,
+            }
+    })
+    .await;
+    assert!(!b.is_leader());
+    assert!(a.is_leader(), "equal priority never asks for a step-down");
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_releases_so_a_standby_takes_over_well_within_the_ttl() {
+    let storage = Arc::new(TestStorage::new());
+    let ttl = Duration::from_secs(3);
+    let start = |owner: &str| {
+        LeaderElector::builder(storage.clone(), "jobs")
+            .owner(owner)
+            .ttl(ttl)
+            .request_interval(Duration::from_millis(100))
+            .start()
+            .unwrap()
+    };
+    let a = start("a");
+    assert_eq!(leads(&a).await, FencingToken(1));
+    let b = start("b");
+    eventually("b to stand by", || async {
+        matches!(b.leadership(), Leadership::Standby { .. })
+    })
+    .await;
+
+    let released = Instant::now();
+    a.shutdown().await.unwrap();
+    assert_eq!(leads(&b).await, FencingToken(2));
+    assert!(
+        released.elapsed() < ttl,
+        "took {:?}, not a ttl",
+        released.elapsed()
+    );
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_aborted_leader_keeps_the_lease_until_its_ttl_then_is_replaced() {
+    let storage = Arc::new(TestStorage::new());
+    let a = elector(&storage, "a", 0);
+    leads(&a).await;
+    let watch = a.watch();
+    a.abort();
+    assert_eq!(watch.current(), Leadership::Stopped);
+    assert!(!watch.is_leader());
+    let now = storage.storage_time().await.unwrap();
+    assert!(!storage.get_leases().await.unwrap()[0].is_expired_at(now));
+
+    let b = elector(&storage, "b", 0);
+    assert_eq!(leads(&b).await, FencingToken(2));
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_higher_priority_contender_gets_the_lease_once_the_work_acknowledges() {
+    let storage = Arc::new(TestStorage::new());
+    let low = elector(&storage, "low", 0);
+    let low_token = leads(&low).await;
+    let high = elector(&storage, "high", 10);
+
+    let watch = low.watch();
+    eventually("a step-down request", || async {
+        watch.current() == Leadership::StepDownRequested { token: low_token }
+    })
+    .await;
+    assert!(low.is_leader(), "still leads until it acknowledges");
+    assert!(!high.is_leader());
+
+    watch.acknowledge_step_down(low_token);
+    assert_eq!(leads(&high).await, low_token.next());
+    eventually("low to stand by behind high", || async {
+        low.leadership()
+            == Leadership::Standby {
+                holder: "high".into(),
+                token: low_token.next(),
+            }
+    })
+    .await;
+    high.shutdown().await.unwrap();
+    low.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
+    let storage = Arc::new(TestStorage::new());
+    let a = elector(&storage, "a", 0);
+    let token = leads(&a).await;
+    storage.hang_lease_requests(true);
+    let hung_at = Instant::now();
+
+    let watch = a.watch();
+    eventually("demotion while the request hangs", || async {
+        watch.current() == Leadership::Unknown
+    })
+    .await;
+    // the last confirmed request was sent before the hang began
+    assert!(hung_at.elapsed() < TTL + Duration::from_millis(250));
+    assert!(!a.is_leader());
+    assert_eq!(a.token(), None);
+
+    storage.hang_lease_requests(false);
+    let again = leads(&a).await;
+    assert!(again >= token);
+    a.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn is_leader_turns_false_at_the_deadline_without_the_task() {
+    let storage = Arc::new(TestStorage::new());
+    let a = elector(&storage, "a", 0);
+    leads(&a).await;
+    storage.hang_lease_requests(true);
+    let hung_at = Instant::now();
+    let watch = a.watch();
+    // is_leader() reads the deadline itself: whatever the task does, a ttl after the last
+    // confirmed send (which was before the hang) it must be false.
+    tokio::time::sleep_until((hung_at + TTL).into()).await;
+    assert!(!watch.is_leader());
+    assert_eq!(watch.fence(), None);
+    drop(a);
+}

@@ -1,0 +1,113 @@
+//! A projector that runs only while its instance leads.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{Projection, Projector, ProjectorError, ProjectorRun};
+use crate::elector::{Leadership, LeadershipWatch};
+use crate::{Capability, Fence};
+
+/// How long an elected projector waits for new events between runs unless set otherwise.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Runs a [`Projector`] on the one instance that leads, with its writes fenced.
+///
+/// While its instance leads it runs the projector (which reads the bookmark before each run,
+/// so it resumes where the previous leader stopped), then polls for new events. It stops
+/// between batches as soon as the tenure ends. On a step-down request it finishes the batch
+/// in hand, then acknowledges, so the elector releases the lease to the waiting contender.
+/// Where the storage offers [`Capability::FencedWrites`] every bookmark carries the tenure's
+/// fence, so a superseded leader cannot move the bookmark.
+#[derive(Debug)]
+pub struct ElectedProjector<P> {
+    projector: Projector<P>,
+    leadership: LeadershipWatch,
+    poll_interval: Duration,
+    totals: ProjectorRun,
+}
+
+impl<P: Projection> ElectedProjector<P> {
+    /// Runs `projector` while `leadership` says this instance leads.
+    pub fn new(projector: Projector<P>, leadership: LeadershipWatch) -> Self {
+        ElectedProjector {
+            projector,
+            leadership,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            totals: ProjectorRun::default(),
+        }
+    }
+
+    /// How long to wait for new events after catching up ([`DEFAULT_POLL_INTERVAL`]).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The projector.
+    pub fn projector(&self) -> &Projector<P> {
+        &self.projector
+    }
+
+    /// The projector, consuming this.
+    pub fn into_projector(self) -> Projector<P> {
+        self.projector
+    }
+
+    /// What all runs so far did together.
+    pub fn totals(&self) -> ProjectorRun {
+        self.totals
+    }
+
+    /// Projects while leading, stands by otherwise, until `stop` completes or the elector
+    /// stops. `stop` is checked between runs, so a batch in hand is always finished.
+    ///
+    /// A write refused by the fence ends the tenure's run quietly: another instance leads.
+    ///
+    /// # Errors
+    /// The projection's errors and the storage's other errors end the loop; the elector
+    /// keeps running, so shut it down (or retry) as suits the caller.
+    pub async fn run_until(
+        &mut self,
+        stop: impl Future<Output = ()>,
+    ) -> Result<ProjectorRun, ProjectorError> {
+        tokio::pin!(stop);
+        let fenced = self.projector.storage.supports(Capability::FencedWrites);
+        loop {
+            let leadership = self.leadership.current();
+            match leadership {
+                Leadership::Stopped => return Ok(self.totals),
+                Leadership::StepDownRequested { token } => {
+                    // Nothing is in hand between runs: the unit of work is finished.
+                    self.leadership.acknowledge_step_down(token);
+                }
+                Leadership::Leader { token } => {
+                    let fence = fenced.then(|| Fence::new(self.leadership.lease_name(), token));
+                    self.projector.set_fence(fence);
+                    let watch = self.leadership.clone();
+                    let still_leading = move || watch.current() == Leadership::Leader { token };
+                    match self.projector.run_while(still_leading).await {
+                        Ok(run) => self.totals.add(&run),
+                        Err(error) if error.is_fenced() => {
+                            tracing::warn!(lease = %self.leadership.lease_name(), %token, %error,
+                                "bookmark refused by the fence; another instance leads");
+                        }
+                        Err(error) => return Err(error),
+                    }
+                    if let Leadership::StepDownRequested { token } = self.leadership.current() {
+                        self.leadership.acknowledge_step_down(token);
+                    }
+                }
+                Leadership::Unknown | Leadership::Standby { .. } => {}
+            }
+            tokio::select! {
+                () = &mut stop => return Ok(self.totals),
+                changed = self.leadership.changed() => {
+                    if changed.is_err() {
+                        return Ok(self.totals);
+                    }
+                }
+                () = tokio::time::sleep(self.poll_interval) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Projectors: run a [`Projection`] over a stream in batches, bookmarking progress.
+//!
+//! A [`Projector`] reads the events after its cursor in batches (500 by default), feeds each
+//! batch to its projection, and after each batch places the bookmark of its reader at the
+//! batch's last event. Before each run it reads the bookmark back ([`BookmarkReading`]), so
+//! that whichever instance runs it next resumes where the last one stopped.
+//!
+//! Processing is at-least-once: a batch whose bookmark did not land is handled again.
+//!
+//! # Exactly-once against your own store
+//!
+//! A projection that writes into its own transactional store can keep its position there, in
+//! the same transaction as the data: commit both in [`Projection::after_batch`], build the
+//! projector with [`BookmarkReading::OnRequest`], and before each run [`Projector::seek`] to
+//! the position the store holds. A batch is then either committed with its position or not at
+//! all, whatever happens to the bookmark (which remains useful for monitoring).
+//!
+//! # Fences
+//!
+//! Given a [`Fence`], the projector bookmarks with [`EventStorage::bookmark_fenced`]: a
+//! superseded leader that wakes up cannot move the bookmark, forwards or backwards.
+//! See [`crate::guide`] for running a projector on the one elected instance.
+
+mod elected;
+mod projection;
+
+use std::sync::Arc;
+
+pub use elected::{ElectedProjector, DEFAULT_POLL_INTERVAL};
+pub use projection::{Projection, ProjectionError};
+
+use crate::{
+    validate, Direction, EventReference, EventStorage, EventStorageError, EventStreamId, Fence,
+    Limit, Tags,
+};
+
+/// The batch size of a projector unless set otherwise.
+pub const DEFAULT_BATCH_SIZE: u64 = 500;
+
+/// When a projector reads its bookmark back from the storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BookmarkReading {
+    /// Before every run (the default): correct when other instances move the bookmark too.
+    #[default]
+    BeforeEachRun,
+    /// Before the first run only: for a projector that is the bookmark's only writer.
+    Once,
+    /// Only on [`Projector::read_bookmark`].
+    OnRequest,
+}
+
+/// What went wrong in a projector run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProjectorError {
+    /// The storage failed or refused, e.g. [`EventStorageError::Fenced`] for a stale fence.
+    #[error(transparent)]
+    Storage(#[from] EventStorageError),
+
+    /// The projection failed; the batch was cancelled and the cursor moved back to its start.
+    #[error("projection failed in the batch after {}: {source}", display_start(.batch_start))]
+    Projection {
+        /// The cursor when the batch started (`None`: from the beginning).
+        batch_start: Option<EventReference>,
+        /// The projection's error.
+        #[source]
+        source: ProjectionError,
+    },
+}
+
+impl ProjectorError {
+    /// Whether the storage refused a write because the fence is stale: this instance no
+    /// longer leads.
+    pub fn is_fenced(&self) -> bool {
+        matches!(
+            self,
+            ProjectorError::Storage(EventStorageError::Fenced { .. })
+        )
+    }
+}
+
+fn display_start(start: &Option<EventReference>) -> String {
+    start.map_or_else(|| "the beginning".to_owned(), |r| r.to_string())
+}
+
+/// What one run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProjectorRun {
+    /// Events the storage returned.
+    pub events_read: u64,
+    /// Events the projection handled in batches that completed.
+    pub events_handled: u64,
+    /// Queries sent to the storage.
+    pub queries: u64,
+    /// Batches that completed (projected, committed and bookmarked).
+    pub batches: u64,
+    /// The last event of the last completed batch.
+    pub last_reference: Option<EventReference>,
+}
+
+impl ProjectorRun {
+    /// Adds `other`'s counts to these; the later last reference wins.
+    pub fn add(&mut self, other: &ProjectorRun) {
+        self.events_read += other.events_read;
+        self.events_handled += other.events_handled;
+        self.queries += other.queries;
+        self.batches += other.batches;
+        self.last_reference = other.last_reference.or(self.last_reference);
+    }
+}
+
+/// Builds a [`Projector`]; see [`Projector::builder`].
+#[derive(Debug)]
+pub struct ProjectorBuilder<P> {
+    storage: Arc<dyn EventStorage>,
+    projection: P,
+    stream: EventStreamId,
+    reader: Option<String>,
+    bookmark_tags: Tags,
+    batch_size: u64,
+    bookmark_reading: BookmarkReading,
+    fence: Option<Fence>,
+}
+
+impl<P: Projection> ProjectorBuilder<P> {
+    /// The streams to read (all streams by default).
+    pub fn stream(mut self, stream: EventStreamId) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Bookmarks progress under `reader`; without a reader nothing is bookmarked.
+    pub fn bookmark(mut self, reader: impl Into<String>) -> Self {
+        self.reader = Some(reader.into());
+        self
+    }
+
+    /// Tags stored with every bookmark.
+    pub fn bookmark_tags(mut self, tags: Tags) -> Self {
+        self.bookmark_tags = tags;
+        self
+    }
+
+    /// At most this many events per batch ([`DEFAULT_BATCH_SIZE`] by default).
+    pub fn batch_size(mut self, batch_size: u64) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// When the bookmark is read back ([`BookmarkReading::BeforeEachRun`] by default).
+    pub fn bookmark_reading(mut self, reading: BookmarkReading) -> Self {
+        self.bookmark_reading = reading;
+        self
+    }
+
+    /// Bookmarks only while `fence` holds.
+    pub fn fence(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// The projector.
+    ///
+    /// # Errors
+    /// [`EventStorageError::InvalidInput`] for a batch size of 0, an invalid reader name,
+    /// stream or tags.
+    pub fn build(self) -> Result<Projector<P>, EventStorageError> {
+        if self.batch_size == 0 {
+            return Err(EventStorageError::invalid(
+                "projector batch size",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        if let Some(reader) = &self.reader {
+            validate::validate_reader(reader)?;
+        }
+        validate::validate_stream(&self.stream)?;
+        validate::validate_tags(&self.bookmark_tags)?;
+        Ok(Projector {
+            storage: self.storage,
+            projection: self.projection,
+            stream: self.stream,
+            reader: self.reader,
+            bookmark_tags: self.bookmark_tags,
+            batch_size: self.batch_size,
+            bookmark_reading: self.bookmark_reading,
+            fence: self.fence,
+            cursor: None,
+            bookmark_read: false,
+        })
+    }
+}
+
+/// Runs a [`Projection`] over a stream in batches and bookmarks its progress.
+///
+/// # Examples
+/// ```
+/// # use std::sync::Arc;
+/// # use eventstore_api::*;
+/// # use eventstore_api::projector::*;
+/// struct Count(u64);
+///
+/// #[async_trait::async_trait]
+/// impl Projection for Count {
+///     async fn handle(&mut self, _event: &StoredEvent) -> Result<(), ProjectionError> {
+///         self.0 += 1;
+///         Ok(())
+///     }
+/// }
+///
+/// # async fn count(storage: Arc<dyn EventStorage>) -> Result<(), ProjectorError> {
+/// let mut projector = Projector::builder(storage, Count(0))
+///     .stream(EventStreamId::for_context("orders"))
+///     .bookmark("order-counter")
+///     .build()?;
+/// let run = projector.run().await?; // from the bookmark up to the stream's end
+/// println!("handled {} events in {} queries", run.events_handled, run.queries);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Projector<P> {
+    storage: Arc<dyn EventStorage>,
+    projection: P,
+    stream: EventStreamId,
+    reader: Option<String>,
+    bookmark_tags: Tags,
+    batch_size: u64,
+    bookmark_reading: BookmarkReading,
+    fence: Option<Fence>,
+    cursor: Option<EventReference>,
+    bookmark_read: bool,
+}
+
+impl<P: Projection> Projector<P> {
+    /// A builder for a projector feeding `projection` from `storage`.
+    pub fn builder(storage: Arc<dyn EventStorage>, projection: P) -> ProjectorBuilder<P> {
+        ProjectorBuilder {
+            storage,
+            projection,
+            stream: EventStreamId::any(),
+            reader: None,
+            bookmark_tags: Tags::none(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            bookmark_reading: BookmarkReading::default(),
+            fence: None,
+        }
+    }
+
+    /// The projection.
+    pub fn projection(&self) -> &P {
+        &self.projection
+    }
+
+    /// The projection, mutably.
+    pub fn projection_mut(&mut self) -> &mut P {
+        &mut self.projection
+    }
+
+    /// The projection, consuming the projector.
+    pub fn into_projection(self) -> P {
+        self.projection
+    }
+
+    /// The reader name bookmarks are placed under, if any.
+    pub fn reader(&self) -> Option<&str> {
+        self.reader.as_deref()
+    }
+
+    /// The last event handled in a completed batch; the next run starts after it.
+    pub fn position(&self) -> Option<EventReference> {
+        self.cursor
+    }
+
+    /// Moves the cursor: the next batch starts after `position` (`None`: from the start).
+    pub fn seek(&mut self, position: Option<EventReference>) {
+        self.cursor = position;
+    }
+
+    /// Sets or clears the fence that bookmarks are written under.
+    pub fn set_fence(&mut self, fence: Option<Fence>) {
+        self.fence = fence;
+    }
+
+    /// The fence bookmarks are written under, if any.
+    pub fn fence(&self) -> Option<&Fence> {
+        self.fence.as_ref()
+    }
+
+    /// Reads the bookmark and moves the cursor to it (to the start when there is none).
+    /// Without a reader the cursor stays.
+    ///
+    /// # Errors
+    /// The storage's errors of [`EventStorage::get_bookmark`].
+    pub async fn read_bookmark(&mut self) -> Result<Option<EventReference>, EventStorageError> {
+        let Some(reader) = &self.reader else {
+            return Ok(self.cursor);
+        };
+        let bookmark = self.storage.get_bookmark(reader).await?;
+        self.cursor = bookmark;
+        self.bookmark_read = true;
+        Ok(bookmark)
+    }
+
+    /// Runs until the projection has caught up with the stream.
+    ///
+    /// # Errors
+    /// As [`Projector::run_while`].
+    pub async fn run(&mut self) -> Result<ProjectorRun, ProjectorError> {
+        self.run_while(|| true).await
+    }
+
+    /// Runs batch after batch until caught up or until `keep_going` says no; it is asked
+    /// before every batch, so a run stops between batches, never inside one.
+    ///
+    /// # Errors
+    /// [`ProjectorError::Projection`] when the projection failed (the batch was cancelled and
+    /// the cursor is back at its start); [`ProjectorError::Storage`] when the storage failed,
+    /// including [`EventStorageError::Fenced`] when the fence no longer holds (the batch was
+    /// committed by the projection, but the cursor is back at its start and the bookmark
+    /// stays where it was).
+    pub async fn run_while(
+        &mut self,
+        mut keep_going: impl FnMut() -> bool + Send,
+    ) -> Result<ProjectorRun, ProjectorError> {
+        let read_now = match self.bookmark_reading {
+            BookmarkReading::BeforeEachRun => true,
+            BookmarkReading::Once => !self.bookmark_read,
+            BookmarkReading::OnRequest => false,
+        };
+        if read_now {
+            self.read_bookmark().await?;
+        }
+        let filter = self.projection.filter();
+        let mut run = ProjectorRun::default();
+        while keep_going() {
+            let batch = self
+                .storage
+                .query(
+                    &filter,
+                    &self.stream,
+                    self.cursor.as_ref(),
+                    Limit::to(self.batch_size),
+                    Direction::Forward,
+                )
+                .await?;
+            run.queries += 1;
+            run.events_read += batch.len() as u64;
+            let Some(last) = batch.last().map(|event| event.reference) else {
+                break;
+            };
+            let batch_start = self.cursor;
+            let projected = async {
+                self.projection.before_batch().await?;
+                for event in &batch {
+                    self.projection.handle(event).await?;
+                }
+                self.projection.after_batch(&last).await
+            }
+            .await;
+            if let Err(source) = projected {
+                self.projection.cancel_batch().await;
+                return Err(ProjectorError::Projection {
+                    batch_start,
+                    source,
+                });
+            }
+            self.write_bookmark(&last).await?;
+            self.cursor = Some(last);
+            run.batches += 1;
+            run.events_handled += batch.len() as u64;
+            run.last_reference = Some(last);
+            if (batch.len() as u64) < self.batch_size {
+                break;
+            }
+        }
+        Ok(run)
+    }
+
+    async fn write_bookmark(&self, last: &EventReference) -> Result<(), EventStorageError> {
+        let Some(reader) = &self.reader else {
+            return Ok(());
+        };
+        let tags = self.bookmark_tags.clone();
+        match &self.fence {
+            Some(fence) => {
+                self.storage
+                    .bookmark_fenced(fence, reader, last, tags)
+                    .await
+            }
+            None => self.storage.bookmark(reader, last, tags).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

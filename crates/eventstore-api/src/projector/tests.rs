@@ -1,0 +1,265 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::test_storage::TestStorage;
+use crate::{AppendCriteria, EventToStore, FencingToken, LeaseRequest, LeaseStatus, StoredEvent};
+
+/// Collects the positions it handled; fails on the position given, if any.
+#[derive(Debug, Default)]
+struct Recorder {
+    committed: Vec<u64>,
+    pending: Vec<u64>,
+    fail_at: Option<u64>,
+    hooks: Vec<&'static str>,
+}
+
+#[async_trait]
+impl Projection for Recorder {
+    async fn before_batch(&mut self) -> Result<(), ProjectionError> {
+        self.hooks.push("before");
+        Ok(())
+    }
+
+    async fn handle(&mut self, event: &StoredEvent) -> Result<(), ProjectionError> {
+        let n = event.payload["n"].as_u64().expect("n");
+        if self.fail_at == Some(n) {
+            return Err(format!("cannot project event {n}").into());
+        }
+        self.pending.push(n);
+        Ok(())
+    }
+
+    async fn after_batch(&mut self, _last: &EventReference) -> Result<(), ProjectionError> {
+        self.hooks.push("after");
+        self.committed.append(&mut self.pending);
+        Ok(())
+    }
+
+    async fn cancel_batch(&mut self) {
+        self.hooks.push("cancel");
+        self.pending.clear();
+    }
+}
+
+fn stream() -> EventStreamId {
+    EventStreamId::for_context("numbers")
+}
+
+async fn storage_with(count: u64) -> Arc<TestStorage> {
+    let storage = Arc::new(TestStorage::new());
+    append(&storage, 1..=count).await;
+    storage
+}
+
+async fn append(storage: &TestStorage, numbers: impl IntoIterator<Item = u64>) {
+    let events = numbers
+        .into_iter()
+        .map(|n| EventToStore::new("Number", serde_json::json!({ "n": n })))
+        .collect();
+    storage
+        .append(AppendCriteria::none(), &stream(), events)
+        .await
+        .unwrap();
+}
+
+fn projector(storage: &Arc<TestStorage>, batch_size: u64) -> Projector<Recorder> {
+    Projector::builder(storage.clone(), Recorder::default())
+        .stream(stream())
+        .bookmark("numbers-reader")
+        .batch_size(batch_size)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_run_projects_everything_in_batches_and_bookmarks_each_batch() {
+    let storage = storage_with(7).await;
+    let mut projector = projector(&storage, 3);
+    let run = projector.run().await.unwrap();
+    assert_eq!(
+        projector.projection().committed,
+        (1..=7).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        run,
+        ProjectorRun {
+            events_read: 7,
+            events_handled: 7,
+            queries: 3,
+            batches: 3,
+            last_reference: projector.position(),
+        }
+    );
+    assert_eq!(
+        storage.get_bookmark("numbers-reader").await.unwrap(),
+        projector.position()
+    );
+    assert_eq!(
+        projector.projection().hooks,
+        ["before", "after", "before", "after", "before", "after"]
+    );
+}
+
+#[tokio::test]
+async fn the_default_batch_size_is_500() {
+    let storage = storage_with(501).await;
+    let mut projector = Projector::builder(storage.clone(), Recorder::default())
+        .build()
+        .unwrap();
+    let run = projector.run().await.unwrap();
+    assert_eq!((run.batches, run.queries, run.events_handled), (2, 2, 501));
+}
+
+#[tokio::test]
+async fn a_new_projector_resumes_from_the_bookmark_another_one_left() {
+    let storage = storage_with(4).await;
+    projector(&storage, 10).run().await.unwrap();
+    append(&storage, 5..=6).await;
+
+    let mut next_owner = projector(&storage, 10);
+    next_owner.run().await.unwrap();
+    assert_eq!(next_owner.projection().committed, [5, 6]);
+}
+
+#[tokio::test]
+async fn bookmark_reading_before_each_run_follows_a_bookmark_moved_elsewhere() {
+    let storage = storage_with(3).await;
+    let mut mine = projector(&storage, 10);
+    mine.run().await.unwrap();
+    append(&storage, 4..=5).await;
+    // another instance projects 4 and 5 meanwhile
+    projector(&storage, 10).run().await.unwrap();
+    append(&storage, [6]).await;
+    mine.run().await.unwrap();
+    assert_eq!(mine.projection().committed, [1, 2, 3, 6]);
+}
+
+#[tokio::test]
+async fn bookmark_reading_once_or_on_request_keeps_the_own_cursor() {
+    let storage = storage_with(2).await;
+    let mut once = Projector::builder(storage.clone(), Recorder::default())
+        .stream(stream())
+        .bookmark("r")
+        .bookmark_reading(BookmarkReading::Once)
+        .build()
+        .unwrap();
+    once.run().await.unwrap();
+    storage.remove_bookmark("r").await.unwrap();
+    append(&storage, [3]).await;
+    once.run().await.unwrap();
+    assert_eq!(once.projection().committed, [1, 2, 3], "not re-read");
+
+    let mut on_request = Projector::builder(storage.clone(), Recorder::default())
+        .stream(stream())
+        .bookmark("r")
+        .bookmark_reading(BookmarkReading::OnRequest)
+        .build()
+        .unwrap();
+    on_request.seek(once.position());
+    assert_eq!(on_request.run().await.unwrap().events_read, 0);
+    on_request.read_bookmark().await.unwrap();
+    assert_eq!(on_request.position(), once.position());
+}
+
+#[tokio::test]
+async fn a_failing_batch_is_cancelled_and_the_cursor_goes_back_to_its_start() {
+    let storage = storage_with(6).await;
+    let mut projector = projector(&storage, 3);
+    projector.projection_mut().fail_at = Some(5);
+    let error = projector.run().await.unwrap_err();
+    let first_batch_end = storage.get_bookmark("numbers-reader").await.unwrap();
+    assert!(
+        matches!(&error, ProjectorError::Projection { batch_start, .. } if *batch_start == first_batch_end),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("cannot project event 5"),
+        "{error}"
+    );
+    assert_eq!(projector.position(), first_batch_end);
+    assert_eq!(projector.projection().committed, [1, 2, 3]);
+    assert_eq!(projector.projection().hooks.last(), Some(&"cancel"));
+
+    projector.projection_mut().fail_at = None;
+    projector.run().await.unwrap();
+    assert_eq!(
+        projector.projection().committed,
+        (1..=6).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn run_while_stops_between_batches() {
+    let storage = storage_with(9).await;
+    let mut projector = projector(&storage, 3);
+    let mut batches_allowed = 2;
+    let run = projector
+        .run_while(move || {
+            batches_allowed -= 1;
+            batches_allowed >= 0
+        })
+        .await
+        .unwrap();
+    assert_eq!(run.batches, 2);
+    assert_eq!(
+        projector.projection().committed,
+        (1..=6).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_stale_fence_keeps_the_bookmark_where_the_current_leader_put_it() {
+    let storage = storage_with(4).await;
+    let ttl = Duration::from_secs(60);
+    let first = storage
+        .request_lease(LeaseRequest::new("numbers", "a", 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(first.status, LeaseStatus::Leader);
+    storage.release_lease("numbers", "a").await.unwrap();
+    let second = storage
+        .request_lease(LeaseRequest::new("numbers", "b", 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(second.fencing_token, FencingToken(2));
+
+    let mut current = projector(&storage, 10);
+    current.set_fence(Some(Fence::new("numbers", second.fencing_token)));
+    current.run().await.unwrap();
+    let bookmark = storage.get_bookmark("numbers-reader").await.unwrap();
+
+    // the zombie starts from scratch and would move the bookmark back to event 2
+    let mut zombie = Projector::builder(storage.clone(), Recorder::default())
+        .stream(stream())
+        .bookmark("numbers-reader")
+        .batch_size(2)
+        .bookmark_reading(BookmarkReading::OnRequest)
+        .fence(Fence::new("numbers", first.fencing_token))
+        .build()
+        .unwrap();
+    let error = zombie.run().await.unwrap_err();
+    assert!(error.is_fenced(), "{error}");
+    assert_eq!(zombie.position(), None, "cursor back at the batch start");
+    assert_eq!(
+        storage.get_bookmark("numbers-reader").await.unwrap(),
+        bookmark
+    );
+}
+
+#[test]
+fn invalid_settings_are_refused_with_a_clear_error() {
+    let storage = Arc::new(TestStorage::new());
+    let error = Projector::builder(storage.clone(), Recorder::default())
+        .batch_size(0)
+        .build()
+        .unwrap_err();
+    assert!(error.to_string().contains("batch size"), "{error}");
+    let error = Projector::builder(storage, Recorder::default())
+        .bookmark(" ")
+        .build()
+        .unwrap_err();
+    assert!(error.to_string().contains("blank"), "{error}");
+}

@@ -1,0 +1,592 @@
+//! The typed facade: streams of Rust event types over any [`EventStorage`].
+//!
+//! An event type's stored name is explicit and stable. [`NamedEvent`] gives one struct one
+//! name; [`DomainEvent`] maps an enum of several event types to several names. A Rust rename
+//! of the type or a variant never changes what is stored.
+//!
+//! # Examples
+//! ```
+//! # use std::sync::Arc;
+//! # use eventstore_api::*;
+//! # use eventstore_api::store::*;
+//! #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+//! struct OrderPlaced { order: String, amount: u64 }
+//!
+//! impl NamedEvent for OrderPlaced {
+//!     const EVENT_TYPE: &'static str = "OrderPlaced";
+//!     fn tags(&self) -> Tags { Tags::from_pairs([("order", self.order.as_str())]) }
+//! }
+//!
+//! # async fn place(storage: Arc<dyn EventStorage>) -> Result<(), EventStoreError> {
+//! let orders = EventStore::new(storage).stream::<OrderPlaced>(EventStreamId::for_context("orders"));
+//! // read what the decision depends on, then append only if none of it changed meanwhile
+//! let order_o1 = EventFilter::for_events(["OrderPlaced"], Tags::from_pairs([("order", "o-1")]));
+//! let decision = orders.read_for_decision(order_o1).await?;
+//! if decision.events.is_empty() {
+//!     orders.append_decided(&decision, [OrderPlaced { order: "o-1".into(), amount: 30 }]).await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::{
+    AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
+    EventStreamId, EventToStore, Fence, Limit, StoredEvent, Tags,
+};
+
+/// An event type of a typed stream: how its values are stored and read back.
+///
+/// Implement it by hand for an enum whose variants are different event types; for a struct
+/// that is one event type, implement [`NamedEvent`] instead.
+///
+/// # Examples
+/// ```
+/// use eventstore_api::store::DomainEvent;
+/// use serde_json::{json, Value};
+///
+/// enum Account { Opened { owner: String }, Closed }
+///
+/// impl DomainEvent for Account {
+///     fn event_types() -> &'static [&'static str] { &["AccountOpened", "AccountClosed"] }
+///     fn event_type(&self) -> &'static str {
+///         match self { Account::Opened { .. } => "AccountOpened", Account::Closed => "AccountClosed" }
+///     }
+///     fn to_payload(&self) -> serde_json::Result<Value> {
+///         Ok(match self { Account::Opened { owner } => json!({ "owner": owner }), Account::Closed => json!({}) })
+///     }
+///     fn from_payload(event_type: &str, payload: Value) -> serde_json::Result<Self> {
+///         match event_type {
+///             "AccountOpened" => Ok(Account::Opened { owner: serde_json::from_value(payload["owner"].clone())? }),
+///             _ => Ok(Account::Closed),
+///         }
+///     }
+/// }
+/// ```
+pub trait DomainEvent: Sized + Send + Sync {
+    /// Every stored name this type reads and writes; a typed stream reads only these.
+    fn event_types() -> &'static [&'static str];
+
+    /// The stored name of this value's event type (one of [`DomainEvent::event_types`]).
+    fn event_type(&self) -> &'static str;
+
+    /// The payload to store.
+    ///
+    /// # Errors
+    /// When the value cannot be represented as JSON.
+    fn to_payload(&self) -> serde_json::Result<serde_json::Value>;
+
+    /// The value back from a stored payload of `event_type` (one of
+    /// [`DomainEvent::event_types`]).
+    ///
+    /// # Errors
+    /// When the payload does not describe a value of this type.
+    fn from_payload(event_type: &str, payload: serde_json::Value) -> serde_json::Result<Self>;
+
+    /// The tags to store the event with, which queries and append criteria select it by.
+    fn tags(&self) -> Tags {
+        Tags::none()
+    }
+}
+
+/// A serde type that is exactly one event type, stored as [`NamedEvent::EVENT_TYPE`].
+pub trait NamedEvent: Serialize + DeserializeOwned + Send + Sync {
+    /// The stored name, e.g. `OrderPlaced`. Keep it stable: a new name is a new event type.
+    const EVENT_TYPE: &'static str;
+
+    /// The tags to store the event with.
+    fn tags(&self) -> Tags {
+        Tags::none()
+    }
+}
+
+impl<T: NamedEvent> DomainEvent for T {
+    fn event_types() -> &'static [&'static str] {
+        std::slice::from_ref(&T::EVENT_TYPE)
+    }
+
+    fn event_type(&self) -> &'static str {
+        T::EVENT_TYPE
+    }
+
+    fn to_payload(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::to_value(self)
+    }
+
+    fn from_payload(_event_type: &str, payload: serde_json::Value) -> serde_json::Result<Self> {
+        serde_json::from_value(payload)
+    }
+
+    fn tags(&self) -> Tags {
+        NamedEvent::tags(self)
+    }
+}
+
+/// What can go wrong in the typed facade: the storage's errors, and encoding or decoding.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventStoreError {
+    /// The storage refused or failed.
+    #[error(transparent)]
+    Storage(#[from] EventStorageError),
+
+    /// A value could not be turned into a payload; nothing was appended.
+    #[error("cannot encode an event of type {event_type} as JSON: {source}")]
+    Encode {
+        /// The stored name of the event's type.
+        event_type: String,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A stored payload does not describe a value of the stream's Rust type.
+    #[error("cannot decode event {reference} of type {event_type} as {rust_type}: {source}")]
+    Decode {
+        /// The stored event.
+        reference: EventReference,
+        /// Its stored type name.
+        event_type: String,
+        /// The Rust type it was read as.
+        rust_type: &'static str,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A stored event decoded into its Rust type, with where and when it was stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope<E> {
+    /// The event.
+    pub event: E,
+    /// Its id and place in the storage's order.
+    pub reference: EventReference,
+    /// The stream it belongs to.
+    pub stream: EventStreamId,
+    /// Its tags.
+    pub tags: Tags,
+    /// When it was stored, on the storage's clock.
+    pub timestamp: DateTime<Utc>,
+}
+
+impl<E: DomainEvent> Envelope<E> {
+    /// Decodes a stored event.
+    ///
+    /// # Errors
+    /// [`EventStoreError::Decode`] when the payload is not an `E`.
+    pub fn decode(stored: StoredEvent) -> Result<Self, EventStoreError> {
+        let event =
+            E::from_payload(stored.event_type.as_str(), stored.payload).map_err(|source| {
+                EventStoreError::Decode {
+                    reference: stored.reference,
+                    event_type: stored.event_type.0.clone(),
+                    rust_type: std::any::type_name::<E>(),
+                    source,
+                }
+            })?;
+        Ok(Envelope {
+            event,
+            reference: stored.reference,
+            stream: stored.stream,
+            tags: stored.tags,
+            timestamp: stored.timestamp,
+        })
+    }
+}
+
+/// Encodes `event` for appending, with its stored name and tags.
+///
+/// # Errors
+/// [`EventStoreError::Encode`] when the payload cannot be built.
+pub fn encode<E: DomainEvent>(event: &E) -> Result<EventToStore, EventStoreError> {
+    let payload = event
+        .to_payload()
+        .map_err(|source| EventStoreError::Encode {
+            event_type: event.event_type().to_owned(),
+            source,
+        })?;
+    Ok(EventToStore::new(event.event_type(), payload).with_tags(event.tags()))
+}
+
+/// The typed entry point over a storage: hands out typed streams.
+#[derive(Debug, Clone)]
+pub struct EventStore {
+    storage: Arc<dyn EventStorage>,
+}
+
+impl EventStore {
+    /// A store over `storage`.
+    pub fn new(storage: Arc<dyn EventStorage>) -> Self {
+        EventStore { storage }
+    }
+
+    /// The storage underneath, for bookmarks, leases and untyped access.
+    pub fn storage(&self) -> &Arc<dyn EventStorage> {
+        &self.storage
+    }
+
+    /// The stream `id` read and written as events of type `E`.
+    pub fn stream<E: DomainEvent>(&self, id: EventStreamId) -> TypedStream<E> {
+        TypedStream {
+            storage: Arc::clone(&self.storage),
+            id,
+            fence: None,
+            event_type: PhantomData,
+        }
+    }
+}
+
+/// What a decision was based on: the matching events up to the stream's head at read time.
+///
+/// Appending with [`TypedStream::append_decided`] succeeds only if no event matching the same
+/// filter was appended since, so the decision is never made on stale facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision<E> {
+    /// The events matching the filter, oldest first.
+    pub events: Vec<Envelope<E>>,
+    /// The filter the decision depends on.
+    pub filter: EventFilter,
+    /// The stream's last event when it was read.
+    pub head: Option<EventReference>,
+}
+
+impl<E> Decision<E> {
+    /// The criteria that hold while nothing matching the filter came after the head.
+    pub fn criteria(&self) -> AppendCriteria {
+        let last_matching = self.events.last().map(|envelope| envelope.reference);
+        // The head covers events that do not match as well; either bound is correct, the
+        // head makes the check independent of whether anything matched.
+        AppendCriteria::of(self.filter.clone(), self.head.or(last_matching))
+    }
+}
+
+/// A stream whose events are values of `E`. Cheap to clone.
+pub struct TypedStream<E> {
+    storage: Arc<dyn EventStorage>,
+    id: EventStreamId,
+    fence: Option<Fence>,
+    event_type: PhantomData<fn() -> E>,
+}
+
+impl<E> Clone for TypedStream<E> {
+    fn clone(&self) -> Self {
+        TypedStream {
+            storage: Arc::clone(&self.storage),
+            id: self.id.clone(),
+            fence: self.fence.clone(),
+            event_type: PhantomData,
+        }
+    }
+}
+
+impl<E> fmt::Debug for TypedStream<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TypedStream")
+            .field("id", &self.id)
+            .field("event_type", &std::any::type_name::<E>())
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+impl<E: DomainEvent> TypedStream<E> {
+    /// The stream's id.
+    pub fn id(&self) -> &EventStreamId {
+        &self.id
+    }
+
+    /// This stream with its appends guarded by `fence`: they succeed only while that lease is
+    /// live with that token ([`crate::Capability::FencedWrites`]).
+    pub fn fenced(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// Appends `events` if `criteria` hold, all or nothing, through the fence if one is set.
+    ///
+    /// # Errors
+    /// [`EventStoreError::Encode`] (nothing appended), and the storage's errors of
+    /// [`EventStorage::append`] or [`EventStorage::append_fenced`].
+    pub async fn append(
+        &self,
+        criteria: AppendCriteria,
+        events: impl IntoIterator<Item = E>,
+    ) -> Result<Vec<Envelope<E>>, EventStoreError> {
+        let mut to_store = Vec::new();
+        let mut values = Vec::new();
+        for event in events {
+            to_store.push(encode(&event)?);
+            values.push(event);
+        }
+        let stored = match &self.fence {
+            Some(fence) => {
+                self.storage
+                    .append_fenced(fence, criteria, &self.id, to_store)
+                    .await?
+            }
+            None => self.storage.append(criteria, &self.id, to_store).await?,
+        };
+        // An idempotent retry stores nothing and returns nothing; pair only what was stored.
+        Ok(stored
+            .into_iter()
+            .zip(values)
+            .map(|(stored, event)| Envelope {
+                event,
+                reference: stored.reference,
+                stream: stored.stream,
+                tags: stored.tags,
+                timestamp: stored.timestamp,
+            })
+            .collect())
+    }
+
+    /// Events of this stream's types that match `filter`, strictly after `after`, oldest first.
+    ///
+    /// # Errors
+    /// The storage's errors of [`EventStorage::query`], and [`EventStoreError::Decode`].
+    pub async fn query(
+        &self,
+        filter: &EventFilter,
+        after: Option<&EventReference>,
+        limit: Limit,
+    ) -> Result<Vec<Envelope<E>>, EventStoreError> {
+        let stored = self
+            .storage
+            .query(filter, &self.id, after, limit, Direction::Forward)
+            .await?;
+        stored
+            .into_iter()
+            .filter(|event| E::event_types().contains(&event.event_type.as_str()))
+            .map(Envelope::decode)
+            .collect()
+    }
+
+    /// Every event of this stream's types, oldest first.
+    ///
+    /// # Errors
+    /// As [`TypedStream::query`].
+    pub async fn read_all(&self) -> Result<Vec<Envelope<E>>, EventStoreError> {
+        self.query(&Self::own_types(), None, Limit::none()).await
+    }
+
+    /// The reference of the stream's last event, of any type.
+    ///
+    /// # Errors
+    /// The storage's errors of [`EventStorage::head`].
+    pub async fn head(&self) -> Result<Option<EventReference>, EventStoreError> {
+        Ok(self.storage.head(&self.id).await?)
+    }
+
+    /// Reads the head, then the events matching `filter` up to it: the facts a decision is
+    /// made on. Append its outcome with [`TypedStream::append_decided`].
+    ///
+    /// # Errors
+    /// As [`TypedStream::query`].
+    pub async fn read_for_decision(
+        &self,
+        filter: EventFilter,
+    ) -> Result<Decision<E>, EventStoreError> {
+        let head = self.head().await?;
+        let events = match head {
+            Some(head) => {
+                let bounded = filter.clone().until(head);
+                self.query(&bounded, None, Limit::none()).await?
+            }
+            None => Vec::new(),
+        };
+        Ok(Decision {
+            events,
+            filter,
+            head,
+        })
+    }
+
+    /// Appends `events` only if nothing matching the decision's filter was appended since the
+    /// decision was read.
+    ///
+    /// # Errors
+    /// [`EventStorageError::OptimisticLock`] (inside [`EventStoreError::Storage`]) when the
+    /// facts changed: read again and decide again. Otherwise as [`TypedStream::append`].
+    pub async fn append_decided(
+        &self,
+        decision: &Decision<E>,
+        events: impl IntoIterator<Item = E>,
+    ) -> Result<Vec<Envelope<E>>, EventStoreError> {
+        self.append(decision.criteria(), events).await
+    }
+
+    fn own_types() -> EventFilter {
+        EventFilter::for_types(E::event_types().iter().copied())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+    use crate::test_storage::TestStorage;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct Deposited {
+        account: String,
+        amount: u64,
+    }
+
+    impl NamedEvent for Deposited {
+        const EVENT_TYPE: &'static str = "Deposited";
+        fn tags(&self) -> Tags {
+            Tags::from_pairs([("account", self.account.as_str())])
+        }
+    }
+
+    fn deposit(account: &str, amount: u64) -> Deposited {
+        Deposited {
+            account: account.into(),
+            amount,
+        }
+    }
+
+    fn store() -> (EventStore, TypedStream<Deposited>) {
+        let store = EventStore::new(Arc::new(TestStorage::new()));
+        let stream = store.stream(EventStreamId::for_context("bank"));
+        (store, stream)
+    }
+
+    #[tokio::test]
+    async fn events_are_stored_under_their_explicit_name_with_their_tags() {
+        let (store, stream) = store();
+        stream
+            .append(AppendCriteria::none(), [deposit("a", 5)])
+            .await
+            .unwrap();
+        let raw = store
+            .storage()
+            .query(
+                &EventFilter::match_all(),
+                stream.id(),
+                None,
+                Limit::none(),
+                Direction::Forward,
+            )
+            .await
+            .unwrap();
+        assert_eq!(raw[0].event_type.as_str(), "Deposited");
+        assert_eq!(raw[0].tags, Tags::from_pairs([("account", "a")]));
+        assert_eq!(
+            stream.read_all().await.unwrap()[0].event,
+            deposit("a", 5),
+            "decoded back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_typed_stream_skips_events_of_other_types() {
+        let (store, stream) = store();
+        store
+            .storage()
+            .append(
+                AppendCriteria::none(),
+                stream.id(),
+                vec![EventToStore::new("Audited", serde_json::json!({"by": "x"}))],
+            )
+            .await
+            .unwrap();
+        stream
+            .append(AppendCriteria::none(), [deposit("a", 1)])
+            .await
+            .unwrap();
+        let all = stream.read_all().await.unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].event, deposit("a", 1));
+    }
+
+    #[tokio::test]
+    async fn a_payload_of_the_wrong_shape_is_a_decode_error_naming_the_event() {
+        let (store, stream) = store();
+        let stored = store
+            .storage()
+            .append(
+                AppendCriteria::none(),
+                stream.id(),
+                vec![EventToStore::new(
+                    "Deposited",
+                    serde_json::json!({"wrong": 1}),
+                )],
+            )
+            .await
+            .unwrap();
+        let error = stream.read_all().await.unwrap_err();
+        assert!(
+            matches!(&error, EventStoreError::Decode { reference, .. } if *reference == stored[0].reference),
+            "{error}"
+        );
+        assert!(error.to_string().contains("Deposited"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_decision_is_appended_only_while_its_facts_are_unchanged() {
+        let (_, stream) = store();
+        let account_a =
+            EventFilter::for_events(["Deposited"], Tags::from_pairs([("account", "a")]));
+        stream
+            .append(AppendCriteria::none(), [deposit("a", 1)])
+            .await
+            .unwrap();
+
+        let decision = stream.read_for_decision(account_a.clone()).await.unwrap();
+        assert_eq!(decision.events.len(), 1);
+        // another account's deposit does not touch the decision's facts
+        stream
+            .append(AppendCriteria::none(), [deposit("b", 7)])
+            .await
+            .unwrap();
+        stream
+            .append_decided(&decision, [deposit("a", 2)])
+            .await
+            .unwrap();
+
+        // the same decision again is stale now: account a changed
+        let error = stream
+            .append_decided(&decision, [deposit("a", 3)])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                EventStoreError::Storage(EventStorageError::OptimisticLock { .. })
+            ),
+            "{error}"
+        );
+        let amounts: Vec<u64> = stream
+            .read_all()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event.amount)
+            .collect();
+        assert_eq!(amounts, [1, 7, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_decision_on_an_empty_stream_refuses_when_a_matching_event_appeared() {
+        let (_, stream) = store();
+        let filter = EventFilter::for_types(["Deposited"]);
+        let decision = stream.read_for_decision(filter).await.unwrap();
+        assert_eq!(decision.head, None);
+        stream
+            .append(AppendCriteria::none(), [deposit("a", 1)])
+            .await
+            .unwrap();
+        assert!(stream
+            .append_decided(&decision, [deposit("a", 2)])
+            .await
+            .is_err());
+    }
+}
