@@ -1,8 +1,2023 @@
 //! Scenarios: events.
+//!
+//! Appends and what they store, the order of references, DCB conditional appends and their
+//! atomicity under contention, idempotency keys, every filter shape, stream wildcards,
+//! `after`, `limit`, `direction`, `until`, `get_event_by_id`, `head`, and the input every
+//! backend refuses alike.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use eventstore_api::validate::MAX_NAME_BYTES;
+use eventstore_api::{
+    AppendCriteria, Capability, Direction, EventFilter, EventId, EventReference, EventStorage,
+    EventStorageError, EventStreamId, EventToStore, Limit, StorageResult, StoredEvent, Tags,
+};
+use serde_json::json;
+use tokio::sync::Barrier;
+
+use crate::StorageFactory;
+
+// ---------------------------------------------------------------------------------------
+// What the scenarios of this module (and of `bookmarks` and `lifecycle`) share.
+// ---------------------------------------------------------------------------------------
+
+/// The stream most scenarios write to: `orders/default`.
+pub(crate) fn orders() -> EventStreamId {
+    EventStreamId::for_context("orders")
+}
+
+/// A second purpose of the `orders` context: `orders/eu`.
+fn orders_eu() -> EventStreamId {
+    EventStreamId::new("orders", "eu")
+}
+
+/// Another context: `billing/default`.
+fn billing() -> EventStreamId {
+    EventStreamId::for_context("billing")
+}
+
+/// An event of `event_type` whose payload carries `label`, so that results can be compared
+/// by label.
+pub(crate) fn labelled(event_type: &str, label: &str) -> EventToStore {
+    EventToStore::new(event_type, json!({ "label": label }))
+}
+
+/// Tags from `(key, value)` pairs.
+pub(crate) fn tags(pairs: &[(&str, &str)]) -> Tags {
+    Tags::from_pairs(pairs.iter().copied())
+}
+
+/// The labels of `events`, in order.
+fn labels(events: &[StoredEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|event| {
+            event.payload["label"]
+                .as_str()
+                .unwrap_or("<unlabelled>")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The references of `events`, in order.
+fn references(events: &[StoredEvent]) -> Vec<EventReference> {
+    events.iter().map(|event| event.reference).collect()
+}
+
+/// Appends `events` unconditionally; panics naming the stream when that fails.
+pub(crate) async fn append<S: EventStorage + ?Sized>(
+    storage: &S,
+    stream: &EventStreamId,
+    events: Vec<EventToStore>,
+) -> Vec<StoredEvent> {
+    let count = events.len();
+    let stored = storage
+        .append(AppendCriteria::none(), stream, events)
+        .await
+        .unwrap_or_else(|err| panic!("unconditional append to {stream} failed: {err}"));
+    assert_eq!(
+        stored.len(),
+        count,
+        "an append of {count} new events to {stream} must return each of them"
+    );
+    stored
+}
+
+/// Every event of the streams `stream` covers that `filter` matches, oldest first.
+async fn read<S: EventStorage + ?Sized>(
+    storage: &S,
+    filter: &EventFilter,
+    stream: &EventStreamId,
+) -> Vec<StoredEvent> {
+    query(
+        storage,
+        filter,
+        stream,
+        None,
+        Limit::none(),
+        Direction::Forward,
+    )
+    .await
+}
+
+/// Every event of the storage, oldest first.
+pub(crate) async fn read_everything<S: EventStorage + ?Sized>(storage: &S) -> Vec<StoredEvent> {
+    read(storage, &EventFilter::match_all(), &EventStreamId::any()).await
+}
+
+/// `storage.query(..)`, panicking with the arguments when it fails.
+async fn query<S: EventStorage + ?Sized>(
+    storage: &S,
+    filter: &EventFilter,
+    stream: &EventStreamId,
+    after: Option<&EventReference>,
+    limit: Limit,
+    direction: Direction,
+) -> Vec<StoredEvent> {
+    storage
+        .query(filter, stream, after, limit, direction)
+        .await
+        .unwrap_or_else(|err| {
+            panic!("query of {stream} with {filter:?} after {after:?}, {limit:?}, {direction:?} failed: {err}")
+        })
+}
+
+/// The error of `result`; panics naming `what` when it is `Ok`.
+pub(crate) fn expect_err<T: Debug>(result: StorageResult<T>, what: &str) -> EventStorageError {
+    match result {
+        Ok(value) => panic!("{what}: expected an error, got Ok({value:?})"),
+        Err(err) => err,
+    }
+}
+
+/// Asserts that `result` is `InvalidInput`.
+pub(crate) fn assert_invalid_input<T: Debug>(result: StorageResult<T>, what: &str) {
+    let err = expect_err(result, what);
+    assert!(
+        matches!(err, EventStorageError::InvalidInput { .. }),
+        "{what}: expected InvalidInput, got {err}"
+    );
+}
+
+/// Asserts that `result` is `OptimisticLock` reporting `conflicting` as the conflict.
+fn assert_optimistic_lock<T: Debug>(
+    result: StorageResult<T>,
+    conflicting: EventReference,
+    what: &str,
+) {
+    let err = expect_err(result, what);
+    match err {
+        EventStorageError::OptimisticLock {
+            conflicting: reported,
+            ..
+        } => assert_eq!(
+            reported, conflicting,
+            "{what}: OptimisticLock must name the first matching event after the expected last"
+        ),
+        other => panic!("{what}: expected OptimisticLock, got {other}"),
+    }
+}
+
+/// A span of the storage's clock, from when it was opened to when an instant is checked
+/// against it: storage-assigned times (event timestamps, bookmark `updated_at`) must fall
+/// inside.
+///
+/// The storage's clock is `storage_time` where the backend offers [`Capability::Lease`];
+/// otherwise the local clock stands in, widened by [`ClockWindow::LOCAL_SLACK_MILLIS`] on
+/// both sides because the backend's clock may be another machine's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClockWindow {
+    opened_at: DateTime<Utc>,
+}
+
+impl ClockWindow {
+    /// How far a backend without `storage_time` may stray from the local clock.
+    const LOCAL_SLACK_MILLIS: i64 = 1_000;
+
+    /// Opens a window now, on `storage`'s clock.
+    pub(crate) async fn open<S: EventStorage + ?Sized>(storage: &S) -> Self {
+        ClockWindow {
+            opened_at: Self::now(storage).await,
+        }
+    }
+
+    /// "Now" on `storage`'s clock, or on the local clock when it has none to offer.
+    pub(crate) async fn now<S: EventStorage + ?Sized>(storage: &S) -> DateTime<Utc> {
+        if storage.supports(Capability::Lease) {
+            storage
+                .storage_time()
+                .await
+                .unwrap_or_else(|err| panic!("storage_time failed: {err}"))
+        } else {
+            Utc::now()
+        }
+    }
+
+    /// Asserts that `instant` lies between the opening of the window and now.
+    pub(crate) async fn assert_contains<S: EventStorage + ?Sized>(
+        &self,
+        storage: &S,
+        what: &str,
+        instant: DateTime<Utc>,
+    ) {
+        let closed_at = Self::now(storage).await;
+        let slack = if storage.supports(Capability::Lease) {
+            chrono::Duration::zero()
+        } else {
+            chrono::Duration::milliseconds(Self::LOCAL_SLACK_MILLIS)
+        };
+        assert!(
+            self.opened_at - slack <= instant && instant <= closed_at + slack,
+            "{what} {instant} must lie on the storage's clock between {} and {closed_at} \
+             (slack {slack})",
+            self.opened_at
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Round trip and order.
+// ---------------------------------------------------------------------------------------
+
+/// Every field of an appended event comes back as written: type, payload, tags, stream and
+/// idempotency key, from `append`, `query` and `get_event_by_id` alike.
+pub async fn appended_events_round_trip_every_field<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let placed = EventToStore::new(
+        "OrderPlaced",
+        json!({
+            "order": "o-1",
+            "lines": [{ "sku": "s-1", "quantity": 2 }, { "sku": "s-2", "quantity": 1 }],
+            "total": 12.5,
+            "gift": false,
+            "note": null,
+            "discount": -3
+        }),
+    )
+    .with_tags(tags(&[("order", "o-1"), ("customer", "c-7")]))
+    .with_idempotency_key("place-o-1");
+    let paid = EventToStore::new("OrderPaid", json!(12.5)).with_tags(tags(&[("order", "o-1")]));
+    let sent = vec![placed, paid];
+
+    let stored = append(&storage, &orders(), sent.clone()).await;
+
+    for (sent, stored) in sent.iter().zip(&stored) {
+        assert_eq!(stored.stream, orders(), "stream of {sent:?}");
+        assert_eq!(stored.event_type, sent.event_type, "type of {sent:?}");
+        assert_eq!(stored.payload, sent.payload, "payload of {sent:?}");
+        assert_eq!(stored.tags, sent.tags, "tags of {sent:?}");
+        assert_eq!(
+            stored.idempotency_key, sent.idempotency_key,
+            "idempotency key of {sent:?}"
+        );
+        let by_id = storage
+            .get_event_by_id(stored.reference.id)
+            .await
+            .unwrap_or_else(|err| panic!("get_event_by_id failed: {err}"));
+        assert_eq!(
+            by_id.as_ref(),
+            Some(stored),
+            "get_event_by_id must return the event as append returned it"
+        );
+    }
+    assert_eq!(
+        read(&storage, &EventFilter::match_all(), &orders()).await,
+        stored,
+        "a query must return the events exactly as append returned them"
+    );
+}
+
+/// Timestamps are assigned by the storage, in UTC, from its own clock: every event of a
+/// batch is stamped between "now" before and "now" after the append.
+pub async fn stored_timestamps_lie_within_the_storage_clock_window<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let window = ClockWindow::open(&storage).await;
+    let stored = append(
+        &storage,
+        &orders(),
+        vec![labelled("A", "a"), labelled("B", "b"), labelled("C", "c")],
+    )
+    .await;
+    let read_back = read_everything(&storage).await;
+    for event in stored.iter().chain(&read_back) {
+        window
+            .assert_contains(
+                &storage,
+                &format!("timestamp of event {}", event.reference),
+                event.timestamp,
+            )
+            .await;
+    }
+}
+
+/// Every stored event gets its own id, across batches and handles.
+pub async fn event_ids_are_unique<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let other = factory.another_handle(&storage).await;
+    let batch = |prefix: &str| {
+        (0..20)
+            .map(|n| labelled("Counted", &format!("{prefix}-{n}")))
+            .collect::<Vec<_>>()
+    };
+    let mut stored = append(&storage, &orders(), batch("first")).await;
+    stored.extend(append(&other, &orders(), batch("second")).await);
+    stored.extend(append(&storage, &billing(), batch("third")).await);
+
+    let mut seen = HashSet::new();
+    for event in &stored {
+        assert!(
+            !event.reference.id.0.is_nil(),
+            "event {} has the nil id",
+            event.reference
+        );
+        assert!(
+            seen.insert(event.reference.id),
+            "id {} was given to two events",
+            event.reference.id
+        );
+    }
+    assert_eq!(seen.len(), 60);
+}
+
+/// References strictly increase in append order, within a batch, across batches and across
+/// streams, and queries return events in that order.
+pub async fn references_strictly_increase_in_append_order_across_streams<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let streams = [orders(), orders_eu(), billing()];
+    let mut appended = Vec::new();
+    for round in 0..4 {
+        for (index, stream) in streams.iter().enumerate() {
+            let batch = (0..=index)
+                .map(|n| labelled("Step", &format!("{round}-{index}-{n}")))
+                .collect();
+            appended.extend(append(&storage, stream, batch).await);
+        }
+    }
+    for pair in appended.windows(2) {
+        assert!(
+            pair[0].reference < pair[1].reference,
+            "reference {} was appended before {} but does not order before it",
+            pair[0].reference,
+            pair[1].reference
+        );
+    }
+    assert_eq!(
+        references(&read_everything(&storage).await),
+        references(&appended),
+        "a query across streams must return every event in append order"
+    );
+    for stream in &streams {
+        let expected: Vec<_> = appended
+            .iter()
+            .filter(|event| &event.stream == stream)
+            .map(|event| event.reference)
+            .collect();
+        assert_eq!(
+            references(&read(&storage, &EventFilter::match_all(), stream).await),
+            expected,
+            "a query of {stream} must return its events in append order"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// DCB conditional appends.
+// ---------------------------------------------------------------------------------------
+
+/// A conditional append fails with `OptimisticLock` when an event matching its filter lies
+/// after the expected last one, and names that event.
+pub async fn conditional_append_fails_when_a_matching_event_follows_the_expected_last<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let course = tags(&[("course", "c-1")]);
+    let seen = append(
+        &storage,
+        &orders(),
+        vec![labelled("Enrolled", "seen").with_tags(course.clone())],
+    )
+    .await;
+    let unseen = append(
+        &storage,
+        &orders(),
+        vec![
+            labelled("Unrelated", "noise"),
+            labelled("Enrolled", "unseen").with_tags(course.clone()),
+            labelled("Enrolled", "unseen-too").with_tags(course.clone()),
+        ],
+    )
+    .await;
+
+    let criteria = AppendCriteria::of(
+        EventFilter::for_events(["Enrolled"], course.clone()),
+        Some(seen[0].reference),
+    );
+    let result = storage
+        .append(
+            criteria,
+            &orders(),
+            vec![labelled("Enrolled", "late").with_tags(course)],
+        )
+        .await;
+    assert_optimistic_lock(
+        result,
+        unseen[1].reference,
+        "an append whose criteria match an event after the expected last",
+    );
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        4,
+        "a refused append stores nothing"
+    );
+}
+
+/// With no expected last event, a conditional append fails when any event matches its
+/// filter at all.
+pub async fn conditional_append_without_expected_last_fails_when_any_matching_event_exists<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let existing = append(
+        &storage,
+        &orders(),
+        vec![
+            labelled("Other", "other"),
+            labelled("Registered", "existing").with_tags(tags(&[("user", "ada")])),
+        ],
+    )
+    .await;
+    let criteria = AppendCriteria::of(EventFilter::for_tags(tags(&[("user", "ada")])), None);
+    let result = storage
+        .append(
+            criteria,
+            &orders(),
+            vec![labelled("Registered", "again").with_tags(tags(&[("user", "ada")]))],
+        )
+        .await;
+    assert_optimistic_lock(
+        result,
+        existing[1].reference,
+        "an append expecting no matching event where one exists",
+    );
+    assert_eq!(read_everything(&storage).await.len(), 2);
+}
+
+/// Events after the expected last one that do not match the filter (other types, other tags)
+/// do not make a conditional append fail.
+pub async fn conditional_append_succeeds_when_only_non_matching_events_follow_the_expected_last<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let course = tags(&[("course", "c-1")]);
+    let seen = append(
+        &storage,
+        &orders(),
+        vec![labelled("Enrolled", "seen").with_tags(course.clone())],
+    )
+    .await;
+    append(
+        &storage,
+        &orders(),
+        vec![
+            labelled("Dropped", "other type").with_tags(course.clone()),
+            labelled("Enrolled", "other tag").with_tags(tags(&[("course", "c-2")])),
+            labelled("Enrolled", "no tag"),
+        ],
+    )
+    .await;
+
+    let criteria = AppendCriteria::of(
+        EventFilter::for_events(["Enrolled"], course.clone()),
+        Some(seen[0].reference),
+    );
+    let stored = storage
+        .append(
+            criteria,
+            &orders(),
+            vec![labelled("Enrolled", "accepted").with_tags(course)],
+        )
+        .await
+        .unwrap_or_else(|err| panic!("no matching event follows the expected last: {err}"));
+    assert_eq!(labels(&stored), ["accepted"]);
+    assert_eq!(read_everything(&storage).await.len(), 5);
+}
+
+/// A conditional append whose expected last event is the last matching one succeeds, also
+/// when it is the very last event of the stream.
+pub async fn conditional_append_succeeds_when_nothing_follows_the_expected_last<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let filter = EventFilter::for_types(["Deposited", "Withdrawn"]);
+    let first = append(&storage, &orders(), vec![labelled("Deposited", "first")]).await;
+    let criteria = AppendCriteria::of(filter.clone(), Some(first[0].reference));
+    let second = storage
+        .append(criteria, &orders(), vec![labelled("Withdrawn", "second")])
+        .await
+        .unwrap_or_else(|err| panic!("nothing follows the expected last: {err}"));
+
+    // The boundary moves with each successful append.
+    let criteria = AppendCriteria::of(filter, Some(second[0].reference));
+    let third = storage
+        .append(criteria, &orders(), vec![labelled("Deposited", "third")])
+        .await
+        .unwrap_or_else(|err| panic!("nothing follows the new expected last: {err}"));
+    assert_eq!(labels(&third), ["third"]);
+    assert_eq!(
+        labels(&read_everything(&storage).await),
+        ["first", "second", "third"]
+    );
+}
+
+/// With no expected last event, a conditional append succeeds when no event matches, on an
+/// empty storage and among non-matching events.
+pub async fn conditional_append_without_expected_last_succeeds_when_nothing_matches<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let filter = EventFilter::for_events(["Registered"], tags(&[("user", "ada")]));
+    storage
+        .append(
+            AppendCriteria::of(filter.clone(), None),
+            &orders(),
+            vec![labelled("Registered", "bob").with_tags(tags(&[("user", "bob")]))],
+        )
+        .await
+        .unwrap_or_else(|err| panic!("no event at all: {err}"));
+    storage
+        .append(
+            AppendCriteria::of(filter, None),
+            &orders(),
+            vec![labelled("Registered", "ada").with_tags(tags(&[("user", "ada")]))],
+        )
+        .await
+        .unwrap_or_else(|err| panic!("only non-matching events: {err}"));
+    assert_eq!(labels(&read_everything(&storage).await), ["bob", "ada"]);
+}
+
+/// Conflicts are judged in the stream appended to only: matching events in other streams,
+/// including another purpose of the same context, never make an append fail.
+pub async fn conditional_append_judges_conflicts_in_the_appended_stream_only<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let filter = EventFilter::for_types(["Reserved"]);
+    let seen = append(&storage, &orders(), vec![labelled("Reserved", "seen")]).await;
+    append(&storage, &orders_eu(), vec![labelled("Reserved", "eu")]).await;
+    append(&storage, &billing(), vec![labelled("Reserved", "billing")]).await;
+
+    storage
+        .append(
+            AppendCriteria::of(filter.clone(), Some(seen[0].reference)),
+            &orders(),
+            vec![labelled("Reserved", "orders")],
+        )
+        .await
+        .unwrap_or_else(|err| panic!("matching events lie only in other streams: {err}"));
+    storage
+        .append(
+            AppendCriteria::of(filter, None),
+            &EventStreamId::for_context("audit"),
+            vec![labelled("Reserved", "audit")],
+        )
+        .await
+        .unwrap_or_else(|err| panic!("the appended stream holds no event: {err}"));
+    assert_eq!(read_everything(&storage).await.len(), 5);
+}
+
+/// A batch is all or nothing: when its criteria fail, none of its events is stored, not
+/// even its idempotency keys (the same batch goes through unconditionally afterwards).
+pub async fn conflicting_batch_stores_none_of_its_events<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let existing = append(&storage, &orders(), vec![labelled("Opened", "existing")]).await;
+    let batch: Vec<_> = (0..3)
+        .map(|n| labelled("Item", &format!("item-{n}")).with_idempotency_key(format!("item-{n}")))
+        .collect();
+
+    let result = storage
+        .append(
+            AppendCriteria::of(EventFilter::for_types(["Opened"]), None),
+            &orders(),
+            batch.clone(),
+        )
+        .await;
+    assert_optimistic_lock(result, existing[0].reference, "a batch whose criteria fail");
+    assert_eq!(
+        labels(&read_everything(&storage).await),
+        ["existing"],
+        "no event of a refused batch may be stored"
+    );
+    assert_eq!(
+        storage.head(&orders()).await.expect("head"),
+        Some(existing[0].reference),
+        "a refused batch must not move the head"
+    );
+    let stored = append(&storage, &orders(), batch).await;
+    assert_eq!(
+        labels(&stored),
+        ["item-0", "item-1", "item-2"],
+        "the keys of a refused batch must not have been recorded"
+    );
+}
+
+/// `match_all` criteria guard the whole stream (any event after the expected last one
+/// conflicts); `match_none` criteria never conflict.
+pub async fn match_all_criteria_guard_the_stream_and_match_none_criteria_never_conflict<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let first = append(&storage, &orders(), vec![labelled("A", "first")]).await;
+    let head = first[0].reference;
+    let second = storage
+        .append(
+            AppendCriteria::of(EventFilter::match_all(), Some(head)),
+            &orders(),
+            vec![labelled("B", "second")],
+        )
+        .await
+        .unwrap_or_else(|err| panic!("the stream has not moved since the head: {err}"));
+
+    let result = storage
+        .append(
+            AppendCriteria::of(EventFilter::match_all(), Some(head)),
+            &orders(),
+            vec![labelled("C", "stale")],
+        )
+        .await;
+    assert_optimistic_lock(
+        result,
+        second[0].reference,
+        "match_all criteria behind the head",
+    );
+    let result = storage
+        .append(
+            AppendCriteria::of(EventFilter::match_all(), None),
+            &orders(),
+            vec![labelled("C", "stale")],
+        )
+        .await;
+    assert_optimistic_lock(
+        result,
+        first[0].reference,
+        "match_all criteria on a non-empty stream expecting nothing",
+    );
+
+    for expected_last in [None, Some(head)] {
+        storage
+            .append(
+                AppendCriteria::of(EventFilter::match_none(), expected_last),
+                &orders(),
+                vec![labelled("D", "unguarded")],
+            )
+            .await
+            .unwrap_or_else(|err| panic!("match_none criteria must never conflict: {err}"));
+    }
+    assert_eq!(
+        labels(&read_everything(&storage).await),
+        ["first", "second", "unguarded", "unguarded"]
+    );
+}
+
+/// Conditional appends racing for one boundary, from several tasks on two handles: in each
+/// round exactly one wins and every other fails with `OptimisticLock`.
+pub async fn concurrent_conditional_appends_to_one_boundary_elect_exactly_one<F: StorageFactory>(
+    factory: &F,
+) {
+    const CONTENDERS: usize = 8;
+    const ROUNDS: usize = 5;
+    let first = Arc::new(factory.create().await);
+    let second = Arc::new(factory.another_handle(&first).await);
+    let handles = [first, second];
+    let seat = tags(&[("seat", "12A")]);
+    let filter = EventFilter::for_events(["SeatReserved"], seat.clone());
+
+    // The first round expects no reservation at all; each later one the previous winner's.
+    let mut expected_last = None;
+    for round in 0..ROUNDS {
+        let barrier = Arc::new(Barrier::new(CONTENDERS));
+        let mut racers = Vec::with_capacity(CONTENDERS);
+        for contender in 0..CONTENDERS {
+            let storage = Arc::clone(&handles[contender % handles.len()]);
+            let barrier = Arc::clone(&barrier);
+            let criteria = AppendCriteria::of(filter.clone(), expected_last);
+            let event = labelled(
+                "SeatReserved",
+                &format!("round {round} contender {contender}"),
+            )
+            .with_tags(seat.clone());
+            racers.push(tokio::spawn(async move {
+                barrier.wait().await;
+                storage.append(criteria, &orders(), vec![event]).await
+            }));
+        }
+        let mut winners = Vec::new();
+        for racer in racers {
+            match racer.await.expect("a racing append panicked") {
+                Ok(stored) => winners.push(stored),
+                Err(err) => assert!(
+                    matches!(err, EventStorageError::OptimisticLock { .. }),
+                    "round {round}: a losing append must fail with OptimisticLock, got {err}"
+                ),
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: exactly one of {CONTENDERS} racing appends must win, got {winners:?}"
+        );
+        assert_eq!(winners[0].len(), 1);
+        expected_last = Some(winners[0][0].reference);
+    }
+    let stored = read(&*handles[1], &filter, &orders()).await;
+    assert_eq!(
+        stored.len(),
+        ROUNDS,
+        "one reservation per round must be stored, got {:?}",
+        labels(&stored)
+    );
+}
+
+/// Events appended through one handle are read through another, and a conditional append
+/// through the other handle sees them as conflicts.
+pub async fn events_written_through_one_handle_are_read_and_guarded_through_another<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let other = factory.another_handle(&storage).await;
+    let stored = append(
+        &storage,
+        &orders(),
+        vec![labelled("Opened", "from the first")],
+    )
+    .await;
+
+    assert_eq!(read_everything(&other).await, stored);
+    assert_eq!(
+        other
+            .get_event_by_id(stored[0].reference.id)
+            .await
+            .expect("get_event_by_id"),
+        Some(stored[0].clone())
+    );
+    assert_eq!(
+        other.head(&orders()).await.expect("head"),
+        Some(stored[0].reference)
+    );
+    let result = other
+        .append(
+            AppendCriteria::of(EventFilter::for_types(["Opened"]), None),
+            &orders(),
+            vec![labelled("Opened", "from the second")],
+        )
+        .await;
+    assert_optimistic_lock(
+        result,
+        stored[0].reference,
+        "a conditional append through another handle",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Idempotency keys.
+// ---------------------------------------------------------------------------------------
+
+/// Appending a batch whose idempotency keys are all stored already is a retry: it returns an
+/// empty list and stores nothing, through any handle.
+pub async fn retry_of_a_stored_batch_returns_nothing_and_stores_nothing<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let other = factory.another_handle(&storage).await;
+    let batch = vec![
+        labelled("Charged", "charge").with_idempotency_key("payment-1/charge"),
+        labelled("Receipted", "receipt").with_idempotency_key("payment-1/receipt"),
+    ];
+    let first = append(&storage, &orders(), batch.clone()).await;
+
+    for (handle, name) in [(&storage, "the same handle"), (&other, "another handle")] {
+        let retried = handle
+            .append(AppendCriteria::none(), &orders(), batch.clone())
+            .await
+            .unwrap_or_else(|err| panic!("a retry through {name} must succeed: {err}"));
+        assert!(
+            retried.is_empty(),
+            "a retry through {name} must return an empty list, got {retried:?}"
+        );
+    }
+    // A retry of part of the batch is a retry too: all its keys are stored.
+    let partial = storage
+        .append(AppendCriteria::none(), &orders(), batch[1..].to_vec())
+        .await
+        .unwrap_or_else(|err| panic!("a retry of part of a stored batch: {err}"));
+    assert!(partial.is_empty(), "got {partial:?}");
+
+    assert_eq!(
+        read_everything(&storage).await,
+        first,
+        "retries must store nothing"
+    );
+}
+
+/// A retry is not checked against its criteria (the first attempt was): it returns an empty
+/// list even when the criteria would now fail.
+pub async fn retry_of_a_stored_batch_is_not_checked_against_its_criteria<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let criteria = AppendCriteria::of(EventFilter::for_types(["Registered"]), None);
+    let batch = vec![labelled("Registered", "ada").with_idempotency_key("register-ada")];
+    storage
+        .append(criteria.clone(), &orders(), batch.clone())
+        .await
+        .unwrap_or_else(|err| panic!("the first attempt on an empty stream: {err}"));
+    append(&storage, &orders(), vec![labelled("Registered", "bob")]).await;
+
+    let retried = storage
+        .append(criteria, &orders(), batch)
+        .await
+        .unwrap_or_else(|err| panic!("a retry must not be checked against its criteria: {err}"));
+    assert!(retried.is_empty(), "got {retried:?}");
+    assert_eq!(labels(&read_everything(&storage).await), ["ada", "bob"]);
+}
+
+/// A batch mixing idempotency keys the stream holds with new keys (or keyless events) is an
+/// `IdempotencyConflict` naming both sides, and stores nothing.
+pub async fn batch_mixing_stored_and_new_idempotency_keys_is_a_conflict<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let first = append(
+        &storage,
+        &orders(),
+        vec![labelled("Charged", "charge").with_idempotency_key("charge")],
+    )
+    .await;
+
+    let result = storage
+        .append(
+            AppendCriteria::none(),
+            &orders(),
+            vec![
+                labelled("Charged", "charge").with_idempotency_key("charge"),
+                labelled("Refunded", "refund").with_idempotency_key("refund"),
+            ],
+        )
+        .await;
+    match expect_err(result, "a batch mixing a stored key with a new key") {
+        EventStorageError::IdempotencyConflict { stored, new, .. } => {
+            assert_eq!(stored, ["charge"], "the stored keys");
+            assert_eq!(new, ["refund"], "the new keys");
+        }
+        other => panic!("expected IdempotencyConflict, got {other}"),
+    }
+
+    let result = storage
+        .append(
+            AppendCriteria::none(),
+            &orders(),
+            vec![
+                labelled("Charged", "charge").with_idempotency_key("charge"),
+                labelled("Noted", "keyless"),
+            ],
+        )
+        .await;
+    let err = expect_err(result, "a batch mixing a stored key with a keyless event");
+    assert!(
+        matches!(err, EventStorageError::IdempotencyConflict { .. }),
+        "expected IdempotencyConflict, got {err}"
+    );
+
+    assert_eq!(read_everything(&storage).await, first, "nothing is stored");
+    let refund = append(
+        &storage,
+        &orders(),
+        vec![labelled("Refunded", "refund").with_idempotency_key("refund")],
+    )
+    .await;
+    assert_eq!(
+        labels(&refund),
+        ["refund"],
+        "the new key of a refused batch must not have been recorded"
+    );
+}
+
+/// An idempotency key twice in one batch is `InvalidInput`, and nothing is stored.
+pub async fn idempotency_key_twice_in_one_batch_is_invalid_input<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let result = storage
+        .append(
+            AppendCriteria::none(),
+            &orders(),
+            vec![
+                labelled("A", "first").with_idempotency_key("twice"),
+                labelled("B", "between"),
+                labelled("A", "second").with_idempotency_key("twice"),
+            ],
+        )
+        .await;
+    assert_invalid_input(result, "a batch holding one idempotency key twice");
+    assert!(read_everything(&storage).await.is_empty());
+}
+
+/// Idempotency keys are unique per stream: one key is stored in each of two streams,
+/// including two purposes of one context, and a retry in one leaves the other alone.
+pub async fn same_idempotency_key_in_two_streams_is_stored_in_both<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let event = || labelled("Imported", "import").with_idempotency_key("import-2024-01");
+    for stream in [orders(), orders_eu(), billing()] {
+        let stored = append(&storage, &stream, vec![event()]).await;
+        assert_eq!(stored[0].idempotency_key.as_deref(), Some("import-2024-01"));
+    }
+    let retried = storage
+        .append(AppendCriteria::none(), &orders_eu(), vec![event()])
+        .await
+        .unwrap_or_else(|err| panic!("a retry in one stream: {err}"));
+    assert!(retried.is_empty(), "got {retried:?}");
+    assert_eq!(read_everything(&storage).await.len(), 3);
+}
+
+/// One keyed batch appended by several tasks at once, on two handles, is stored once: one
+/// append returns the events, every other returns an empty list.
+pub async fn concurrent_retries_of_one_batch_store_it_once<F: StorageFactory>(factory: &F) {
+    const RETRIES: usize = 8;
+    let first = Arc::new(factory.create().await);
+    let second = Arc::new(factory.another_handle(&first).await);
+    let handles = [first, second];
+    let batch = vec![
+        labelled("Charged", "charge").with_idempotency_key("payment-9/charge"),
+        labelled("Receipted", "receipt").with_idempotency_key("payment-9/receipt"),
+    ];
+    let barrier = Arc::new(Barrier::new(RETRIES));
+    let mut racers = Vec::with_capacity(RETRIES);
+    for retry in 0..RETRIES {
+        let storage = Arc::clone(&handles[retry % handles.len()]);
+        let barrier = Arc::clone(&barrier);
+        let batch = batch.clone();
+        racers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            storage
+                .append(AppendCriteria::none(), &orders(), batch)
+                .await
+        }));
+    }
+    let mut storing = 0;
+    for racer in racers {
+        let stored = racer
+            .await
+            .expect("a racing append panicked")
+            .unwrap_or_else(|err| panic!("a concurrent retry must succeed: {err}"));
+        match stored.len() {
+            0 => {}
+            2 => storing += 1,
+            _ => panic!("a retry stores all of its batch or none of it, got {stored:?}"),
+        }
+    }
+    assert_eq!(storing, 1, "exactly one append must store the batch");
+    assert_eq!(
+        labels(&read_everything(&*handles[0]).await),
+        ["charge", "receipt"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Filters.
+// ---------------------------------------------------------------------------------------
+
+/// Appends the events the filter scenarios select from, labelled by what they are.
+async fn append_order_history<S: EventStorage + ?Sized>(storage: &S) -> Vec<StoredEvent> {
+    append(
+        storage,
+        &orders(),
+        vec![
+            labelled("OrderPlaced", "placed-1")
+                .with_tags(tags(&[("customer", "c1"), ("region", "eu")])),
+            labelled("OrderPlaced", "placed-2")
+                .with_tags(tags(&[("customer", "c2"), ("region", "us")])),
+            labelled("OrderShipped", "shipped-1")
+                .with_tags(tags(&[("customer", "c1"), ("region", "eu")])),
+            labelled("OrderCancelled", "cancelled-2").with_tags(tags(&[("customer", "c2")])),
+            labelled("Note", "note"),
+        ],
+    )
+    .await
+}
+
+/// Asserts that `filter` selects the events labelled `expected`, in order, from the stream
+/// and through the `any()` wildcard alike.
+async fn assert_selects<S: EventStorage + ?Sized>(
+    storage: &S,
+    filter: &EventFilter,
+    expected: &[&str],
+) {
+    for stream in [orders(), EventStreamId::any()] {
+        assert_eq!(
+            labels(&read(storage, filter, &stream).await),
+            expected,
+            "{filter:?} on {stream}"
+        );
+    }
+}
+
+/// `match_all` selects every event, `match_none` none.
+pub async fn match_all_and_match_none_select_everything_and_nothing<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    append_order_history(&storage).await;
+    assert_selects(
+        &storage,
+        &EventFilter::match_all(),
+        &["placed-1", "placed-2", "shipped-1", "cancelled-2", "note"],
+    )
+    .await;
+    assert_selects(&storage, &EventFilter::match_none(), &[]).await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_tags(Tags::none()),
+        &["placed-1", "placed-2", "shipped-1", "cancelled-2", "note"],
+    )
+    .await;
+}
+
+/// A type filter selects events of any of its types; an empty list of types selects none.
+pub async fn type_filter_selects_events_of_any_listed_type<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    append_order_history(&storage).await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_types(["OrderPlaced"]),
+        &["placed-1", "placed-2"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_types(["OrderCancelled", "OrderPlaced"]),
+        &["placed-1", "placed-2", "cancelled-2"],
+    )
+    .await;
+    assert_selects(&storage, &EventFilter::for_types(["OrderRefunded"]), &[]).await;
+    assert_selects(&storage, &EventFilter::for_types(Vec::<&str>::new()), &[]).await;
+}
+
+/// A tag filter selects events carrying every one of its tags (tags are AND-ed), whatever
+/// other tags they carry.
+pub async fn tag_filter_requires_every_listed_tag<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    append_order_history(&storage).await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_tags(tags(&[("customer", "c1")])),
+        &["placed-1", "shipped-1"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_tags(tags(&[("customer", "c2"), ("region", "us")])),
+        &["placed-2"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_tags(tags(&[("customer", "c1"), ("region", "us")])),
+        &[],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_tags(tags(&[("customer", "c3")])),
+        &[],
+    )
+    .await;
+}
+
+/// Tag values may contain `:` (only the first one separates key and value), and a filter
+/// tells `key:a:b` from `key:a`.
+pub async fn tag_values_may_contain_colons<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let stored = append(
+        &storage,
+        &orders(),
+        vec![
+            labelled("Linked", "colons").with_tags(tags(&[("url", "https://example.org:8080/a")])),
+            labelled("Linked", "prefix").with_tags(tags(&[("url", "https")])),
+        ],
+    )
+    .await;
+    assert_eq!(
+        stored[0].tags,
+        tags(&[("url", "https://example.org:8080/a")])
+    );
+    assert_selects(
+        &storage,
+        &EventFilter::for_tags(tags(&[("url", "https://example.org:8080/a")])),
+        &["colons"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_tags(tags(&[("url", "https")])),
+        &["prefix"],
+    )
+    .await;
+}
+
+/// An event filter item requires a listed type and every tag together.
+pub async fn event_filter_requires_both_a_listed_type_and_every_tag<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    append_order_history(&storage).await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_events(["OrderPlaced"], tags(&[("customer", "c1")])),
+        &["placed-1"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_events(["OrderPlaced", "OrderShipped"], tags(&[("region", "eu")])),
+        &["placed-1", "shipped-1"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_events(["OrderCancelled"], tags(&[("customer", "c1")])),
+        &[],
+    )
+    .await;
+}
+
+/// `or` selects the events any of its items selects, each once, in storage order.
+pub async fn or_filter_selects_events_matching_any_item_once<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    append_order_history(&storage).await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_types(["Note"]).or(EventFilter::for_tags(tags(&[("customer", "c2")]))),
+        &["placed-2", "cancelled-2", "note"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_tags(tags(&[("customer", "c1")]))
+            .or(EventFilter::for_types(["OrderPlaced"])),
+        &["placed-1", "placed-2", "shipped-1"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_events(["OrderShipped"], tags(&[("customer", "c1")]))
+            .or(EventFilter::for_events(
+                ["OrderCancelled"],
+                tags(&[("customer", "c2")]),
+            ))
+            .or(EventFilter::match_none()),
+        &["shipped-1", "cancelled-2"],
+    )
+    .await;
+}
+
+/// `until` is an inclusive upper bound, combined with the filter's items, `after`, `limit`
+/// and direction.
+pub async fn until_is_an_inclusive_upper_bound<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let history = append_order_history(&storage).await;
+    let shipped = history[2].reference;
+    assert_selects(
+        &storage,
+        &EventFilter::match_all().until(shipped),
+        &["placed-1", "placed-2", "shipped-1"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::match_all().until(history[0].reference),
+        &["placed-1"],
+    )
+    .await;
+    assert_selects(
+        &storage,
+        &EventFilter::for_types(["OrderPlaced", "OrderCancelled"]).until(shipped),
+        &["placed-1", "placed-2"],
+    )
+    .await;
+    let bounded = EventFilter::match_all().until(shipped);
+    assert_eq!(
+        labels(
+            &query(
+                &storage,
+                &bounded,
+                &orders(),
+                Some(&history[0].reference),
+                Limit::none(),
+                Direction::Forward
+            )
+            .await
+        ),
+        ["placed-2", "shipped-1"],
+        "until with after"
+    );
+    assert_eq!(
+        labels(
+            &query(
+                &storage,
+                &bounded,
+                &orders(),
+                None,
+                Limit::to(2),
+                Direction::Backward
+            )
+            .await
+        ),
+        ["shipped-1", "placed-2"],
+        "until backward with a limit counts from the bound"
+    );
+
+    // A bound from another stream bounds by the storage's order all the same.
+    let later = append(&storage, &billing(), vec![labelled("Invoiced", "invoice")]).await;
+    append(&storage, &orders(), vec![labelled("Note", "after invoice")]).await;
+    assert_eq!(
+        labels(
+            &read(
+                &storage,
+                &EventFilter::match_all().until(later[0].reference),
+                &orders()
+            )
+            .await
+        ),
+        ["placed-1", "placed-2", "shipped-1", "cancelled-2", "note"],
+        "until a reference of another stream"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Streams.
+// ---------------------------------------------------------------------------------------
+
+/// `any()` reads every stream, `any_purpose()` every purpose of a context, a concrete id
+/// its stream alone; a purpose without context reads that purpose in every context.
+pub async fn stream_wildcards_select_the_streams_they_cover<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    append(&storage, &orders(), vec![labelled("A", "orders")]).await;
+    append(&storage, &orders_eu(), vec![labelled("A", "orders-eu")]).await;
+    append(&storage, &billing(), vec![labelled("A", "billing")]).await;
+    append(
+        &storage,
+        &EventStreamId::new("billing", "eu"),
+        vec![labelled("A", "billing-eu")],
+    )
+    .await;
+
+    let all = EventFilter::match_all();
+    let cases = [
+        (
+            EventStreamId::any(),
+            vec!["orders", "orders-eu", "billing", "billing-eu"],
+        ),
+        (orders().any_purpose(), vec!["orders", "orders-eu"]),
+        (orders(), vec!["orders"]),
+        (orders_eu(), vec!["orders-eu"]),
+        (billing().any_purpose(), vec!["billing", "billing-eu"]),
+        (
+            EventStreamId {
+                context: None,
+                purpose: Some("eu".to_owned()),
+            },
+            vec!["orders-eu", "billing-eu"],
+        ),
+        (EventStreamId::new("orders", "us"), vec![]),
+        (EventStreamId::for_context("ghost").any_purpose(), vec![]),
+    ];
+    for (stream, expected) in cases {
+        let events = read(&storage, &all, &stream).await;
+        assert_eq!(labels(&events), expected, "query of {stream}");
+        for event in &events {
+            assert!(
+                event.stream.is_concrete() && stream.covers(&event.stream),
+                "{stream} returned an event of {}",
+                event.stream
+            );
+        }
+    }
+}
+
+/// Appending to a wildcard stream is `InvalidInput`, and nothing is stored.
+pub async fn appending_to_a_wildcard_stream_is_invalid_input<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let wildcards = [
+        EventStreamId::any(),
+        orders().any_purpose(),
+        EventStreamId {
+            context: None,
+            purpose: Some("default".to_owned()),
+        },
+    ];
+    for stream in wildcards {
+        let result = storage
+            .append(AppendCriteria::none(), &stream, vec![labelled("A", "a")])
+            .await;
+        assert_invalid_input(result, &format!("an append to the wildcard {stream}"));
+        let result = storage
+            .append(AppendCriteria::none(), &stream, Vec::new())
+            .await;
+        assert_invalid_input(result, &format!("an empty append to the wildcard {stream}"));
+    }
+    assert!(read_everything(&storage).await.is_empty());
+}
+
+/// Stream ids with a blank, NUL-holding or over-long part are `InvalidInput` for `append`,
+/// `query` and `head` alike.
+pub async fn invalid_streams_are_refused_by_append_query_and_head<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let long = "s".repeat(MAX_NAME_BYTES + 1);
+    let invalid = [
+        EventStreamId::new("", "default"),
+        EventStreamId::new("  ", "default"),
+        EventStreamId::new("orders", ""),
+        EventStreamId::new("ord\0ers", "default"),
+        EventStreamId::new("orders", "de\0fault"),
+        EventStreamId::new(long.clone(), "default"),
+        EventStreamId::new("orders", long),
+    ];
+    for stream in invalid {
+        let shown = format!("{stream:?}");
+        let result = storage
+            .append(AppendCriteria::none(), &stream, vec![labelled("A", "a")])
+            .await;
+        assert_invalid_input(result, &format!("an append to {shown}"));
+        let result = storage
+            .query(
+                &EventFilter::match_all(),
+                &stream,
+                None,
+                Limit::none(),
+                Direction::Forward,
+            )
+            .await;
+        assert_invalid_input(result, &format!("a query of {shown}"));
+        assert_invalid_input(storage.head(&stream).await, &format!("the head of {shown}"));
+    }
+    assert!(read_everything(&storage).await.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// after, limit, direction.
+// ---------------------------------------------------------------------------------------
+
+/// Appends `count` events labelled `e0`, `e1`, … to `orders`, one batch.
+async fn append_numbered<S: EventStorage + ?Sized>(storage: &S, count: usize) -> Vec<StoredEvent> {
+    let batch = (0..count)
+        .map(|n| labelled(if n % 2 == 0 { "Even" } else { "Odd" }, &format!("e{n}")))
+        .collect();
+    append(storage, &orders(), batch).await
+}
+
+/// `after` selects events strictly after the reference, in either direction, also when the
+/// reference is of another stream or of the last event.
+pub async fn after_selects_events_strictly_after_the_reference<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let events = append_numbered(&storage, 5).await;
+    let all = EventFilter::match_all();
+    let read_after = |after: EventReference, direction| {
+        let storage = &storage;
+        let all = &all;
+        async move {
+            labels(
+                &query(
+                    storage,
+                    all,
+                    &orders(),
+                    Some(&after),
+                    Limit::none(),
+                    direction,
+                )
+                .await,
+            )
+        }
+    };
+    assert_eq!(
+        read_after(events[1].reference, Direction::Forward).await,
+        ["e2", "e3", "e4"]
+    );
+    assert_eq!(
+        read_after(events[1].reference, Direction::Backward).await,
+        ["e4", "e3", "e2"]
+    );
+    assert!(read_after(events[4].reference, Direction::Forward)
+        .await
+        .is_empty());
+    assert_eq!(
+        labels(
+            &query(
+                &storage,
+                &EventFilter::for_types(["Even"]),
+                &orders(),
+                Some(&events[0].reference),
+                Limit::none(),
+                Direction::Forward
+            )
+            .await
+        ),
+        ["e2", "e4"],
+        "after with a filter"
+    );
+
+    let invoice = append(&storage, &billing(), vec![labelled("Invoiced", "invoice")]).await;
+    append(&storage, &orders(), vec![labelled("Odd", "e5")]).await;
+    assert_eq!(
+        read_after(invoice[0].reference, Direction::Forward).await,
+        ["e5"],
+        "after a reference of another stream"
+    );
+}
+
+/// `limit` caps the number of matching events returned, counted from the oldest going
+/// forward; a limit larger than the result changes nothing and a limit of 0 returns none.
+pub async fn limit_caps_the_number_of_matching_events<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let events = append_numbered(&storage, 6).await;
+    let limited = |filter: EventFilter, after: Option<EventReference>, limit| {
+        let storage = &storage;
+        async move {
+            labels(
+                &query(
+                    storage,
+                    &filter,
+                    &orders(),
+                    after.as_ref(),
+                    limit,
+                    Direction::Forward,
+                )
+                .await,
+            )
+        }
+    };
+    assert_eq!(
+        limited(EventFilter::match_all(), None, Limit::to(2)).await,
+        ["e0", "e1"]
+    );
+    assert_eq!(
+        limited(EventFilter::match_all(), None, Limit::to(100)).await,
+        ["e0", "e1", "e2", "e3", "e4", "e5"]
+    );
+    assert!(limited(EventFilter::match_all(), None, Limit::to(0))
+        .await
+        .is_empty());
+    assert_eq!(
+        limited(EventFilter::for_types(["Odd"]), None, Limit::to(2)).await,
+        ["e1", "e3"],
+        "the limit counts matching events only"
+    );
+    assert_eq!(
+        limited(
+            EventFilter::match_all(),
+            Some(events[2].reference),
+            Limit::to(2)
+        )
+        .await,
+        ["e3", "e4"],
+        "the limit counts from the first event after `after`"
+    );
+}
+
+/// `Direction::Backward` returns events newest first, and a limit keeps the newest.
+pub async fn backward_queries_return_newest_first_and_limit_from_the_newest<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    append_numbered(&storage, 5).await;
+    append(&storage, &billing(), vec![labelled("Even", "billing")]).await;
+    let backward = |filter: EventFilter, stream: EventStreamId, limit| {
+        let storage = &storage;
+        async move { labels(&query(storage, &filter, &stream, None, limit, Direction::Backward).await) }
+    };
+    assert_eq!(
+        backward(EventFilter::match_all(), orders(), Limit::none()).await,
+        ["e4", "e3", "e2", "e1", "e0"]
+    );
+    assert_eq!(
+        backward(EventFilter::match_all(), orders(), Limit::to(2)).await,
+        ["e4", "e3"]
+    );
+    assert_eq!(
+        backward(EventFilter::for_types(["Odd"]), orders(), Limit::to(1)).await,
+        ["e3"]
+    );
+    assert_eq!(
+        backward(EventFilter::match_all(), EventStreamId::any(), Limit::to(2)).await,
+        ["billing", "e4"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Lookups and heads.
+// ---------------------------------------------------------------------------------------
+
+/// `get_event_by_id` returns the stored event for its id, whichever stream it is in, and
+/// `None` for an id the storage does not hold.
+pub async fn get_event_by_id_finds_stored_events_and_nothing_else<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    assert_eq!(
+        storage
+            .get_event_by_id(EventId::new())
+            .await
+            .expect("get_event_by_id on an empty storage"),
+        None
+    );
+    let mut stored = append_numbered(&storage, 3).await;
+    stored.extend(append(&storage, &billing(), vec![labelled("Invoiced", "invoice")]).await);
+    for event in &stored {
+        assert_eq!(
+            storage
+                .get_event_by_id(event.reference.id)
+                .await
+                .expect("get_event_by_id"),
+            Some(event.clone())
+        );
+    }
+    assert_eq!(
+        storage
+            .get_event_by_id(EventId::new())
+            .await
+            .expect("get_event_by_id of an unknown id"),
+        None
+    );
+}
+
+/// `head` is `None` while nothing is stored, and stays so after empty and refused appends.
+pub async fn head_is_none_until_an_event_is_stored<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let streams = [EventStreamId::any(), orders(), orders().any_purpose()];
+    for stream in &streams {
+        assert_eq!(storage.head(stream).await.expect("head"), None, "{stream}");
+    }
+    append(&storage, &orders(), Vec::new()).await;
+    let refused = storage
+        .append(
+            AppendCriteria::none(),
+            &orders(),
+            vec![labelled("", "blank type")],
+        )
+        .await;
+    assert_invalid_input(refused, "an event with a blank type");
+    for stream in &streams {
+        assert_eq!(
+            storage.head(stream).await.expect("head"),
+            None,
+            "{stream} after an empty and a refused append"
+        );
+    }
+    let stored = append(&storage, &orders(), vec![labelled("A", "a")]).await;
+    for stream in &streams {
+        assert_eq!(
+            storage.head(stream).await.expect("head"),
+            Some(stored[0].reference),
+            "{stream} after one event"
+        );
+    }
+}
+
+/// `head` is the reference of the last event in the streams it covers: per stream, per
+/// context, across the storage, and `None` for streams without events.
+pub async fn head_is_the_last_reference_of_the_streams_covered<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let first = append(
+        &storage,
+        &orders(),
+        vec![labelled("A", "o1"), labelled("A", "o2")],
+    )
+    .await;
+    let eu = append(&storage, &orders_eu(), vec![labelled("A", "eu")]).await;
+    let bill = append(&storage, &billing(), vec![labelled("A", "billing")]).await;
+    let last = append(&storage, &orders(), vec![labelled("A", "o3")]).await;
+    let cases = [
+        (orders(), Some(last[0].reference)),
+        (orders_eu(), Some(eu[0].reference)),
+        (billing(), Some(bill[0].reference)),
+        (EventStreamId::any(), Some(last[0].reference)),
+        (orders().any_purpose(), Some(last[0].reference)),
+        (billing().any_purpose(), Some(bill[0].reference)),
+        (
+            EventStreamId {
+                context: None,
+                purpose: Some("eu".to_owned()),
+            },
+            Some(eu[0].reference),
+        ),
+        (EventStreamId::for_context("ghost"), None),
+    ];
+    for (stream, expected) in cases {
+        assert_eq!(
+            storage.head(&stream).await.expect("head"),
+            expected,
+            "head of {stream}"
+        );
+    }
+    assert!(first[1].reference < last[0].reference);
+    let newest = query(
+        &storage,
+        &EventFilter::match_all(),
+        &EventStreamId::any(),
+        None,
+        Limit::to(1),
+        Direction::Backward,
+    )
+    .await;
+    assert_eq!(
+        references(&newest),
+        [last[0].reference],
+        "head agrees with the newest event"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Content and input rules.
+// ---------------------------------------------------------------------------------------
+
+/// Types, tags, idempotency keys and payloads in any script (emoji, CJK, RTL, combining
+/// marks, escapes) come back byte for byte and are matched by filters.
+pub async fn unicode_types_tags_and_payloads_round_trip<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let event_type = "注文が確定しました🎉";
+    let unicode_tags = tags(&[
+        ("客户", "张伟"),
+        ("לקוח", "שלום עולם"),
+        ("مدينة", "القاهرة"),
+        ("emoji", "🚀✨👩‍👩‍👧"),
+        ("accent", "e\u{301}"),
+    ]);
+    let payload = json!({
+        "greeting": "Привет, мир",
+        "rtl": "مرحبا بالعالم",
+        "hebrew": "עברית",
+        "cjk": "漢字かなカナ한글",
+        "emoji": "🦀🔥👨‍👩‍👧‍👦",
+        "combining": "e\u{301}",
+        "escapes": "quote \" backslash \\ newline \n tab \t",
+        "edges": "\u{1}\u{7f}\u{ffff}\u{10ffff}",
+        "键": ["值", "🔑"]
+    });
+    let sent = EventToStore::new(event_type, payload.clone())
+        .with_tags(unicode_tags.clone())
+        .with_idempotency_key("ключ-🔑");
+    let stream = EventStreamId::new("注文", "🌍");
+    let stored = append(&storage, &stream, vec![sent]).await;
+
+    let event = &stored[0];
+    assert_eq!(event.event_type.as_str(), event_type);
+    assert_eq!(event.payload, payload);
+    assert_eq!(event.tags, unicode_tags);
+    assert_eq!(event.idempotency_key.as_deref(), Some("ключ-🔑"));
+    assert_eq!(event.stream, stream);
+
+    let filter = EventFilter::for_events(
+        [event_type],
+        tags(&[("לקוח", "שלום עולם"), ("emoji", "🚀✨👩‍👩‍👧")]),
+    );
+    assert_eq!(read(&storage, &filter, &stream).await, stored);
+    assert_eq!(read(&storage, &filter, &EventStreamId::any()).await, stored);
+    assert!(
+        read(
+            &storage,
+            &EventFilter::for_tags(tags(&[("accent", "\u{e9}")])),
+            &stream
+        )
+        .await
+        .is_empty(),
+        "tags are compared as written, without Unicode normalisation"
+    );
+    assert_eq!(
+        storage
+            .get_event_by_id(event.reference.id)
+            .await
+            .expect("get_event_by_id"),
+        Some(event.clone())
+    );
+}
+
+/// A payload of a mebibyte of text, ten thousand numbers and deep nesting round trips.
+pub async fn large_payload_round_trips<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let text = "0123456789abcdef".repeat(64 * 1024);
+    let numbers: Vec<u64> = (0..10_000).collect();
+    let mut nested = json!("leaf");
+    for depth in 0..32 {
+        nested = json!({ "depth": depth, "child": nested });
+    }
+    let payload = json!({ "text": text, "numbers": numbers, "nested": nested });
+    let stored = append(
+        &storage,
+        &orders(),
+        vec![EventToStore::new("Snapshot", payload.clone())],
+    )
+    .await;
+    assert!(
+        stored[0].payload == payload,
+        "append returned another payload"
+    );
+    let read_back = read_everything(&storage).await;
+    assert_eq!(read_back.len(), 1);
+    assert!(
+        read_back[0].payload == payload,
+        "query returned another payload"
+    );
+    let by_id = storage
+        .get_event_by_id(stored[0].reference.id)
+        .await
+        .expect("get_event_by_id")
+        .expect("the large event is stored");
+    assert!(
+        by_id.payload == payload,
+        "get_event_by_id returned another payload"
+    );
+}
+
+/// Every invalid event (blank or NUL-holding or over-long type, NUL in the payload, invalid
+/// idempotency key, invalid tag) is `InvalidInput`, and none of its batch is stored.
+pub async fn invalid_events_are_refused_and_nothing_of_the_batch_is_stored<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let long = "x".repeat(MAX_NAME_BYTES + 1);
+    let ok = || labelled("Valid", "valid");
+    let with_tag = |key: &str, value: &str| ok().with_tags(tags(&[(key, value)]));
+    let cases = [
+        ("an empty type", labelled("", "x")),
+        ("a blank type", labelled(" \t\n", "x")),
+        ("a NUL in the type", labelled("Order\0Placed", "x")),
+        ("a type over 512 bytes", labelled(&long, "x")),
+        (
+            "a NUL in a payload string",
+            EventToStore::new("A", json!({ "note": "a\0b" })),
+        ),
+        (
+            "a NUL in a payload key",
+            EventToStore::new("A", json!({ "a\0b": 1 })),
+        ),
+        (
+            "a NUL deep in the payload",
+            EventToStore::new("A", json!({ "items": [{ "x": ["ok", "\0"] }] })),
+        ),
+        ("a NUL as the payload", EventToStore::new("A", json!("\0"))),
+        ("an empty idempotency key", ok().with_idempotency_key("")),
+        ("a blank idempotency key", ok().with_idempotency_key("   ")),
+        (
+            "a NUL in the idempotency key",
+            ok().with_idempotency_key("key\0"),
+        ),
+        (
+            "an idempotency key over 512 bytes",
+            ok().with_idempotency_key(long.clone()),
+        ),
+        ("a tag key with ':'", with_tag("a:b", "c")),
+        ("an empty tag key", with_tag("", "v")),
+        ("a NUL in a tag key", with_tag("k\0", "v")),
+        ("a NUL in a tag value", with_tag("k", "v\0")),
+        ("a tag key over 512 bytes", with_tag(&long, "v")),
+        ("a tag value over 512 bytes", with_tag("k", &long)),
+    ];
+    for (what, invalid) in cases {
+        let result = storage
+            .append(AppendCriteria::none(), &orders(), vec![ok(), invalid])
+            .await;
+        assert_invalid_input(result, &format!("a batch holding an event with {what}"));
+    }
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "no event of a refused batch may be stored"
+    );
+}
+
+/// Names of exactly the longest allowed length (512 bytes, also in multi-byte characters)
+/// are accepted for types, tag keys and values, idempotency keys and stream parts.
+pub async fn names_at_the_length_limit_are_accepted<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let ascii = "x".repeat(MAX_NAME_BYTES);
+    let multibyte = "é".repeat(MAX_NAME_BYTES / 2);
+    let tag_key = "k".repeat(MAX_NAME_BYTES);
+    assert_eq!(multibyte.len(), MAX_NAME_BYTES);
+    let stream = EventStreamId::new(ascii.clone(), multibyte.clone());
+    let sent = EventToStore::new(ascii.clone(), json!({}))
+        .with_tags(tags(&[(tag_key.as_str(), multibyte.as_str())]))
+        .with_idempotency_key(multibyte.clone());
+    let stored = append(&storage, &stream, vec![sent.clone()]).await;
+    assert_eq!(stored[0].event_type, sent.event_type);
+    assert_eq!(stored[0].tags, sent.tags);
+    assert_eq!(stored[0].idempotency_key, sent.idempotency_key);
+    assert_eq!(stored[0].stream, stream);
+    assert_eq!(
+        read(&storage, &EventFilter::for_types([ascii]), &stream).await,
+        stored
+    );
+}
+
+/// An empty batch stores nothing and returns an empty list, but its criteria are still
+/// checked.
+pub async fn empty_batch_stores_nothing_but_its_criteria_are_checked<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let stored = storage
+        .append(AppendCriteria::none(), &orders(), Vec::new())
+        .await
+        .unwrap_or_else(|err| panic!("an empty batch: {err}"));
+    assert!(stored.is_empty(), "got {stored:?}");
+    assert!(read_everything(&storage).await.is_empty());
+
+    let existing = append(&storage, &orders(), vec![labelled("A", "existing")]).await;
+    let result = storage
+        .append(
+            AppendCriteria::of(EventFilter::for_types(["A"]), None),
+            &orders(),
+            Vec::new(),
+        )
+        .await;
+    assert_optimistic_lock(
+        result,
+        existing[0].reference,
+        "an empty batch whose criteria fail",
+    );
+    let stored = storage
+        .append(
+            AppendCriteria::of(EventFilter::for_types(["A"]), Some(existing[0].reference)),
+            &orders(),
+            Vec::new(),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("an empty batch whose criteria hold: {err}"));
+    assert!(stored.is_empty(), "got {stored:?}");
+    assert_eq!(read_everything(&storage).await, existing);
+}
 
 /// The scenarios of this module, one `#[tokio::test]` each (used by [`crate::tck_tests`]).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __tck_events_tests {
-    ($factory:expr) => {};
+    ($factory:expr) => {
+        $crate::__tck_test!($factory, events, appended_events_round_trip_every_field);
+        $crate::__tck_test!(
+            $factory,
+            events,
+            stored_timestamps_lie_within_the_storage_clock_window
+        );
+        $crate::__tck_test!($factory, events, event_ids_are_unique);
+        $crate::__tck_test!(
+            $factory,
+            events,
+            references_strictly_increase_in_append_order_across_streams
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            conditional_append_fails_when_a_matching_event_follows_the_expected_last
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            conditional_append_without_expected_last_fails_when_any_matching_event_exists
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            conditional_append_succeeds_when_only_non_matching_events_follow_the_expected_last
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            conditional_append_succeeds_when_nothing_follows_the_expected_last
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            conditional_append_without_expected_last_succeeds_when_nothing_matches
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            conditional_append_judges_conflicts_in_the_appended_stream_only
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            conflicting_batch_stores_none_of_its_events
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            match_all_criteria_guard_the_stream_and_match_none_criteria_never_conflict
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            concurrent_conditional_appends_to_one_boundary_elect_exactly_one
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            events_written_through_one_handle_are_read_and_guarded_through_another
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            retry_of_a_stored_batch_returns_nothing_and_stores_nothing
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            retry_of_a_stored_batch_is_not_checked_against_its_criteria
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            batch_mixing_stored_and_new_idempotency_keys_is_a_conflict
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            idempotency_key_twice_in_one_batch_is_invalid_input
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            same_idempotency_key_in_two_streams_is_stored_in_both
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            concurrent_retries_of_one_batch_store_it_once
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            match_all_and_match_none_select_everything_and_nothing
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            type_filter_selects_events_of_any_listed_type
+        );
+        $crate::__tck_test!($factory, events, tag_filter_requires_every_listed_tag);
+        $crate::__tck_test!($factory, events, tag_values_may_contain_colons);
+        $crate::__tck_test!(
+            $factory,
+            events,
+            event_filter_requires_both_a_listed_type_and_every_tag
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            or_filter_selects_events_matching_any_item_once
+        );
+        $crate::__tck_test!($factory, events, until_is_an_inclusive_upper_bound);
+        $crate::__tck_test!(
+            $factory,
+            events,
+            stream_wildcards_select_the_streams_they_cover
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            appending_to_a_wildcard_stream_is_invalid_input
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            invalid_streams_are_refused_by_append_query_and_head
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            after_selects_events_strictly_after_the_reference
+        );
+        $crate::__tck_test!($factory, events, limit_caps_the_number_of_matching_events);
+        $crate::__tck_test!(
+            $factory,
+            events,
+            backward_queries_return_newest_first_and_limit_from_the_newest
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            get_event_by_id_finds_stored_events_and_nothing_else
+        );
+        $crate::__tck_test!($factory, events, head_is_none_until_an_event_is_stored);
+        $crate::__tck_test!(
+            $factory,
+            events,
+            head_is_the_last_reference_of_the_streams_covered
+        );
+        $crate::__tck_test!($factory, events, unicode_types_tags_and_payloads_round_trip);
+        $crate::__tck_test!($factory, events, large_payload_round_trips);
+        $crate::__tck_test!(
+            $factory,
+            events,
+            invalid_events_are_refused_and_nothing_of_the_batch_is_stored
+        );
+        $crate::__tck_test!($factory, events, names_at_the_length_limit_are_accepted);
+        $crate::__tck_test!(
+            $factory,
+            events,
+            empty_batch_stores_nothing_but_its_criteria_are_checked
+        );
+    };
 }

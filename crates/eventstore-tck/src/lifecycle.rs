@@ -1,8 +1,306 @@
 //! Scenarios: lifecycle.
+//!
+//! A storage's name, what several handles of one storage share, and `close`: idempotent,
+//! closing every handle, after which every call but `name` is `Closed`.
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use eventstore_api::{
+    AppendCriteria, Capability, Direction, EventFilter, EventId, EventStorage, EventStorageError,
+    EventStreamId, Fence, FencingToken, Limit, StorageResult, Tags,
+};
+use tokio::sync::Barrier;
+
+use crate::events::{append, labelled, orders, read_everything, tags};
+use crate::support::request;
+use crate::StorageFactory;
+
+/// Asserts that `result` is `Closed`.
+fn assert_closed<T: Debug>(result: StorageResult<T>, call: &str) {
+    match result {
+        Err(EventStorageError::Closed) => {}
+        other => panic!("{call} on a closed storage must return Closed, got {other:?}"),
+    }
+}
+
+/// Asserts that `result` is `Closed`, or `Unsupported` for a capability the backend lacks.
+fn assert_closed_or_unsupported<T: Debug>(result: StorageResult<T>, call: &str) {
+    match result {
+        Err(EventStorageError::Closed | EventStorageError::Unsupported { .. }) => {}
+        other => panic!(
+            "{call} on a closed storage without its capability must return Closed or Unsupported, \
+             got {other:?}"
+        ),
+    }
+}
+
+/// Asserts that every method of `storage` but `name` returns `Closed` (the methods of a
+/// capability the backend lacks may return `Unsupported` instead).
+async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S) {
+    let reference = eventstore_api::EventReference::at(EventId::new(), 1);
+    assert_closed(
+        storage
+            .append(AppendCriteria::none(), &orders(), vec![labelled("A", "a")])
+            .await,
+        "append",
+    );
+    assert_closed(
+        storage
+            .append(AppendCriteria::none(), &orders(), Vec::new())
+            .await,
+        "append of an empty batch",
+    );
+    assert_closed(
+        storage
+            .query(
+                &EventFilter::match_all(),
+                &EventStreamId::any(),
+                None,
+                Limit::none(),
+                Direction::Forward,
+            )
+            .await,
+        "query",
+    );
+    assert_closed(
+        storage.get_event_by_id(EventId::new()).await,
+        "get_event_by_id",
+    );
+    assert_closed(storage.head(&EventStreamId::any()).await, "head");
+    assert_closed(
+        storage.bookmark("reader", &reference, Tags::none()).await,
+        "bookmark",
+    );
+    assert_closed(storage.get_bookmark("reader").await, "get_bookmark");
+    assert_closed(storage.remove_bookmark("reader").await, "remove_bookmark");
+    assert_closed(storage.get_bookmarks().await, "get_bookmarks");
+
+    let lease_calls = [
+        (
+            "request_lease",
+            storage.request_lease(request("l", "o")).await.map(drop),
+        ),
+        (
+            "request_leases",
+            storage
+                .request_leases(vec![request("l", "o")])
+                .await
+                .map(drop),
+        ),
+        ("release_lease", storage.release_lease("l", "o").await),
+        ("get_leases", storage.get_leases().await.map(drop)),
+        ("storage_time", storage.storage_time().await.map(drop)),
+    ];
+    for (call, result) in lease_calls {
+        if storage.supports(Capability::Lease) {
+            assert_closed(result, call);
+        } else {
+            assert_closed_or_unsupported(result, call);
+        }
+    }
+
+    let fence = Fence::new("l", FencingToken(1));
+    let fenced_calls = [
+        (
+            "append_fenced",
+            storage
+                .append_fenced(
+                    &fence,
+                    AppendCriteria::none(),
+                    &orders(),
+                    vec![labelled("A", "a")],
+                )
+                .await
+                .map(drop),
+        ),
+        (
+            "bookmark_fenced",
+            storage
+                .bookmark_fenced(&fence, "reader", &reference, Tags::none())
+                .await,
+        ),
+    ];
+    for (call, result) in fenced_calls {
+        if storage.supports(Capability::FencedWrites) {
+            assert_closed(result, call);
+        } else {
+            assert_closed_or_unsupported(result, call);
+        }
+    }
+}
+
+/// A storage has a non-blank name, and keeps it after `close`.
+pub async fn name_is_not_blank_and_survives_close<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let name = storage.name().to_owned();
+    assert!(
+        !name.trim().is_empty(),
+        "a storage must have a non-blank name, got {name:?}"
+    );
+    storage
+        .close()
+        .await
+        .unwrap_or_else(|err| panic!("close failed: {err}"));
+    assert_eq!(storage.name(), name, "name still answers after close");
+}
+
+/// `close` is idempotent: closing again, through the same or another handle, is `Ok`.
+pub async fn close_is_idempotent<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let other = factory.another_handle(&storage).await;
+    for (attempt, handle) in [("first", &storage), ("second", &storage), ("third", &other)] {
+        handle
+            .close()
+            .await
+            .unwrap_or_else(|err| panic!("the {attempt} close failed: {err}"));
+    }
+}
+
+/// After `close`, every method but `name` returns `Closed`, including the lease methods
+/// when the backend offers leases (they may return `Unsupported` when it does not) and the
+/// fenced writes when it offers those.
+pub async fn every_call_but_name_is_closed_after_close<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    // Calls that would succeed on an open storage: an event to read and a bookmark to find.
+    let stored = append(&storage, &orders(), vec![labelled("A", "before close")]).await;
+    storage
+        .bookmark("reader", &stored[0].reference, Tags::none())
+        .await
+        .unwrap_or_else(|err| panic!("bookmark failed: {err}"));
+    if storage.supports(Capability::Lease) {
+        storage
+            .request_lease(request("l", "o"))
+            .await
+            .unwrap_or_else(|err| panic!("request_lease failed: {err}"));
+    }
+
+    storage
+        .close()
+        .await
+        .unwrap_or_else(|err| panic!("close failed: {err}"));
+    assert_every_call_is_closed(&storage).await;
+    assert_closed(
+        storage.get_event_by_id(stored[0].reference.id).await,
+        "get_event_by_id of a stored event",
+    );
+    storage
+        .close()
+        .await
+        .unwrap_or_else(|err| panic!("a second close failed: {err}"));
+    assert_every_call_is_closed(&storage).await;
+}
+
+/// Closing one handle closes the storage for every handle of it.
+pub async fn closing_one_handle_closes_every_handle<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let other = factory.another_handle(&storage).await;
+    append(&other, &orders(), vec![labelled("A", "before close")]).await;
+
+    storage
+        .close()
+        .await
+        .unwrap_or_else(|err| panic!("close failed: {err}"));
+    assert_every_call_is_closed(&other).await;
+    other
+        .close()
+        .await
+        .unwrap_or_else(|err| panic!("closing the other handle too failed: {err}"));
+}
+
+/// Events and bookmarks written through one handle are kept for every other handle of the
+/// storage, including a handle opened after the writes.
+pub async fn writes_are_kept_across_handles<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let second = factory.another_handle(&storage).await;
+    let mut written = append(&storage, &orders(), vec![labelled("A", "first")]).await;
+    written.extend(append(&second, &orders(), vec![labelled("B", "second")]).await);
+    storage
+        .bookmark("reader", &written[1].reference, tags(&[("by", "first")]))
+        .await
+        .unwrap_or_else(|err| panic!("bookmark failed: {err}"));
+
+    let third = factory.another_handle(&second).await;
+    for (name, handle) in [("first", &storage), ("second", &second), ("third", &third)] {
+        assert_eq!(
+            read_everything(handle).await,
+            written,
+            "the {name} handle must read every event written"
+        );
+        assert_eq!(
+            handle.get_bookmark("reader").await.expect("get_bookmark"),
+            Some(written[1].reference),
+            "the {name} handle must read the bookmark"
+        );
+    }
+}
+
+/// Calls racing `close` either complete or return `Closed`: none fails otherwise or hangs,
+/// and once `close` has returned every call is `Closed`.
+pub async fn calls_racing_close_complete_or_report_closed<F: StorageFactory>(factory: &F) {
+    const WRITERS: usize = 6;
+    let storage = Arc::new(factory.create().await);
+    let other = Arc::new(factory.another_handle(&storage).await);
+    let barrier = Arc::new(Barrier::new(WRITERS + 1));
+    let close_returned = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::with_capacity(WRITERS);
+    for writer in 0..WRITERS {
+        let handle = Arc::clone(if writer % 2 == 0 { &storage } else { &other });
+        let barrier = Arc::clone(&barrier);
+        let close_returned = Arc::clone(&close_returned);
+        writers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            for n in 0..1_000 {
+                let event = labelled("Raced", &format!("{writer}-{n}"));
+                let started_after_close = close_returned.load(Ordering::SeqCst);
+                match handle
+                    .append(AppendCriteria::none(), &orders(), vec![event])
+                    .await
+                {
+                    Ok(_) => {
+                        assert!(
+                            !started_after_close,
+                            "an append started after close returned must not succeed"
+                        );
+                    }
+                    Err(EventStorageError::Closed) => return,
+                    Err(other) => panic!("an append racing close failed with {other}"),
+                }
+            }
+        }));
+    }
+    barrier.wait().await;
+    tokio::task::yield_now().await;
+    storage
+        .close()
+        .await
+        .unwrap_or_else(|err| panic!("close during appends failed: {err}"));
+    close_returned.store(true, Ordering::SeqCst);
+    for writer in writers {
+        writer.await.expect("a writer racing close panicked");
+    }
+    assert_every_call_is_closed(&*other).await;
+}
 
 /// The scenarios of this module, one `#[tokio::test]` each (used by [`crate::tck_tests`]).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __tck_lifecycle_tests {
-    ($factory:expr) => {};
+    ($factory:expr) => {
+        $crate::__tck_test!($factory, lifecycle, name_is_not_blank_and_survives_close);
+        $crate::__tck_test!($factory, lifecycle, close_is_idempotent);
+        $crate::__tck_test!(
+            $factory,
+            lifecycle,
+            every_call_but_name_is_closed_after_close
+        );
+        $crate::__tck_test!($factory, lifecycle, closing_one_handle_closes_every_handle);
+        $crate::__tck_test!($factory, lifecycle, writes_are_kept_across_handles);
+        $crate::__tck_test!(
+            $factory,
+            lifecycle,
+            calls_racing_close_complete_or_report_closed
+        );
+    };
 }
