@@ -1,8 +1,958 @@
-//! Scenarios: election.
+//! Scenarios: leader election with [`LeaderElector`] and leader-elected projectors.
+//!
+//! Several instances, each on its own handle of one storage as separate processes would be,
+//! elect a leader; the leader projects and bookmarks; it then hands over (planned release,
+//! step-down by priority) or dies (stops renewing), and a standby resumes from the bookmark
+//! with nothing lost. A zombie's fenced writes are refused, and the elector demotes itself by
+//! its deadline while the storage hangs.
+//!
+//! On a backend without [`Capability::Lease`] each scenario proves instead that the elector
+//! refuses to start with `Unsupported`; without [`Capability::FencedWrites`] the fenced
+//! scenario proves that both fenced writes refuse with `Unsupported`.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWatch};
+use eventstore_api::projector::{
+    BookmarkReading, ElectedProjector, Projection, ProjectionError, Projector, ProjectorError,
+    ProjectorRun,
+};
+use eventstore_api::{
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, FencingToken, Lease,
+    LeaseRequest, LeaseResponse, Limit, StoredEvent, Tags,
+};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::support::{self, DEADLINE};
+use crate::StorageFactory;
+
+/// The ttl of the electors: short, so that a crash is taken over quickly.
+const TTL: Duration = Duration::from_millis(500);
+
+/// The ttl where a scenario measures that a handover took less than a ttl.
+const HANDOVER_TTL: Duration = Duration::from_secs(3);
+
+/// The ttl of the elector whose storage hangs.
+const HANG_TTL: Duration = Duration::from_millis(600);
+
+/// The lease every scenario elects on.
+const LEASE: &str = "projector";
+
+/// The bookmark reader of the projection.
+const READER: &str = "projector-reader";
+
+/// Small batches, so that every run bookmarks several times.
+const BATCH_SIZE: u64 = 4;
+
+fn stream() -> EventStreamId {
+    EventStreamId::for_context("election")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+// ---------------------------------------------------------------------------------------------
+
+/// An elector refuses to start on a storage without [`Capability::Lease`], with an
+/// `Unsupported` error that names the capability.
+pub async fn elector_refuses_a_storage_without_leases<F: StorageFactory>(factory: &F) {
+    let storage: Arc<dyn EventStorage> = Arc::new(factory.create().await);
+    let without = Arc::new(SwitchableStorage::new(storage.clone()).without_leases());
+    assert_elector_refused(without).await;
+    if !storage.supports(Capability::Lease) {
+        assert_elector_refused(storage).await;
+    }
+}
+
+/// Of three instances exactly one leads; the two others stand by naming it and its token.
+pub async fn one_of_three_instances_leads_and_the_others_stand_by<F: StorageFactory>(factory: &F) {
+    let Some(handles) = lease_handles(factory, 3).await else {
+        return;
+    };
+    let electors: Vec<LeaderElector> = handles
+        .iter()
+        .enumerate()
+        .map(|(i, storage)| start_elector(storage, &format!("node-{i}"), 0, TTL))
+        .collect();
+    support::eventually("one leader and two standbys naming it", || async {
+        let leaders: Vec<&LeaderElector> = electors.iter().filter(|e| e.is_leader()).collect();
+        let [leader] = leaders[..] else {
+            return false;
+        };
+        let expected = Leadership::Standby {
+            holder: leader.owner().to_owned(),
+            token: leader.token().expect("leads"),
+        };
+        electors
+            .iter()
+            .filter(|e| e.owner() != leader.owner())
+            .all(|e| e.leadership() == expected)
+    })
+    .await;
+    for elector in electors {
+        elector.shutdown().await.expect("shutdown releases");
+    }
+}
+
+/// A graceful shutdown releases the lease: it is expired on the storage's clock at once, and
+/// the next request by anyone acquires it with the next token.
+pub async fn graceful_shutdown_releases_the_lease<F: StorageFactory>(factory: &F) {
+    let Some(handles) = lease_handles(factory, 1).await else {
+        return;
+    };
+    let storage = &handles[0];
+    let elector = start_elector(storage, "node-0", 0, support::LONG_TTL);
+    let token = wait_for_leader(&elector.watch()).await;
+    elector.shutdown().await.expect("shutdown releases");
+
+    let now = storage.storage_time().await.expect("storage_time");
+    let lease = lease_named(storage, LEASE).await;
+    assert!(
+        lease.is_expired_at(now),
+        "released on shutdown, so expired at {now}: {lease:?}"
+    );
+    let response = storage
+        .request_lease(LeaseRequest::new(LEASE, "node-1", 0, support::LONG_TTL))
+        .await
+        .expect("request_lease");
+    assert_eq!(
+        (response.current_owner.as_str(), response.fencing_token),
+        ("node-1", token.next()),
+        "the released lease is acquired at once: {response:?}"
+    );
+}
+
+/// The leader projects and bookmarks, then shuts down gracefully; a standby takes over well
+/// within a ttl, resumes from the bookmark (projecting only what came after it), and the
+/// projection ends up with every event.
+pub async fn planned_release_hands_over_and_the_projection_misses_nothing<F: StorageFactory>(
+    factory: &F,
+) {
+    let Some(handles) = lease_handles(factory, 3).await else {
+        return;
+    };
+    let projected = Projected::default();
+    let mut instances: Vec<Instance> = handles
+        .iter()
+        .enumerate()
+        .map(|(i, storage)| Instance::start(storage, i, 0, HANDOVER_TTL, &projected))
+        .collect();
+    let storage = &handles[0];
+    let mut appended = append_numbers(storage, 0..10).await;
+    let first = wait_for_the_leader(&instances).await;
+    projected.wait_for_all(storage, &appended).await;
+    let first_token = instances[first].watch.token().expect("leads");
+
+    let leaver = instances.remove(first);
+    let released_at = Instant::now();
+    leaver.stop_gracefully().await;
+    let second = wait_for_the_leader(&instances).await;
+    let took = released_at.elapsed();
+    assert!(
+        took < HANDOVER_TTL,
+        "a planned handover takes one request interval, not a ttl: took {took:?}"
+    );
+    let second_token = instances[second].watch.token().expect("leads");
+    assert_eq!(second_token, first_token.next(), "the next tenure");
+
+    let later = append_numbers(storage, 10..20).await;
+    appended.extend(&later);
+    projected.wait_for_all(storage, &appended).await;
+    assert_eq!(
+        projected.ids_by(instances[second].owner()),
+        later,
+        "the new leader resumed from the bookmark and projected only what came after it"
+    );
+    for instance in instances {
+        instance.stop_gracefully().await;
+    }
+}
+
+/// The leader projects, then dies without releasing; a standby takes over once the lease has
+/// expired, with the next token, resumes from the bookmark, and no event is lost.
+pub async fn crashed_leader_is_taken_over_and_the_projection_misses_nothing<F: StorageFactory>(
+    factory: &F,
+) {
+    let Some(handles) = lease_handles(factory, 3).await else {
+        return;
+    };
+    let projected = Projected::default();
+    let mut instances: Vec<Instance> = handles
+        .iter()
+        .enumerate()
+        .map(|(i, storage)| Instance::start(storage, i, 0, TTL, &projected))
+        .collect();
+    let storage = &handles[0];
+    let mut appended = append_numbers(storage, 0..10).await;
+    let first = wait_for_the_leader(&instances).await;
+    projected.wait_for_all(storage, &appended).await;
+    let first_token = instances[first].watch.token().expect("leads");
+
+    let crashed = instances.remove(first);
+    crashed.crash();
+    let during_outage = append_numbers(storage, 10..15).await;
+    appended.extend(&during_outage);
+
+    let second = wait_for_the_leader(&instances).await;
+    assert_eq!(
+        instances[second].watch.token(),
+        Some(first_token.next()),
+        "the takeover has the next token"
+    );
+    let later = append_numbers(storage, 15..20).await;
+    appended.extend(&later);
+    projected.wait_for_all(storage, &appended).await;
+    let by_second = projected.ids_by(instances[second].owner());
+    assert!(
+        !by_second.contains(&appended[0]),
+        "the new leader resumed from the bookmark, not from the start: {by_second:?}"
+    );
+    for instance in instances {
+        instance.stop_gracefully().await;
+    }
+}
+
+/// After a takeover, a zombie (an old leader still holding its old token) is refused by the
+/// fence: its append stores nothing, its bookmark stays where the new leader put it, and a
+/// projector run under the old fence cannot move the bookmark backwards.
+pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(factory: &F) {
+    let Some(handles) = lease_handles(factory, 2).await else {
+        return;
+    };
+    let storage = &handles[0];
+    if !storage.supports(Capability::FencedWrites) {
+        assert_fenced_writes_unsupported(storage).await;
+        return;
+    }
+    let projected = Projected::default();
+    let old = Instance::start(&handles[0], 0, 0, TTL, &projected);
+    let appended = append_numbers(storage, 0..8).await;
+    let old_token = wait_for_leader(&old.watch).await;
+    projected.wait_for_all(storage, &appended).await;
+    let zombie_fence = Fence::new(LEASE, old_token);
+    old.crash();
+
+    let new = Instance::start(&handles[1], 1, 0, TTL, &projected);
+    let new_token = wait_for_leader(&new.watch).await;
+    assert_eq!(new_token, old_token.next());
+    let later = append_numbers(storage, 8..12).await;
+    let mut all = appended.clone();
+    all.extend(&later);
+    projected.wait_for_all(storage, &all).await;
+    let bookmark = storage.get_bookmark(READER).await.expect("get_bookmark");
+    let head = storage.head(&stream()).await.expect("head");
+    assert_eq!(bookmark, head, "the new leader bookmarked the stream's end");
+
+    let refused = storage
+        .append_fenced(
+            &zombie_fence,
+            AppendCriteria::none(),
+            &stream(),
+            vec![number(99)],
+        )
+        .await;
+    assert_fenced(&refused, old_token, new_token, "append_fenced");
+    assert_eq!(
+        storage.head(&stream()).await.expect("head"),
+        head,
+        "a refused append stores nothing"
+    );
+
+    let early = first_reference(storage).await;
+    let refused = storage
+        .bookmark_fenced(&zombie_fence, READER, &early, Tags::none())
+        .await;
+    assert_fenced(&refused, old_token, new_token, "bookmark_fenced");
+
+    let mut zombie = Projector::builder(handles[0].clone(), Recorder::new("zombie", &projected))
+        .stream(stream())
+        .bookmark(READER)
+        .batch_size(BATCH_SIZE)
+        .bookmark_reading(BookmarkReading::OnRequest)
+        .fence(zombie_fence)
+        .build()
+        .expect("projector");
+    let error = zombie
+        .run()
+        .await
+        .expect_err("the zombie's bookmark is refused");
+    assert!(error.is_fenced(), "{error}");
+    assert_eq!(
+        storage.get_bookmark(READER).await.expect("get_bookmark"),
+        bookmark,
+        "the bookmark stays where the current leader put it"
+    );
+
+    // The current leader's fence still passes.
+    let current = Fence::new(LEASE, new_token);
+    storage
+        .bookmark_fenced(&current, "another-reader", &early, Tags::none())
+        .await
+        .expect("the live holder's fenced bookmark succeeds");
+    new.stop_gracefully().await;
+}
+
+/// A leader asked to step down by a higher-priority instance finishes its batch, releases and
+/// stands by; the higher-priority instance leads with the next token and, with events
+/// arriving throughout, the projection loses none.
+pub async fn higher_priority_instance_takes_over_by_step_down_with_no_event_lost<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let Some(handles) = lease_handles(factory, 2).await else {
+        return;
+    };
+    let storage = &handles[0];
+    let projected = Projected::default();
+    let low = Instance::start(&handles[0], 0, 0, TTL, &projected);
+    let low_token = wait_for_leader(&low.watch).await;
+
+    let producing = Arc::new(AtomicBool::new(true));
+    let producer = {
+        let storage = storage.clone();
+        let producing = producing.clone();
+        tokio::spawn(async move {
+            let mut appended = Vec::new();
+            let mut n = 0;
+            while producing.load(Ordering::SeqCst) {
+                appended.extend(append_numbers(&storage, n..n + 2).await);
+                n += 2;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            appended
+        })
+    };
+    support::eventually("the low-priority leader to project", || async {
+        !projected.ids_by(low.owner()).is_empty()
+    })
+    .await;
+
+    let high = Instance::start(&handles[1], 1, 10, TTL, &projected);
+    let high_token = wait_for_leader(&high.watch).await;
+    assert_eq!(high_token, low_token.next(), "the next tenure");
+    let expected = Leadership::Standby {
+        holder: high.owner().to_owned(),
+        token: high_token,
+    };
+    support::eventually("the stepped-down instance to stand by", || async {
+        low.watch.current() == expected
+    })
+    .await;
+    support::eventually("the new leader to project", || async {
+        !projected.ids_by(high.owner()).is_empty()
+    })
+    .await;
+
+    producing.store(false, Ordering::SeqCst);
+    let appended = producer.await.expect("producer");
+    projected.wait_for_all(storage, &appended).await;
+    high.stop_gracefully().await;
+    low.stop_gracefully().await;
+}
+
+/// While every storage call hangs, the elector demotes itself by the send time of its last
+/// confirmed request plus the ttl, with its request still outstanding, and `is_leader` is
+/// false from then on; once the storage answers again it leads again.
+pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage: Arc<dyn EventStorage> = Arc::new(factory.create().await);
+    let switchable = Arc::new(SwitchableStorage::new(storage.clone()));
+    if !storage.supports(Capability::Lease) {
+        assert_elector_refused(switchable).await;
+        return;
+    }
+    let dyn_switchable: Arc<dyn EventStorage> = switchable.clone();
+    // A long interval leaves a wide gap between the deadline of the last confirmed request
+    // and the timeout of the hung one, so the demotion is seen while that request hangs.
+    let elector = LeaderElector::builder(dyn_switchable, LEASE)
+        .owner("node-0")
+        .ttl(HANG_TTL)
+        .request_interval(HANG_TTL * 2 / 3)
+        .start()
+        .expect("the elector starts");
+    let watch = elector.watch();
+    wait_for_leader(&watch).await;
+
+    switchable.hang(true);
+    // Every request confirmed so far was sent before this instant.
+    let hung_at = Instant::now();
+    support::eventually("the elector to demote itself", || async {
+        watch.current() == Leadership::Unknown
+    })
+    .await;
+    assert!(
+        switchable.calls_in_flight() > 0,
+        "the demotion came while a request still hung"
+    );
+    tokio::time::sleep_until((hung_at + HANG_TTL).into()).await;
+    assert!(
+        !watch.is_leader() && watch.token().is_none() && watch.fence().is_none(),
+        "a ttl after the hang began the instance cannot be leading: {}",
+        watch.current()
+    );
+
+    switchable.hang(false);
+    wait_for_leader(&watch).await;
+    elector.shutdown().await.expect("shutdown releases");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instances: an elector with a leader-elected projector, as one process would run them
+// ---------------------------------------------------------------------------------------------
+
+/// One instance of the projecting service.
+struct Instance {
+    elector: LeaderElector,
+    watch: LeadershipWatch,
+    stop: oneshot::Sender<()>,
+    work: JoinHandle<Result<ProjectorRun, ProjectorError>>,
+}
+
+impl Instance {
+    fn start(
+        storage: &Arc<dyn EventStorage>,
+        index: usize,
+        priority: i64,
+        ttl: Duration,
+        projected: &Projected,
+    ) -> Instance {
+        let owner = format!("node-{index}");
+        let elector = start_elector(storage, &owner, priority, ttl);
+        let watch = elector.watch();
+        let projector = Projector::builder(storage.clone(), Recorder::new(&owner, projected))
+            .stream(stream())
+            .bookmark(READER)
+            .batch_size(BATCH_SIZE)
+            .build()
+            .expect("projector");
+        let mut elected = ElectedProjector::new(projector, watch.clone())
+            .poll_interval(Duration::from_millis(10));
+        let (stop, stopped) = oneshot::channel();
+        let work = tokio::spawn(async move {
+            elected
+                .run_until(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Instance {
+            elector,
+            watch,
+            stop,
+            work,
+        }
+    }
+
+    fn owner(&self) -> &str {
+        self.elector.owner()
+    }
+
+    /// Stops the work, then shuts the elector down, which releases the lease.
+    async fn stop_gracefully(self) {
+        let _ = self.stop.send(());
+        self.work
+            .await
+            .expect("the projector task")
+            .expect("the projector ran without error");
+        self.elector.shutdown().await.expect("shutdown releases");
+    }
+
+    /// Stops everything at once without releasing, as a dying process would.
+    fn crash(self) {
+        self.work.abort();
+        self.elector.abort();
+    }
+}
+
+fn start_elector(
+    storage: &Arc<dyn EventStorage>,
+    owner: &str,
+    priority: i64,
+    ttl: Duration,
+) -> LeaderElector {
+    LeaderElector::builder(storage.clone(), LEASE)
+        .owner(owner)
+        .priority(priority)
+        .ttl(ttl)
+        .request_interval((ttl / 3).min(Duration::from_millis(100)))
+        .start()
+        .expect("the elector starts")
+}
+
+/// `count` handles of one fresh storage, or `None` (having proved the elector refuses it)
+/// when the storage has no leases.
+async fn lease_handles<F: StorageFactory>(
+    factory: &F,
+    count: usize,
+) -> Option<Vec<Arc<dyn EventStorage>>> {
+    let first = factory.create().await;
+    if !first.supports(Capability::Lease) {
+        assert_elector_refused(Arc::new(first)).await;
+        return None;
+    }
+    let mut handles = Vec::with_capacity(count);
+    for _ in 1..count {
+        handles.push(Arc::new(factory.another_handle(&first).await) as Arc<dyn EventStorage>);
+    }
+    handles.insert(0, Arc::new(first));
+    Some(handles)
+}
+
+async fn wait_for_leader(watch: &LeadershipWatch) -> FencingToken {
+    let mut watch = watch.clone();
+    tokio::time::timeout(DEADLINE, watch.wait_for_leadership())
+        .await
+        .unwrap_or_else(|_| panic!("{} did not lead within {DEADLINE:?}", watch.owner()))
+        .expect("the elector runs")
+}
+
+/// The index of the one instance that leads, once exactly one does.
+async fn wait_for_the_leader(instances: &[Instance]) -> usize {
+    let one_leader = || {
+        let leaders: Vec<usize> = (0..instances.len())
+            .filter(|&i| instances[i].watch.is_leader())
+            .collect();
+        (leaders.len() == 1).then(|| leaders[0])
+    };
+    support::eventually("exactly one leader", || async { one_leader().is_some() }).await;
+    one_leader().expect("one leader")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The projection: records which instance projected which event
+// ---------------------------------------------------------------------------------------------
+
+/// Every event id committed by any instance's projection, with the instance's owner.
+#[derive(Debug, Clone, Default)]
+struct Projected(Arc<Mutex<Vec<(String, EventId)>>>);
+
+impl Projected {
+    fn commit(&self, owner: &str, ids: &mut Vec<EventId>) {
+        let mut all = self.0.lock().expect("projected");
+        all.extend(ids.drain(..).map(|id| (owner.to_owned(), id)));
+    }
+
+    fn ids(&self) -> HashSet<EventId> {
+        self.0
+            .lock()
+            .expect("projected")
+            .iter()
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
+    fn ids_by(&self, owner: &str) -> Vec<EventId> {
+        let all = self.0.lock().expect("projected");
+        all.iter()
+            .filter(|(by, _)| by == owner)
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
+    /// Waits until every event of `appended` is projected and the bookmark is at the last.
+    async fn wait_for_all(&self, storage: &Arc<dyn EventStorage>, appended: &[EventId]) {
+        let last = *appended.last().expect("events appended");
+        support::eventually(
+            "every event projected and the bookmark at the last",
+            || async {
+                let ids = self.ids();
+                let bookmark = storage.get_bookmark(READER).await.expect("get_bookmark");
+                appended.iter().all(|id| ids.contains(id)) && bookmark.is_some_and(|b| b.id == last)
+            },
+        )
+        .await;
+    }
+}
+
+/// Commits the ids of each batch into [`Projected`] in `after_batch`, as a projection
+/// committing to its own store would.
+#[derive(Debug)]
+struct Recorder {
+    owner: String,
+    pending: Vec<EventId>,
+    projected: Projected,
+}
+
+impl Recorder {
+    fn new(owner: &str, projected: &Projected) -> Recorder {
+        Recorder {
+            owner: owner.to_owned(),
+            pending: Vec::new(),
+            projected: projected.clone(),
+        }
+    }
+}
+
+#[async_trait]
+impl Projection for Recorder {
+    async fn handle(&mut self, event: &StoredEvent) -> Result<(), ProjectionError> {
+        self.pending.push(event.reference.id);
+        Ok(())
+    }
+
+    async fn after_batch(&mut self, _last: &EventReference) -> Result<(), ProjectionError> {
+        self.projected.commit(&self.owner, &mut self.pending);
+        Ok(())
+    }
+
+    async fn cancel_batch(&mut self) {
+        self.pending.clear();
+    }
+}
+
+fn number(n: u64) -> EventToStore {
+    EventToStore::new("Numbered", serde_json::json!({ "n": n }))
+}
+
+async fn append_numbers(
+    storage: &Arc<dyn EventStorage>,
+    numbers: std::ops::Range<u64>,
+) -> Vec<EventId> {
+    let events = numbers.map(number).collect();
+    storage
+        .append(AppendCriteria::none(), &stream(), events)
+        .await
+        .expect("append")
+        .into_iter()
+        .map(|event| event.reference.id)
+        .collect()
+}
+
+async fn first_reference(storage: &Arc<dyn EventStorage>) -> EventReference {
+    storage
+        .query(
+            &EventFilter::match_all(),
+            &stream(),
+            None,
+            Limit::to(1),
+            Direction::Forward,
+        )
+        .await
+        .expect("query")[0]
+        .reference
+}
+
+async fn lease_named(storage: &Arc<dyn EventStorage>, name: &str) -> Lease {
+    storage
+        .get_leases()
+        .await
+        .expect("get_leases")
+        .into_iter()
+        .find(|lease| lease.lease_name == name)
+        .unwrap_or_else(|| panic!("no lease named {name}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Assertions for refusals
+// ---------------------------------------------------------------------------------------------
+
+async fn assert_elector_refused(storage: Arc<dyn EventStorage>) {
+    let refused = LeaderElector::builder(storage.clone(), LEASE).start();
+    match refused {
+        Err(EventStorageError::Unsupported { ref operation, .. }) => assert!(
+            operation.contains("Capability::Lease"),
+            "the error names the missing capability: {operation}"
+        ),
+        Err(other) => panic!("expected Unsupported, got {other}"),
+        Ok(elector) => {
+            elector.abort();
+            panic!("an elector started on {} without leases", storage.name())
+        }
+    }
+}
+
+async fn assert_fenced_writes_unsupported(storage: &Arc<dyn EventStorage>) {
+    let fence = Fence::new(LEASE, FencingToken(1));
+    let appended = storage
+        .append_fenced(&fence, AppendCriteria::none(), &stream(), vec![number(1)])
+        .await;
+    assert!(
+        matches!(appended, Err(EventStorageError::Unsupported { .. })),
+        "append_fenced without FencedWrites: {appended:?}"
+    );
+    let stored = append_numbers(storage, 0..1).await;
+    let reference = first_reference(storage).await;
+    assert_eq!(reference.id, stored[0], "only the unfenced append stored");
+    let bookmarked = storage
+        .bookmark_fenced(&fence, READER, &reference, Tags::none())
+        .await;
+    assert!(
+        matches!(bookmarked, Err(EventStorageError::Unsupported { .. })),
+        "bookmark_fenced without FencedWrites: {bookmarked:?}"
+    );
+}
+
+fn assert_fenced<T: std::fmt::Debug>(
+    result: &Result<T, EventStorageError>,
+    presented: FencingToken,
+    current: FencingToken,
+    operation: &str,
+) {
+    match result {
+        Err(EventStorageError::Fenced {
+            lease_name,
+            presented: p,
+            current: c,
+            live,
+        }) => {
+            assert_eq!(lease_name, LEASE, "{operation}: the lease is named");
+            assert_eq!(*p, presented, "{operation}: the presented token");
+            assert_eq!(*c, Some(current), "{operation}: the current token");
+            assert!(*live, "{operation}: the new leader's lease is live");
+        }
+        other => panic!("{operation} with a stale fence: expected Fenced, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A storage that forwards to another and can be switched to hang or to hide leases
+// ---------------------------------------------------------------------------------------------
+
+/// Forwards every call to `inner`; while hanging, every call blocks forever (counted in
+/// `in_flight`), as on a storage whose connections stall.
+#[derive(Debug)]
+struct SwitchableStorage {
+    inner: Arc<dyn EventStorage>,
+    hanging: AtomicBool,
+    lease_capability: bool,
+    in_flight: AtomicUsize,
+}
+
+impl SwitchableStorage {
+    fn new(inner: Arc<dyn EventStorage>) -> SwitchableStorage {
+        SwitchableStorage {
+            inner,
+            hanging: AtomicBool::new(false),
+            lease_capability: true,
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// This storage, claiming neither leases nor fenced writes.
+    fn without_leases(mut self) -> SwitchableStorage {
+        self.lease_capability = false;
+        self
+    }
+
+    fn hang(&self, hanging: bool) {
+        self.hanging.store(hanging, Ordering::SeqCst);
+    }
+
+    fn calls_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Blocks forever while hanging (a dropped call leaves the count).
+    async fn gate(&self) {
+        if self.hanging.load(Ordering::SeqCst) {
+            struct InFlight<'a>(&'a AtomicUsize);
+            impl Drop for InFlight<'_> {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            self.in_flight.fetch_add(1, Ordering::SeqCst);
+            let _in_flight = InFlight(&self.in_flight);
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait]
+impl EventStorage for SwitchableStorage {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn supports(&self, capability: Capability) -> bool {
+        let lease_related = matches!(capability, Capability::Lease | Capability::FencedWrites);
+        (self.lease_capability || !lease_related) && self.inner.supports(capability)
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+        self.gate().await;
+        self.inner.append(criteria, stream, events).await
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+        self.gate().await;
+        self.inner
+            .query(filter, stream, after, limit, direction)
+            .await
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> Result<Option<StoredEvent>, EventStorageError> {
+        self.gate().await;
+        self.inner.get_event_by_id(id).await
+    }
+
+    async fn head(
+        &self,
+        stream: &EventStreamId,
+    ) -> Result<Option<EventReference>, EventStorageError> {
+        self.gate().await;
+        self.inner.head(stream).await
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> Result<(), EventStorageError> {
+        self.gate().await;
+        self.inner.bookmark(reader, reference, tags).await
+    }
+
+    async fn get_bookmark(
+        &self,
+        reader: &str,
+    ) -> Result<Option<EventReference>, EventStorageError> {
+        self.gate().await;
+        self.inner.get_bookmark(reader).await
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> Result<(), EventStorageError> {
+        self.gate().await;
+        self.inner.remove_bookmark(reader).await
+    }
+
+    async fn get_bookmarks(&self) -> Result<Vec<Bookmark>, EventStorageError> {
+        self.gate().await;
+        self.inner.get_bookmarks().await
+    }
+
+    async fn request_lease(
+        &self,
+        request: LeaseRequest,
+    ) -> Result<LeaseResponse, EventStorageError> {
+        if !self.lease_capability {
+            return Err(EventStorageError::unsupported("request_lease", self.name()));
+        }
+        self.gate().await;
+        self.inner.request_lease(request).await
+    }
+
+    async fn release_lease(&self, lease_name: &str, owner: &str) -> Result<(), EventStorageError> {
+        if !self.lease_capability {
+            return Err(EventStorageError::unsupported("release_lease", self.name()));
+        }
+        self.gate().await;
+        self.inner.release_lease(lease_name, owner).await
+    }
+
+    async fn get_leases(&self) -> Result<Vec<Lease>, EventStorageError> {
+        if !self.lease_capability {
+            return Err(EventStorageError::unsupported("get_leases", self.name()));
+        }
+        self.gate().await;
+        self.inner.get_leases().await
+    }
+
+    async fn storage_time(&self) -> Result<DateTime<Utc>, EventStorageError> {
+        if !self.lease_capability {
+            return Err(EventStorageError::unsupported("storage_time", self.name()));
+        }
+        self.gate().await;
+        self.inner.storage_time().await
+    }
+
+    async fn append_fenced(
+        &self,
+        fence: &Fence,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+        if !self.lease_capability {
+            return Err(EventStorageError::unsupported("append_fenced", self.name()));
+        }
+        self.gate().await;
+        self.inner
+            .append_fenced(fence, criteria, stream, events)
+            .await
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        fence: &Fence,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> Result<(), EventStorageError> {
+        if !self.lease_capability {
+            return Err(EventStorageError::unsupported(
+                "bookmark_fenced",
+                self.name(),
+            ));
+        }
+        self.gate().await;
+        self.inner
+            .bookmark_fenced(fence, reader, reference, tags)
+            .await
+    }
+
+    async fn close(&self) -> Result<(), EventStorageError> {
+        self.inner.close().await
+    }
+}
 
 /// The scenarios of this module, one `#[tokio::test]` each (used by [`crate::tck_tests`]).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __tck_election_tests {
-    ($factory:expr) => {};
+    ($factory:expr) => {
+        $crate::__tck_test!($factory, election, elector_refuses_a_storage_without_leases);
+        $crate::__tck_test!(
+            $factory,
+            election,
+            one_of_three_instances_leads_and_the_others_stand_by
+        );
+        $crate::__tck_test!($factory, election, graceful_shutdown_releases_the_lease);
+        $crate::__tck_test!(
+            $factory,
+            election,
+            planned_release_hands_over_and_the_projection_misses_nothing
+        );
+        $crate::__tck_test!(
+            $factory,
+            election,
+            crashed_leader_is_taken_over_and_the_projection_misses_nothing
+        );
+        $crate::__tck_test!(
+            $factory,
+            election,
+            zombie_fenced_append_and_bookmark_are_refused
+        );
+        $crate::__tck_test!(
+            $factory,
+            election,
+            higher_priority_instance_takes_over_by_step_down_with_no_event_lost
+        );
+        $crate::__tck_test!(
+            $factory,
+            election,
+            elector_demotes_by_its_deadline_while_the_storage_hangs
+        );
+    };
 }
