@@ -1,1 +1,196 @@
 //! # Leader-elected projectors
+//!
+//! A projector that must run on exactly one instance of a deployment: it resumes from the
+//! bookmark the previous owner left, hands over cleanly on deploys, and cannot do harm as a
+//! zombie. Two mechanisms answer two questions: the **lease** decides *who* processes, the
+//! **bookmark** decides *from where*.
+//!
+//! | piece | what it does |
+//! |---|---|
+//! | [`LeaderElector`] | one per instance: requests the lease every interval, publishes [`Leadership`] |
+//! | [`Projector`] | runs a [`Projection`] in batches, bookmarks after each batch |
+//! | [`ElectedProjector`] | runs the projector only while its instance leads, with its writes fenced |
+//! | [`Fence`] | a lease name and token: a write carrying it succeeds only for the live holder |
+//!
+//! ## A complete example
+//!
+//! Two instances of a revenue projection share one storage (here the in-memory backend;
+//! `Arc<dyn EventStorage>` of any backend works the same). One leads and projects; when it
+//! shuts down, the other takes over from its bookmark.
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use std::time::Duration;
+//!
+//! use eventstore_api::elector::LeaderElector;
+//! use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+//! use eventstore_api::store::{Envelope, EventStore, NamedEvent};
+//! use eventstore_api::{AppendCriteria, EventReference, EventStorage, EventStreamId, StoredEvent};
+//!
+//! /// The event, stored under an explicit name that a Rust rename does not change.
+//! #[derive(Debug, serde::Serialize, serde::Deserialize)]
+//! struct OrderPlaced { amount: u64 }
+//!
+//! impl NamedEvent for OrderPlaced {
+//!     const EVENT_TYPE: &'static str = "OrderPlaced";
+//! }
+//!
+//! /// The read model: revenue, committed once per batch (in real life: a table, in one
+//! /// transaction with whatever else the batch changes).
+//! struct Revenue { committed: Arc<Mutex<u64>>, pending: u64 }
+//!
+//! #[async_trait::async_trait]
+//! impl Projection for Revenue {
+//!     async fn handle(&mut self, event: &StoredEvent) -> Result<(), ProjectionError> {
+//!         let order = Envelope::<OrderPlaced>::decode(event.clone())?;
+//!         self.pending += order.event.amount;
+//!         Ok(())
+//!     }
+//!     async fn after_batch(&mut self, _last: &EventReference) -> Result<(), ProjectionError> {
+//!         *self.committed.lock().unwrap() += std::mem::take(&mut self.pending);
+//!         Ok(()) // the projector writes the bookmark after this returns
+//!     }
+//!     async fn cancel_batch(&mut self) {
+//!         self.pending = 0;
+//!     }
+//! }
+//!
+//! /// One instance: an elector, and a projector that runs while the elector leads.
+//! struct Instance {
+//!     elector: LeaderElector,
+//!     stop: tokio::sync::oneshot::Sender<()>,
+//!     work: tokio::task::JoinHandle<()>,
+//! }
+//!
+//! fn start(storage: Arc<dyn EventStorage>, owner: &str, revenue: Arc<Mutex<u64>>) -> Instance {
+//!     let elector = LeaderElector::builder(storage.clone(), "revenue-projector")
+//!         .owner(owner) // in production: eventstore_api::elector::unique_owner_id()
+//!         .ttl(Duration::from_millis(600))
+//!         .start()
+//!         .expect("a storage with leases");
+//!     let projector = Projector::builder(storage, Revenue { committed: revenue, pending: 0 })
+//!         .stream(EventStreamId::for_context("orders"))
+//!         .bookmark("revenue")
+//!         .batch_size(100)
+//!         .build()
+//!         .expect("valid settings");
+//!     let mut elected = ElectedProjector::new(projector, elector.watch())
+//!         .poll_interval(Duration::from_millis(20));
+//!     let (stop, stopped) = tokio::sync::oneshot::channel();
+//!     let work = tokio::spawn(async move {
+//!         let stop = async { let _ = stopped.await; };
+//!         elected.run_until(stop).await.expect("the projection never fails");
+//!     });
+//!     Instance { elector, stop, work }
+//! }
+//!
+//! impl Instance {
+//!     /// Stop the work first, then release the lease: the standby takes over at once.
+//!     async fn shut_down(self) {
+//!         let _ = self.stop.send(());
+//!         self.work.await.unwrap();
+//!         self.elector.shutdown().await.unwrap();
+//!     }
+//! }
+//!
+//! async fn until(mut condition: impl FnMut() -> bool) {
+//!     tokio::time::timeout(Duration::from_secs(10), async {
+//!         while !condition() { tokio::time::sleep(Duration::from_millis(10)).await; }
+//!     }).await.expect("in time");
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let storage: Arc<dyn EventStorage> = Arc::new(eventstore_memory::MemoryEventStorage::new());
+//! let orders = EventStore::new(storage.clone())
+//!     .stream::<OrderPlaced>(EventStreamId::for_context("orders"));
+//!
+//! // Each instance keeps its read model; only the leader's moves.
+//! let (revenue_a, revenue_b) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
+//! let a = start(storage.clone(), "instance-a", revenue_a.clone());
+//! let mut leadership_a = a.elector.watch();
+//! leadership_a.wait_for_leadership().await; // a asked first, so a leads
+//! let b = start(storage.clone(), "instance-b", revenue_b.clone());
+//!
+//! orders.append(AppendCriteria::none(), [OrderPlaced { amount: 30 }, OrderPlaced { amount: 12 }])
+//!     .await.unwrap();
+//! until(|| *revenue_a.lock().unwrap() == 42).await;
+//!
+//! // A deploy: a shuts down gracefully and b resumes from a's bookmark, so b projects only
+//! // what a did not (b's read model starts empty here, so it counts the new order alone).
+//! a.shut_down().await;
+//! orders.append(AppendCriteria::none(), [OrderPlaced { amount: 8 }]).await.unwrap();
+//! until(|| *revenue_b.lock().unwrap() == 8).await;
+//! assert_eq!(b.elector.token().map(|t| t.0), Some(2), "the second tenure");
+//! b.shut_down().await;
+//! # }
+//! ```
+//!
+//! ## Leadership is a deadline, not a flag
+//!
+//! A lease is judged on the storage's clock, and the storage counts a ttl from when it
+//! *received* a request. The elector counts from when it *sent* the request, on its own
+//! monotonic clock, and gives up a small margin earlier: so it stops believing it leads
+//! before the storage lets anyone else take over. A request that fails or hangs confirms
+//! nothing; the elector publishes [`Leadership::Unknown`] at the deadline even while the
+//! request is still outstanding, and [`LeadershipWatch::is_leader`] checks the deadline
+//! itself on every call. No comparison of instants across machines happens anywhere.
+//!
+//! The request interval defaults to a third of the ttl, which leaves two failed attempts
+//! before leadership lapses; the elector refuses an interval that is not shorter than the
+//! ttl. Every wait is shortened by a random fraction, so that instances do not request in
+//! lockstep after a failover.
+//!
+//! ## Owner ids
+//!
+//! An owner id must stay the same for the instance's lifetime and differ from every other
+//! instance's. Two processes sharing an id each take the other's renewals for their own, and
+//! both believe they lead. [`elector::unique_owner_id`] combines the host name, the process
+//! id and a random suffix; call it once at start-up.
+//!
+//! ## Handing over
+//!
+//! - **Deploys and restarts**: stop the work, then [`LeaderElector::shutdown`]. It releases
+//!   the lease, so a standby takes over at its next request — milliseconds, not a ttl.
+//! - **Priority**: an instance with a higher priority makes the holder's next renewal answer
+//!   [`Leadership::StepDownRequested`]. The work finishes its current unit and calls
+//!   [`LeadershipWatch::acknowledge_step_down`]; then the elector releases and stays out for
+//!   a ttl, so the higher-priority instance acquires. [`ElectedProjector`] does this after
+//!   the batch in hand. A holder that never acknowledges keeps renewing and keeps the lease.
+//! - **Crashes**: a dead leader stops renewing; its lease lapses after its ttl on the
+//!   storage's clock and a standby takes over with the next fencing token.
+//!
+//! ## Zombies and fences
+//!
+//! A process paused past its ttl (a long GC pause, a suspended VM) wakes up still holding a
+//! token that is no longer current. Every write it makes with that token's [`Fence`] is
+//! refused by the storage itself with [`EventStorageError::Fenced`], naming the lease and
+//! both tokens, and nothing is written: the check is atomic with the write
+//! ([`Capability::FencedWrites`]). [`ElectedProjector`] bookmarks with its tenure's fence,
+//! so a zombie cannot move the bookmark backwards; a projection's own appends can carry the
+//! same fence with [`store::TypedStream::fenced`] or [`EventStorage::append_fenced`].
+//!
+//! ## What this does not promise
+//!
+//! Processing is at-least-once: when a batch was committed but its bookmark did not land
+//! (a crash in between, or a fence that stopped holding), the next leader handles that batch
+//! again. Where that matters, let the projection keep its own position in its own store, in
+//! the same transaction as its data, as the [`projector`] module describes.
+//!
+//! [`LeaderElector`]: crate::elector::LeaderElector
+//! [`LeaderElector::shutdown`]: crate::elector::LeaderElector::shutdown
+//! [`Leadership`]: crate::elector::Leadership
+//! [`Leadership::Unknown`]: crate::elector::Leadership::Unknown
+//! [`Leadership::StepDownRequested`]: crate::elector::Leadership::StepDownRequested
+//! [`LeadershipWatch::is_leader`]: crate::elector::LeadershipWatch::is_leader
+//! [`LeadershipWatch::acknowledge_step_down`]: crate::elector::LeadershipWatch::acknowledge_step_down
+//! [`elector::unique_owner_id`]: crate::elector::unique_owner_id
+//! [`Projector`]: crate::projector::Projector
+//! [`Projection`]: crate::projector::Projection
+//! [`ElectedProjector`]: crate::projector::ElectedProjector
+//! [`projector`]: crate::projector
+//! [`store::TypedStream::fenced`]: crate::store::TypedStream::fenced
+//! [`Fence`]: crate::Fence
+//! [`EventStorageError::Fenced`]: crate::EventStorageError::Fenced
+//! [`Capability::FencedWrites`]: crate::Capability::FencedWrites
+//! [`EventStorage::append_fenced`]: crate::EventStorage::append_fenced
