@@ -1,1 +1,68 @@
-//! placeholder
+//! An [`EventStorage`](eventstore_api::EventStorage) in a local directory: events and
+//! bookmarks are durable, leases live in process memory.
+//!
+//! The embedded default: a single-process service, a desktop tool or a test keeps its events
+//! in a directory with no server, and its tasks and components still elect leaders among
+//! themselves through leases.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), eventstore_api::EventStorageError> {
+//! use eventstore_api::{AppendCriteria, EventStorage, EventStreamId, EventToStore};
+//! use eventstore_file::FileEventStorage;
+//!
+//! let storage = FileEventStorage::open("/var/lib/orders/events").await?;
+//! let stream = EventStreamId::for_context("orders");
+//! storage
+//!     .append(AppendCriteria::none(), &stream, vec![EventToStore::new("OrderPlaced", serde_json::json!({"id": 1}))])
+//!     .await?;
+//! storage.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # On disk
+//!
+//! | file | holds |
+//! |---|---|
+//! | `LOCK` | the pid of the process that has the directory open, locked exclusively |
+//! | `events-<first position>.log` | segments of the event log: one checksummed frame per batch |
+//! | `bookmarks.log` | a journal of bookmark changes, rewritten atomically when mostly superseded |
+//! | `lease-tokens.log` | the highest fencing token reserved per lease, never a holder |
+//!
+//! # Guarantees
+//!
+//! - **Durable appends.** An append is answered only after its frame is synced. Appends that
+//!   arrive together share one write and one sync (group commit). A batch is one frame, so a
+//!   crash keeps all of it or none of it.
+//! - **Recovery.** Opening scans the log once and keeps an index (positions, ids, streams,
+//!   types, tags, keys), not payloads; reads fetch payloads from disk. A torn frame at the end
+//!   of the log (a write cut short by a crash, never acknowledged) is cut off with a warning;
+//!   damage anywhere else fails the open with an error naming the file and offset. A flipped
+//!   byte inside the very last frame cannot be told from a torn write and is cut off too.
+//! - **One process at a time.** The directory is locked while open; a second open, here or in
+//!   another process, fails naming the directory and the holder's pid. Share one storage
+//!   between tasks by cloning the handle.
+//! - **Leases in memory.** A reopened store lists no leases (their holders may be long gone),
+//!   but its fencing tokens continue above every token handed out before.
+//! - **Write failures.** If a write or sync fails, what reached the disk is unknown: the
+//!   storage refuses further writes until it is reopened and recovery has read the disk.
+
+mod bookmark_journal;
+mod codec;
+mod corruption;
+mod directory;
+mod event_reader;
+mod event_record;
+mod frame;
+mod index;
+mod journal;
+mod lease_tokens;
+mod names;
+mod options;
+mod recovery;
+mod segments;
+mod storage;
+mod writer;
+
+pub use corruption::Corruption;
+pub use options::FileStorageOptions;
+pub use storage::FileEventStorage;

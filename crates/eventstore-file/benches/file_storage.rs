@@ -1,0 +1,3 @@
+//! Benchmarks of the file backend (written next).
+
+fn main() {}

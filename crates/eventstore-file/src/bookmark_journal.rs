@@ -1,0 +1,156 @@
+//! Bookmarks on disk: a journal of "placed" and "removed" records, replayed on open.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+
+use eventstore_api::{Bookmark, EventId, EventReference, Tag, Tags};
+use uuid::Uuid;
+
+use crate::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
+use crate::corruption::{Corruption, OpenFailure};
+use crate::journal::Journal;
+
+/// The journal's file name inside the store's directory.
+pub(crate) const BOOKMARKS_FILE: &str = "bookmarks.log";
+
+const MAGIC: [u8; 8] = *b"ESFBMK01";
+const PLACED: u8 = 1;
+const REMOVED: u8 = 2;
+
+/// Every bookmark, by reader.
+pub(crate) type Bookmarks = BTreeMap<String, Bookmark>;
+
+/// One change to the bookmarks.
+#[derive(Debug, Clone)]
+pub(crate) enum BookmarkChange {
+    /// A reader's bookmark placed (or moved).
+    Placed(Bookmark),
+    /// A reader's bookmark removed.
+    Removed(String),
+}
+
+impl BookmarkChange {
+    /// Applies the change to `bookmarks`.
+    pub(crate) fn apply_to(self, bookmarks: &mut Bookmarks) {
+        match self {
+            BookmarkChange::Placed(bookmark) => {
+                bookmarks.insert(bookmark.reader.clone(), bookmark);
+            }
+            BookmarkChange::Removed(reader) => {
+                bookmarks.remove(&reader);
+            }
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(96);
+        match self {
+            BookmarkChange::Placed(bookmark) => {
+                put_u8(&mut out, PLACED);
+                put_str(&mut out, &bookmark.reader);
+                out.extend_from_slice(bookmark.reference.id.0.as_bytes());
+                put_u64(&mut out, bookmark.reference.position);
+                put_u64(&mut out, bookmark.reference.tx);
+                put_time(&mut out, bookmark.updated_at);
+                put_u32(&mut out, bookmark.tags.len() as u32);
+                for tag in &bookmark.tags {
+                    put_str(&mut out, &tag.key);
+                    put_str(&mut out, &tag.value);
+                }
+            }
+            BookmarkChange::Removed(reader) => {
+                put_u8(&mut out, REMOVED);
+                put_str(&mut out, reader);
+            }
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<BookmarkChange, DecodeError> {
+        let mut decoder = Decoder::new(bytes);
+        let change = match decoder.u8("the bookmark record kind")? {
+            PLACED => {
+                let reader = decoder.str("the reader")?.to_owned();
+                let id = Uuid::from_slice(decoder.take(16, "the event id")?).expect("16 bytes");
+                let position = decoder.u64("the position")?;
+                let tx = decoder.u64("the tx")?;
+                let updated_at = decoder.time("the update time")?;
+                let count = decoder.u32("the tag count")?;
+                let mut tags = Tags::none();
+                for _ in 0..count {
+                    let key = decoder.str("a tag key")?;
+                    let value = decoder.str("a tag value")?;
+                    tags = tags.with(Tag::new(key, value));
+                }
+                BookmarkChange::Placed(Bookmark {
+                    reader,
+                    reference: EventReference {
+                        id: EventId(id),
+                        position,
+                        tx,
+                    },
+                    tags,
+                    updated_at,
+                })
+            }
+            REMOVED => BookmarkChange::Removed(decoder.str("the reader")?.to_owned()),
+            kind => return Err(DecodeError(format!("unknown bookmark record kind {kind}"))),
+        };
+        decoder.finish("the bookmark record")?;
+        Ok(change)
+    }
+}
+
+/// The bookmark journal of one store.
+#[derive(Debug)]
+pub(crate) struct BookmarkJournal {
+    journal: Journal,
+}
+
+impl BookmarkJournal {
+    /// Opens the journal in `dir` and replays it.
+    ///
+    /// # Errors
+    /// I/O failure or damage (see [`Journal::open`]).
+    pub(crate) fn open(dir: &Path) -> Result<(BookmarkJournal, Bookmarks), OpenFailure> {
+        let path = dir.join(BOOKMARKS_FILE);
+        let (journal, records) = Journal::open(&path, MAGIC)?;
+        let mut bookmarks = Bookmarks::new();
+        for (number, record) in records.iter().enumerate() {
+            let change = BookmarkChange::decode(record).map_err(|error| {
+                Corruption::new(
+                    &path,
+                    0,
+                    format!("bookmark record {number} does not decode: {error}"),
+                )
+            })?;
+            change.apply_to(&mut bookmarks);
+        }
+        Ok((BookmarkJournal { journal }, bookmarks))
+    }
+
+    /// Records `changes` durably.
+    ///
+    /// # Errors
+    /// Writing or syncing failed.
+    pub(crate) fn record(&mut self, changes: &[BookmarkChange]) -> io::Result<()> {
+        let records: Vec<Vec<u8>> = changes.iter().map(BookmarkChange::encode).collect();
+        self.journal.append(&records)
+    }
+
+    /// Rewrites the journal with only `bookmarks` when most of its records are superseded.
+    ///
+    /// # Errors
+    /// Writing failed; the old journal stays, which is still correct.
+    pub(crate) fn compact_if_worthwhile(&mut self, bookmarks: &Bookmarks) -> io::Result<()> {
+        if !self.journal.wants_rewrite(bookmarks.len()) {
+            return Ok(());
+        }
+        let records: Vec<Vec<u8>> = bookmarks
+            .values()
+            .map(|bookmark| BookmarkChange::Placed(bookmark.clone()).encode())
+            .collect();
+        self.journal.rewrite(&records)
+    }
+}

@@ -1,0 +1,240 @@
+//! How a batch of events is laid out inside one frame.
+//!
+//! A whole batch is one frame, so a crash stores all of it or none of it. Inside the frame,
+//! each event is length-prefixed so that the index can point at it and a read can fetch one
+//! event alone.
+//!
+//! ```text
+//! batch:  kind u8 = 1 | count u32 | (length u32 | event) * count
+//! event:  id [16] | position u64 | timestamp (i64 s, u32 ns) | context str | purpose str
+//!         | type str | tag count u32 | (key str | value str) * n | has key u8 [| key str]
+//!         | payload JSON (the rest)
+//! ```
+
+use chrono::{DateTime, Utc};
+use eventstore_api::{
+    EventId, EventReference, EventStorageError, EventStreamId, EventType, StoredEvent, Tag, Tags,
+};
+use uuid::Uuid;
+
+use crate::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
+use crate::frame::{begin_frame, finish_frame, HEADER_LEN, MAX_PAYLOAD};
+
+const BATCH_KIND: u8 = 1;
+
+/// A batch encoded as one complete frame, and where each event lies inside it.
+#[derive(Debug)]
+pub(crate) struct EncodedBatch {
+    /// The frame, header included.
+    pub(crate) frame: Vec<u8>,
+    /// Each event's `(offset from the frame's start, length)`.
+    pub(crate) events: Vec<(u64, u32)>,
+}
+
+/// Encodes `events` as one frame.
+///
+/// # Errors
+/// `InvalidInput` when the batch does not fit one frame ([`MAX_PAYLOAD`]).
+pub(crate) fn encode_batch(events: &[StoredEvent]) -> Result<EncodedBatch, EventStorageError> {
+    let mut frame = Vec::with_capacity(64 + events.len() * 128);
+    let start = begin_frame(&mut frame);
+    put_u8(&mut frame, BATCH_KIND);
+    put_u32(&mut frame, events.len() as u32);
+    let mut located = Vec::with_capacity(events.len());
+    for event in events {
+        let length_at = frame.len();
+        put_u32(&mut frame, 0);
+        let body_start = frame.len();
+        encode_event(event, &mut frame);
+        let length = frame.len() - body_start;
+        if frame.len() - HEADER_LEN > MAX_PAYLOAD {
+            return Err(EventStorageError::invalid(
+                "events",
+                format!("{} events", events.len()),
+                format!("the batch encodes to more than {MAX_PAYLOAD} bytes, the most one append stores"),
+            ));
+        }
+        frame[length_at..body_start].copy_from_slice(&(length as u32).to_le_bytes());
+        located.push(((body_start - start) as u64, length as u32));
+    }
+    finish_frame(&mut frame, start);
+    Ok(EncodedBatch {
+        frame,
+        events: located,
+    })
+}
+
+fn encode_event(event: &StoredEvent, out: &mut Vec<u8>) {
+    out.extend_from_slice(event.reference.id.0.as_bytes());
+    put_u64(out, event.reference.position);
+    put_time(out, event.timestamp);
+    put_str(out, event.stream.context.as_deref().unwrap_or_default());
+    put_str(out, event.stream.purpose.as_deref().unwrap_or_default());
+    put_str(out, event.event_type.as_str());
+    put_u32(out, event.tags.len() as u32);
+    for tag in &event.tags {
+        put_str(out, &tag.key);
+        put_str(out, &tag.value);
+    }
+    match &event.idempotency_key {
+        Some(key) => {
+            put_u8(out, 1);
+            put_str(out, key);
+        }
+        None => put_u8(out, 0),
+    }
+    serde_json::to_writer(&mut *out, &event.payload).expect("a JSON value always serializes");
+}
+
+/// The events of a batch frame's payload: each event's offset from the payload's start and its
+/// bytes.
+///
+/// # Errors
+/// The payload is not a batch.
+pub(crate) fn decode_batch(payload: &[u8]) -> Result<Vec<(u64, &[u8])>, DecodeError> {
+    let mut decoder = Decoder::new(payload);
+    let kind = decoder.u8("the record kind")?;
+    if kind != BATCH_KIND {
+        return Err(DecodeError(format!(
+            "unknown record kind {kind}, expected {BATCH_KIND} (a batch of events)"
+        )));
+    }
+    let count = decoder.u32("the event count")?;
+    let mut events = Vec::with_capacity(count.min(1 << 16) as usize);
+    for index in 0..count {
+        let length = decoder.u32("an event length")? as usize;
+        let offset = decoder.position() as u64;
+        let bytes = decoder.take(length, &format!("event {index} of {count}"))?;
+        events.push((offset, bytes));
+    }
+    decoder.finish("the last event of the batch")?;
+    Ok(events)
+}
+
+/// An event's fields as stored, borrowed from its bytes, payload not parsed.
+#[derive(Debug)]
+pub(crate) struct EventFields<'a> {
+    pub(crate) id: EventId,
+    pub(crate) position: u64,
+    pub(crate) timestamp: DateTime<Utc>,
+    pub(crate) context: &'a str,
+    pub(crate) purpose: &'a str,
+    pub(crate) event_type: &'a str,
+    pub(crate) tags: Vec<(&'a str, &'a str)>,
+    pub(crate) idempotency_key: Option<&'a str>,
+    pub(crate) payload: &'a [u8],
+}
+
+impl<'a> EventFields<'a> {
+    /// Decodes one event's bytes.
+    ///
+    /// # Errors
+    /// The bytes are not an event.
+    pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut decoder = Decoder::new(bytes);
+        let id = Uuid::from_slice(decoder.take(16, "the event id")?).expect("16 bytes");
+        let position = decoder.u64("the position")?;
+        let timestamp = decoder.time("the timestamp")?;
+        let context = decoder.str("the stream context")?;
+        let purpose = decoder.str("the stream purpose")?;
+        let event_type = decoder.str("the event type")?;
+        let tag_count = decoder.u32("the tag count")?;
+        let mut tags = Vec::with_capacity(tag_count.min(1024) as usize);
+        for _ in 0..tag_count {
+            tags.push((decoder.str("a tag key")?, decoder.str("a tag value")?));
+        }
+        let idempotency_key = match decoder.u8("the idempotency key flag")? {
+            0 => None,
+            1 => Some(decoder.str("the idempotency key")?),
+            flag => {
+                return Err(DecodeError(format!(
+                    "idempotency key flag {flag} is neither 0 nor 1"
+                )))
+            }
+        };
+        Ok(EventFields {
+            id: EventId(id),
+            position,
+            timestamp,
+            context,
+            purpose,
+            event_type,
+            tags,
+            idempotency_key,
+            payload: decoder.rest(),
+        })
+    }
+
+    /// The stream as an id.
+    pub(crate) fn stream(&self) -> EventStreamId {
+        EventStreamId::new(self.context, self.purpose)
+    }
+
+    /// The tags as a set.
+    pub(crate) fn tag_set(&self) -> Tags {
+        self.tags
+            .iter()
+            .map(|&(key, value)| Tag::new(key, value))
+            .collect()
+    }
+
+    /// The whole event, payload parsed.
+    ///
+    /// # Errors
+    /// The payload is not JSON.
+    pub(crate) fn into_stored(self) -> Result<StoredEvent, DecodeError> {
+        let payload = serde_json::from_slice(self.payload)
+            .map_err(|error| DecodeError(format!("the payload is not JSON: {error}")))?;
+        Ok(StoredEvent {
+            stream: self.stream(),
+            event_type: EventType::from(self.event_type),
+            reference: EventReference::at(self.id, self.position),
+            tags: self.tag_set(),
+            timestamp: self.timestamp,
+            idempotency_key: self.idempotency_key.map(str::to_owned),
+            payload,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::FrameScanner;
+    use crate::frame::Scanned;
+
+    fn stored(position: u64, key: Option<&str>) -> StoredEvent {
+        StoredEvent {
+            stream: EventStreamId::new("orders", "eu"),
+            event_type: "OrderPlaced".into(),
+            reference: EventReference::at(EventId::new(), position),
+            payload: serde_json::json!({"n": position, "text": "ä"}),
+            tags: Tags::from_pairs([("customer", "c-1"), ("region", "eu:west")]),
+            timestamp: Utc::now(),
+            idempotency_key: key.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_batch_round_trips_and_each_event_can_be_read_alone() {
+        let events = vec![stored(1, Some("k")), stored(2, None)];
+        let encoded = encode_batch(&events).unwrap();
+        let mut scanner = FrameScanner::new(&encoded.frame[..], 0, encoded.frame.len() as u64);
+        let Scanned::Frame { payload, .. } = scanner.next_frame().unwrap() else {
+            panic!("one frame expected");
+        };
+        let decoded = decode_batch(&payload).unwrap();
+        assert_eq!(decoded.len(), 2);
+        for ((offset, bytes), (expected, (frame_offset, length))) in
+            decoded.iter().zip(events.iter().zip(&encoded.events))
+        {
+            assert_eq!(offset + HEADER_LEN as u64, *frame_offset);
+            assert_eq!(bytes.len(), *length as usize);
+            let alone = &encoded.frame[*frame_offset as usize..][..*length as usize];
+            assert_eq!(
+                &EventFields::decode(alone).unwrap().into_stored().unwrap(),
+                expected
+            );
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Framing: one record on disk as `[payload length][payload crc][header crc][payload]`.
+//!
+//! The header carries its own checksum, so a damaged length is recognised as damage instead
+//! of being read as "the record runs past the end of the file" (which would look torn and be
+//! cut off). Scanning tells a torn tail (an unacknowledged write cut short by a crash) from
+//! corruption (anything else), and the caller decides what a torn record means where it was
+//! found.
+
+use std::io::{self, Read};
+
+/// Bytes of a frame header.
+pub(crate) const HEADER_LEN: usize = 12;
+
+/// The largest payload one frame may hold (1 GiB).
+pub(crate) const MAX_PAYLOAD: usize = 1 << 30;
+
+/// Starts a frame at the end of `out`; returns where it starts, for [`finish_frame`].
+pub(crate) fn begin_frame(out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER_LEN]);
+    start
+}
+
+/// Writes the header of the frame begun at `start`, whose payload is everything after it.
+pub(crate) fn finish_frame(out: &mut [u8], start: usize) {
+    let (header, payload) = out[start..].split_at_mut(HEADER_LEN);
+    let length =
+        u32::try_from(payload.len()).expect("frame payloads are checked against MAX_PAYLOAD");
+    header[0..4].copy_from_slice(&length.to_le_bytes());
+    header[4..8].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    let header_crc = crc32c::crc32c(&header[0..8]);
+    header[8..12].copy_from_slice(&header_crc.to_le_bytes());
+}
+
+/// Appends one complete frame holding `payload` to `out`.
+pub(crate) fn write_frame(out: &mut Vec<u8>, payload: &[u8]) {
+    let start = begin_frame(out);
+    out.extend_from_slice(payload);
+    finish_frame(out, start);
+}
+
+/// What scanning found at one offset.
+#[derive(Debug)]
+pub(crate) enum Scanned {
+    /// A whole, intact frame.
+    Frame {
+        /// Where the frame's header starts.
+        offset: u64,
+        /// The payload.
+        payload: Vec<u8>,
+    },
+    /// The end of the data, exactly at a frame boundary.
+    End,
+    /// A frame that a write cut short: incomplete, or the very last bytes of the file failing
+    /// their checksum, or a zero-filled tail.
+    Torn {
+        /// Where the torn frame starts.
+        offset: u64,
+        /// What was seen.
+        reason: &'static str,
+    },
+    /// Damage a torn write cannot explain.
+    Corrupt {
+        /// Where the damaged frame starts.
+        offset: u64,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// Reads frames one after the other from `reader`, which holds `end` bytes in all and is
+/// positioned at `offset`. Holds one frame in memory at a time.
+#[derive(Debug)]
+pub(crate) struct FrameScanner<R> {
+    reader: R,
+    offset: u64,
+    end: u64,
+}
+
+impl<R: Read> FrameScanner<R> {
+    /// A scanner over `reader`, positioned at `offset` of a file `end` bytes long.
+    pub(crate) fn new(reader: R, offset: u64, end: u64) -> Self {
+        FrameScanner {
+            reader,
+            offset,
+            end,
+        }
+    }
+
+    /// The next frame, or why there is none.
+    ///
+    /// # Errors
+    /// Reading failed.
+    pub(crate) fn next_frame(&mut self) -> io::Result<Scanned> {
+        let offset = self.offset;
+        let remaining = self.end - offset;
+        if remaining == 0 {
+            return Ok(Scanned::End);
+        }
+        if remaining < HEADER_LEN as u64 {
+            return Ok(Scanned::Torn {
+                offset,
+                reason: "an incomplete frame header",
+            });
+        }
+        let mut header = [0u8; HEADER_LEN];
+        self.reader.read_exact(&mut header)?;
+        let stored_header_crc = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+        if crc32c::crc32c(&header[0..8]) != stored_header_crc {
+            if header.iter().all(|&b| b == 0) && self.rest_is_zero()? {
+                return Ok(Scanned::Torn {
+                    offset,
+                    reason: "a zero-filled tail",
+                });
+            }
+            return Ok(Scanned::Corrupt {
+                offset,
+                problem: "the frame header fails its checksum".to_owned(),
+            });
+        }
+        let length = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+        let payload_crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        if length == 0 || length > MAX_PAYLOAD {
+            return Ok(Scanned::Corrupt {
+                offset,
+                problem: format!("the frame header claims an impossible length of {length} bytes"),
+            });
+        }
+        let frame_end = offset + (HEADER_LEN + length) as u64;
+        if frame_end > self.end {
+            return Ok(Scanned::Torn {
+                offset,
+                reason: "a frame that runs past the end of the file",
+            });
+        }
+        let mut payload = vec![0u8; length];
+        self.reader.read_exact(&mut payload)?;
+        if crc32c::crc32c(&payload) != payload_crc {
+            if frame_end == self.end {
+                return Ok(Scanned::Torn {
+                    offset,
+                    reason: "the last frame of the file failing its checksum",
+                });
+            }
+            return Ok(Scanned::Corrupt {
+                offset,
+                problem: format!(
+                    "the {length}-byte frame payload fails its checksum, and more data follows it"
+                ),
+            });
+        }
+        self.offset = frame_end;
+        Ok(Scanned::Frame { offset, payload })
+    }
+
+    fn rest_is_zero(&mut self) -> io::Result<bool> {
+        let mut buffer = [0u8; 8192];
+        loop {
+            let read = self.reader.read(&mut buffer)?;
+            if read == 0 {
+                return Ok(true);
+            }
+            if buffer[..read].iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_all(bytes: &[u8]) -> Vec<Scanned> {
+        let mut scanner = FrameScanner::new(bytes, 0, bytes.len() as u64);
+        let mut found = Vec::new();
+        loop {
+            let next = scanner.next_frame().unwrap();
+            let stop = !matches!(next, Scanned::Frame { .. });
+            found.push(next);
+            if stop {
+                return found;
+            }
+        }
+    }
+
+    fn two_frames() -> Vec<u8> {
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, b"first");
+        write_frame(&mut bytes, b"second!");
+        bytes
+    }
+
+    #[test]
+    fn intact_frames_scan_back_in_order() {
+        let found = scan_all(&two_frames());
+        assert!(matches!(&found[0], Scanned::Frame { offset: 0, payload } if payload == b"first"));
+        assert!(
+            matches!(&found[1], Scanned::Frame { offset: 17, payload } if payload == b"second!")
+        );
+        assert!(matches!(found[2], Scanned::End));
+    }
+
+    #[test]
+    fn every_cut_inside_the_last_frame_is_torn_at_its_start() {
+        let bytes = two_frames();
+        for cut in 18..bytes.len() {
+            let found = scan_all(&bytes[..cut]);
+            assert!(
+                matches!(found[1], Scanned::Torn { offset: 17, .. }),
+                "cut at {cut}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_before_the_last_frame_is_corruption() {
+        let clean = two_frames();
+        for at in 0..17 {
+            let mut bytes = clean.clone();
+            bytes[at] ^= 0x40;
+            let found = scan_all(&bytes);
+            assert!(
+                matches!(found[0], Scanned::Corrupt { offset: 0, .. }),
+                "flip at {at}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_zero_filled_tail_is_torn() {
+        let mut bytes = two_frames();
+        bytes.extend_from_slice(&[0; 40]);
+        let found = scan_all(&bytes);
+        assert!(
+            matches!(found[2], Scanned::Torn { offset: 36, .. }),
+            "{found:?}"
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! A small append-only file of framed records, for state that is replaced rather than
+//! accumulated (bookmarks, lease token ceilings).
+//!
+//! Every change appends one record and syncs; opening replays the records (the last record
+//! for a key wins, which the owner of the journal decides). When most records are
+//! superseded, the journal is rewritten whole: into a temporary file, synced, renamed over
+//! the old one, and the directory synced, so a crash leaves either the old or the new file,
+//! never a torn one.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::corruption::{Corruption, OpenFailure};
+use crate::directory::sync_dir;
+use crate::frame::{write_frame, FrameScanner, Scanned};
+
+/// Bytes of the file header: an 8-byte magic naming the file's kind and format version.
+const MAGIC_LEN: usize = 8;
+
+/// Rewrite when more than this many records are on disk and most of them are superseded.
+const REWRITE_THRESHOLD: usize = 1024;
+
+/// An open journal file.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    path: PathBuf,
+    magic: [u8; MAGIC_LEN],
+    file: File,
+    records: usize,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal at `path`, cutting off a torn last record, and returns it
+    /// with every record's payload in the order written.
+    ///
+    /// # Errors
+    /// I/O failure, a wrong magic, or a damaged record anywhere but at the tail.
+    pub(crate) fn open(
+        path: &Path,
+        magic: [u8; MAGIC_LEN],
+    ) -> Result<(Journal, Vec<Vec<u8>>), OpenFailure> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(OpenFailure::io("cannot open", path))?;
+        let length = file
+            .metadata()
+            .map_err(OpenFailure::io("cannot inspect", path))?
+            .len();
+        if length < MAGIC_LEN as u64 {
+            // New, or created by a crash before its header was synced: start it afresh.
+            write_header(&mut file, &magic).map_err(OpenFailure::io("cannot initialise", path))?;
+            return Ok((Journal::at(path, magic, file, 0), Vec::new()));
+        }
+        let mut reader = BufReader::new(&file);
+        let mut found = [0u8; MAGIC_LEN];
+        reader
+            .read_exact(&mut found)
+            .map_err(OpenFailure::io("cannot read", path))?;
+        if found != magic {
+            return Err(Corruption::new(
+                path,
+                0,
+                format!(
+                    "the file starts with {found:?}, not the header {:?} of this kind of file",
+                    String::from_utf8_lossy(&magic)
+                ),
+            )
+            .into());
+        }
+        let mut scanner = FrameScanner::new(reader, MAGIC_LEN as u64, length);
+        let mut records = Vec::new();
+        loop {
+            match scanner
+                .next_frame()
+                .map_err(OpenFailure::io("cannot read", path))?
+            {
+                Scanned::Frame { payload, .. } => records.push(payload),
+                Scanned::End => break,
+                Scanned::Torn { offset, reason } => {
+                    tracing::warn!(
+                        file = %path.display(),
+                        offset,
+                        reason,
+                        "cutting off a torn record at the end of the file"
+                    );
+                    file.set_len(offset)
+                        .and_then(|()| file.sync_data())
+                        .map_err(OpenFailure::io("cannot cut the torn tail of", path))?;
+                    break;
+                }
+                Scanned::Corrupt { offset, problem } => {
+                    return Err(Corruption::new(path, offset, problem).into())
+                }
+            }
+        }
+        file.seek(SeekFrom::End(0))
+            .map_err(OpenFailure::io("cannot seek in", path))?;
+        let count = records.len();
+        Ok((Journal::at(path, magic, file, count), records))
+    }
+
+    fn at(path: &Path, magic: [u8; MAGIC_LEN], file: File, records: usize) -> Journal {
+        Journal {
+            path: path.to_owned(),
+            magic,
+            file,
+            records,
+        }
+    }
+
+    /// Appends `records` and syncs them to disk.
+    ///
+    /// # Errors
+    /// Writing or syncing failed.
+    pub(crate) fn append(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
+        let mut bytes = Vec::new();
+        for record in records {
+            write_frame(&mut bytes, record);
+        }
+        self.file.write_all(&bytes)?;
+        self.file.sync_data()?;
+        self.records += records.len();
+        Ok(())
+    }
+
+    /// Whether the journal holds so many superseded records that it should be rewritten with
+    /// the `live` ones only.
+    pub(crate) fn wants_rewrite(&self, live: usize) -> bool {
+        self.records > REWRITE_THRESHOLD && self.records > 2 * live
+    }
+
+    /// Replaces the journal's content with `records`, atomically.
+    ///
+    /// # Errors
+    /// Writing, syncing or renaming failed; the old journal then stays in place.
+    pub(crate) fn rewrite(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
+        let temporary = self.path.with_extension("rewrite");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temporary)?;
+        let mut bytes = self.magic.to_vec();
+        for record in records {
+            write_frame(&mut bytes, record);
+        }
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        fs::rename(&temporary, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            sync_dir(dir)?;
+        }
+        self.file = file;
+        self.records = records.len();
+        Ok(())
+    }
+}
+
+fn write_header(file: &mut File, magic: &[u8; MAGIC_LEN]) -> io::Result<()> {
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(magic)?;
+    file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAGIC: [u8; 8] = *b"TESTJRN1";
+
+    #[test]
+    fn records_survive_reopen_and_a_torn_tail_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.log");
+        let (mut journal, records) = Journal::open(&path, MAGIC).unwrap();
+        assert!(records.is_empty());
+        journal.append(&[b"a".to_vec(), b"bb".to_vec()]).unwrap();
+        drop(journal);
+        let full = fs::metadata(&path).unwrap().len();
+        let file = OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(full - 1).unwrap();
+        drop(file);
+        let (mut journal, records) = Journal::open(&path, MAGIC).unwrap();
+        assert_eq!(records, vec![b"a".to_vec()]);
+        journal.append(&[b"c".to_vec()]).unwrap();
+        drop(journal);
+        let (_, records) = Journal::open(&path, MAGIC).unwrap();
+        assert_eq!(records, vec![b"a".to_vec(), b"c".to_vec()]);
+    }
+
+    #[test]
+    fn a_rewrite_replaces_everything_and_a_wrong_magic_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.log");
+        let (mut journal, _) = Journal::open(&path, MAGIC).unwrap();
+        journal.append(&[b"old".to_vec()]).unwrap();
+        journal.rewrite(&[b"new".to_vec()]).unwrap();
+        journal.append(&[b"newer".to_vec()]).unwrap();
+        drop(journal);
+        let (_, records) = Journal::open(&path, MAGIC).unwrap();
+        assert_eq!(records, vec![b"new".to_vec(), b"newer".to_vec()]);
+        let error = Journal::open(&path, *b"OTHERJR1").unwrap_err();
+        assert!(error.to_string().contains("at byte offset 0"), "{error}");
+    }
+}

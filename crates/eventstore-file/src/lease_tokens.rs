@@ -1,0 +1,201 @@
+//! Leases in memory, with their fencing tokens made durable so that they never repeat.
+//!
+//! The lease rules are the memory backend's [`LeaseTable`]. What this module adds is a
+//! persisted *ceiling* per lease: before a grant uses a token above the ceiling, a block of
+//! tokens is reserved by writing a new ceiling durably, so most grants need no I/O. After a
+//! reopen every lease starts above its persisted ceiling, higher than any token handed out
+//! before, while the holders themselves are forgotten.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+use eventstore_api::{FencingToken, LeaseRequest, LeaseResponse};
+use eventstore_memory::LeaseTable;
+
+use crate::codec::{put_str, put_u64, Decoder};
+use crate::corruption::{Corruption, OpenFailure};
+use crate::journal::Journal;
+
+/// The journal's file name inside the store's directory.
+pub(crate) const TOKENS_FILE: &str = "lease-tokens.log";
+
+const MAGIC: [u8; 8] = *b"ESFTOK01";
+
+/// Tokens reserved with one durable write.
+const RESERVATION_BLOCK: u64 = 100;
+
+/// The lease table and the durable token ceilings that keep its tokens from repeating.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    table: LeaseTable,
+    ceilings: HashMap<String, u64>,
+    journal: Journal,
+}
+
+impl LeaseState {
+    /// Opens the ceilings in `dir`; every lease starts above its ceiling and with no holder.
+    ///
+    /// # Errors
+    /// I/O failure or damage (see [`Journal::open`]).
+    pub(crate) fn open(dir: &Path) -> Result<LeaseState, OpenFailure> {
+        let path = dir.join(TOKENS_FILE);
+        let (mut journal, records) = Journal::open(&path, MAGIC)?;
+        let mut ceilings = HashMap::new();
+        for (number, record) in records.iter().enumerate() {
+            let mut decoder = Decoder::new(record);
+            let decoded = decoder.str("the lease name").and_then(|name| {
+                let ceiling = decoder.u64("the token ceiling")?;
+                decoder.finish("the token record")?;
+                Ok((name.to_owned(), ceiling))
+            });
+            let (name, ceiling) = decoded.map_err(|error| {
+                Corruption::new(
+                    &path,
+                    0,
+                    format!("token record {number} does not decode: {error}"),
+                )
+            })?;
+            let known = ceilings.entry(name).or_insert(0);
+            *known = ceiling.max(*known);
+        }
+        if journal.wants_rewrite(ceilings.len()) {
+            journal
+                .rewrite(&encode_all(&ceilings))
+                .map_err(OpenFailure::io("cannot compact", &path))?;
+        }
+        let mut table = LeaseTable::new();
+        for (name, &ceiling) in &ceilings {
+            table.raise_floor(name, FencingToken(ceiling));
+        }
+        Ok(LeaseState {
+            table,
+            ceilings,
+            journal,
+        })
+    }
+
+    /// The lease table, for reading and for fence checks.
+    pub(crate) fn table(&self) -> &LeaseTable {
+        &self.table
+    }
+
+    /// Whether answering `requests` might hand out a token above a durable ceiling, so that
+    /// [`LeaseState::reserve_for`] must write first.
+    pub(crate) fn needs_reservation(&self, requests: &[LeaseRequest]) -> bool {
+        self.highest_needed(requests)
+            .iter()
+            .any(|(name, needed)| *needed > self.ceiling(name))
+    }
+
+    /// Makes the tokens `requests` might use durable, reserving a block beyond them.
+    ///
+    /// # Errors
+    /// Writing or syncing the ceilings failed; no request may then be answered.
+    pub(crate) fn reserve_for(&mut self, requests: &[LeaseRequest]) -> io::Result<()> {
+        let raised: Vec<(String, u64)> = self
+            .highest_needed(requests)
+            .into_iter()
+            .filter(|(name, needed)| *needed > self.ceiling(name))
+            .map(|(name, needed)| (name.to_owned(), needed + RESERVATION_BLOCK - 1))
+            .collect();
+        if raised.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<Vec<u8>> = raised
+            .iter()
+            .map(|(name, ceiling)| encode(name, *ceiling))
+            .collect();
+        self.journal.append(&records)?;
+        self.ceilings.extend(raised);
+        if self.journal.wants_rewrite(self.ceilings.len()) {
+            self.journal.rewrite(&encode_all(&self.ceilings))?;
+        }
+        Ok(())
+    }
+
+    /// Answers `requests` one by one, each at the time `now` gives. Call
+    /// [`LeaseState::reserve_for`] first whenever [`LeaseState::needs_reservation`] says so.
+    pub(crate) fn request_all(
+        &mut self,
+        requests: &[LeaseRequest],
+        mut now: impl FnMut() -> DateTime<Utc>,
+    ) -> Vec<LeaseResponse> {
+        debug_assert!(!self.needs_reservation(requests));
+        requests
+            .iter()
+            .map(|request| self.table.request(request, now()))
+            .collect()
+    }
+
+    /// Applies `release_lease` at `now`.
+    pub(crate) fn release(&mut self, lease_name: &str, owner: &str, now: DateTime<Utc>) {
+        self.table.release(lease_name, owner, now);
+    }
+
+    fn ceiling(&self, lease_name: &str) -> u64 {
+        self.ceilings.get(lease_name).copied().unwrap_or(0)
+    }
+
+    /// For each lease named in `requests`, the highest token they could be granted: each
+    /// request for it could, at most, grant once.
+    fn highest_needed<'a>(&self, requests: &'a [LeaseRequest]) -> HashMap<&'a str, u64> {
+        let mut needed: HashMap<&str, u64> = HashMap::new();
+        for request in requests {
+            needed
+                .entry(&request.lease_name)
+                .and_modify(|token| *token += 1)
+                .or_insert_with(|| self.table.next_token(&request.lease_name).0);
+        }
+        needed
+    }
+}
+
+fn encode(lease_name: &str, ceiling: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(lease_name.len() + 12);
+    put_str(&mut out, lease_name);
+    put_u64(&mut out, ceiling);
+    out
+}
+
+fn encode_all(ceilings: &HashMap<String, u64>) -> Vec<Vec<u8>> {
+    ceilings
+        .iter()
+        .map(|(name, &ceiling)| encode(name, ceiling))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn tokens_after_reopen_exceed_every_token_handed_out_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut highest = 0;
+        for round in 0..3 {
+            let mut state = LeaseState::open(dir.path()).unwrap();
+            assert!(
+                state.table().leases().is_empty(),
+                "round {round}: holders are forgotten"
+            );
+            for owner in 0..150 {
+                let request =
+                    LeaseRequest::new("l", format!("o{owner}"), 0, Duration::from_secs(60));
+                let requests = [request];
+                if state.needs_reservation(&requests) {
+                    state.reserve_for(&requests).unwrap();
+                }
+                let response = state.request_all(&requests, Utc::now).remove(0);
+                if response.status.is_leader() {
+                    assert!(response.fencing_token.0 > highest, "round {round}");
+                    highest = response.fencing_token.0;
+                }
+                state.release("l", &format!("o{owner}"), Utc::now());
+            }
+        }
+        assert!(highest >= 450);
+    }
+}

@@ -1,0 +1,199 @@
+//! Opening the event log: every segment is scanned once, frame by frame, to rebuild the index.
+//! A torn frame at the end of the last segment is cut off; damage anywhere else stops the
+//! open with an error naming the file and offset.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::corruption::{Corruption, OpenFailure};
+use crate::event_record::{decode_batch, EventFields};
+use crate::frame::{FrameScanner, Scanned, HEADER_LEN};
+use crate::index::{EventIndex, IndexedEvent, Location};
+use crate::segments::{
+    create_segment, decode_header, encode_header, list_segments, SegmentWriter, SEGMENT_HEADER_LEN,
+};
+
+/// Rebuilds the index of the log in `dir` and returns it with a writer for its last segment.
+///
+/// # Errors
+/// I/O failure, or damage that a torn write cannot explain.
+pub(crate) fn recover_log(
+    dir: &Path,
+    max_segment_bytes: u64,
+) -> Result<(EventIndex, SegmentWriter), OpenFailure> {
+    let mut segments =
+        list_segments(dir).map_err(OpenFailure::io("cannot list the segments of", dir))?;
+    if segments.is_empty() {
+        create_segment(dir, 1)
+            .map_err(OpenFailure::io("cannot create the first segment in", dir))?;
+        segments = vec![(1, dir.join(crate::segments::segment_file_name(1)))];
+    }
+    let mut index = EventIndex::default();
+    let last = segments.len() - 1;
+    let mut tail = None;
+    for (number, (named_first, path)) in segments.iter().enumerate() {
+        let is_last = number == last;
+        let expected_first = index.next_position();
+        if *named_first != expected_first {
+            return Err(Corruption::new(
+                path,
+                0,
+                format!(
+                    "the segment's name says it starts at position {named_first}, but the \
+                     segments before it end at position {}",
+                    expected_first - 1
+                ),
+            )
+            .into());
+        }
+        let length = scan_segment(path, is_last, expected_first, number as u32, &mut index)?;
+        let reader = File::open(path).map_err(OpenFailure::io("cannot open", path))?;
+        index.add_segment(Arc::new(reader));
+        if is_last {
+            tail = Some((path.clone(), number as u32, length));
+        }
+    }
+    let (path, number, length) = tail.expect("there is at least one segment");
+    let mut file = OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map_err(OpenFailure::io("cannot open for appending", &path))?;
+    file.seek(SeekFrom::Start(length))
+        .map_err(OpenFailure::io("cannot seek in", &path))?;
+    let writer = SegmentWriter::new(dir, max_segment_bytes, file, number, length);
+    Ok((index, writer))
+}
+
+/// Indexes one segment's events; returns the segment's length after any repair.
+fn scan_segment(
+    path: &Path,
+    is_last: bool,
+    expected_first: u64,
+    number: u32,
+    index: &mut EventIndex,
+) -> Result<u64, OpenFailure> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(is_last)
+        .open(path)
+        .map_err(OpenFailure::io("cannot open", path))?;
+    let length = file
+        .metadata()
+        .map_err(OpenFailure::io("cannot inspect", path))?
+        .len();
+    if length < SEGMENT_HEADER_LEN {
+        if !is_last {
+            return Err(Corruption::new(
+                path,
+                0,
+                format!("a sealed segment is only {length} bytes long, shorter than its header"),
+            )
+            .into());
+        }
+        // Created by a crash before its header was synced: write the header afresh.
+        tracing::warn!(file = %path.display(), length, "rewriting an incomplete segment header");
+        rewrite_header(&mut file, expected_first)
+            .map_err(OpenFailure::io("cannot repair", path))?;
+        return Ok(SEGMENT_HEADER_LEN);
+    }
+    let mut reader = BufReader::with_capacity(1 << 20, &file);
+    let mut header = [0u8; SEGMENT_HEADER_LEN as usize];
+    reader
+        .read_exact(&mut header)
+        .map_err(OpenFailure::io("cannot read", path))?;
+    let first = decode_header(&header).map_err(|problem| Corruption::new(path, 0, problem))?;
+    if first != expected_first {
+        return Err(Corruption::new(
+            path,
+            0,
+            format!(
+                "the segment header says it starts at position {first}, expected {expected_first}"
+            ),
+        )
+        .into());
+    }
+    let mut scanner = FrameScanner::new(reader, SEGMENT_HEADER_LEN, length);
+    loop {
+        match scanner
+            .next_frame()
+            .map_err(OpenFailure::io("cannot read", path))?
+        {
+            Scanned::Frame { offset, payload } => {
+                index_frame(path, offset, &payload, number, index)?;
+            }
+            Scanned::End => return Ok(length),
+            Scanned::Torn { offset, reason } if is_last => {
+                tracing::warn!(
+                    file = %path.display(),
+                    offset,
+                    cut_bytes = length - offset,
+                    reason,
+                    "cutting off a torn, never acknowledged append at the end of the log"
+                );
+                file.set_len(offset)
+                    .and_then(|()| file.sync_data())
+                    .map_err(OpenFailure::io("cannot cut the torn tail of", path))?;
+                return Ok(offset);
+            }
+            Scanned::Torn { offset, reason } => {
+                return Err(Corruption::new(
+                    path,
+                    offset,
+                    format!("a sealed segment ends in {reason}"),
+                )
+                .into())
+            }
+            Scanned::Corrupt { offset, problem } => {
+                return Err(Corruption::new(path, offset, problem).into())
+            }
+        }
+    }
+}
+
+fn index_frame(
+    path: &Path,
+    frame_offset: u64,
+    payload: &[u8],
+    segment: u32,
+    index: &mut EventIndex,
+) -> Result<(), OpenFailure> {
+    let corrupt = |problem: String| Corruption::new(path, frame_offset, problem);
+    let events = decode_batch(payload).map_err(|error| corrupt(error.0))?;
+    for (offset, bytes) in events {
+        let fields = EventFields::decode(bytes).map_err(|error| corrupt(error.0))?;
+        let expected = index.next_position();
+        if fields.position != expected {
+            return Err(corrupt(format!(
+                "the event {} records position {}, but the log before it ends at position {}",
+                fields.id,
+                fields.position,
+                expected - 1
+            ))
+            .into());
+        }
+        index.insert(&IndexedEvent {
+            id: fields.id,
+            context: fields.context,
+            purpose: fields.purpose,
+            event_type: fields.event_type,
+            tags: fields.tags,
+            idempotency_key: fields.idempotency_key,
+            location: Location {
+                segment,
+                length: bytes.len() as u32,
+                offset: frame_offset + HEADER_LEN as u64 + offset,
+            },
+        });
+    }
+    Ok(())
+}
+
+fn rewrite_header(file: &mut File, first_position: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(&encode_header(first_position))?;
+    file.sync_all()
+}

@@ -1,0 +1,171 @@
+//! The event log on disk: segment files `events-<first position>.log`, each a header and
+//! then batch frames, appended to one at a time.
+//!
+//! A segment is closed for writing ("sealed") once it is full and synced; only the last
+//! segment can end in a torn frame.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::directory::sync_dir;
+
+/// Bytes of a segment header: magic, first position, checksum of both.
+pub(crate) const SEGMENT_HEADER_LEN: u64 = 20;
+
+const MAGIC: &[u8; 8] = b"ESFLOG01";
+const PREFIX: &str = "events-";
+const SUFFIX: &str = ".log";
+
+/// The file name of the segment whose first event has `first_position`.
+pub(crate) fn segment_file_name(first_position: u64) -> String {
+    format!("{PREFIX}{first_position:020}{SUFFIX}")
+}
+
+/// The segments in `dir`, by first position.
+///
+/// # Errors
+/// Listing the directory failed.
+pub(crate) fn list_segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+    let mut segments = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let first_position = name
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.strip_suffix(SUFFIX))
+            .and_then(|digits| digits.parse::<u64>().ok());
+        if let Some(first_position) = first_position {
+            segments.push((first_position, entry.path()));
+        }
+    }
+    segments.sort();
+    Ok(segments)
+}
+
+/// A segment header for a segment starting at `first_position`.
+pub(crate) fn encode_header(first_position: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
+    let mut header = [0u8; SEGMENT_HEADER_LEN as usize];
+    header[0..8].copy_from_slice(MAGIC);
+    header[8..16].copy_from_slice(&first_position.to_le_bytes());
+    let crc = crc32c::crc32c(&header[0..16]);
+    header[16..20].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// The first position a segment header records.
+///
+/// # Errors
+/// A description of what is wrong with the header.
+pub(crate) fn decode_header(header: &[u8; SEGMENT_HEADER_LEN as usize]) -> Result<u64, String> {
+    if &header[0..8] != MAGIC {
+        return Err(format!(
+            "the segment header starts with {:?}, not {:?}",
+            String::from_utf8_lossy(&header[0..8]),
+            String::from_utf8_lossy(MAGIC)
+        ));
+    }
+    let crc = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&header[0..16]) != crc {
+        return Err("the segment header fails its checksum".to_owned());
+    }
+    Ok(u64::from_le_bytes(
+        header[8..16].try_into().expect("8 bytes"),
+    ))
+}
+
+/// Creates a segment for `first_position` in `dir` with its header synced, and syncs `dir`.
+///
+/// # Errors
+/// Creating, writing or syncing failed.
+pub(crate) fn create_segment(dir: &Path, first_position: u64) -> io::Result<File> {
+    let path = dir.join(segment_file_name(first_position));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    file.write_all(&encode_header(first_position))?;
+    file.sync_all()?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+/// Appends frames to the last segment, starting a new segment when it is full.
+///
+/// Frames are buffered by [`SegmentWriter::append`] and reach the disk with
+/// [`SegmentWriter::sync`], so that a whole group of appends costs one write and one sync.
+#[derive(Debug)]
+pub(crate) struct SegmentWriter {
+    dir: PathBuf,
+    max_bytes: u64,
+    file: File,
+    segment: u32,
+    /// Bytes of the active segment, buffered ones included.
+    length: u64,
+    buffer: Vec<u8>,
+    opened: Vec<Arc<File>>,
+}
+
+impl SegmentWriter {
+    /// A writer appending to `file`, segment number `segment`, `length` bytes long.
+    pub(crate) fn new(dir: &Path, max_bytes: u64, file: File, segment: u32, length: u64) -> Self {
+        SegmentWriter {
+            dir: dir.to_owned(),
+            max_bytes,
+            file,
+            segment,
+            length,
+            buffer: Vec::new(),
+            opened: Vec::new(),
+        }
+    }
+
+    /// Buffers `frame`, whose first event has `first_position`; returns the segment number and
+    /// offset it will lie at. A full segment is synced and sealed first.
+    ///
+    /// # Errors
+    /// Sealing the full segment or starting the next one failed.
+    pub(crate) fn append(&mut self, frame: &[u8], first_position: u64) -> io::Result<(u32, u64)> {
+        let full = self.length + frame.len() as u64 > self.max_bytes;
+        if full && self.length > SEGMENT_HEADER_LEN {
+            self.sync()?;
+            self.file = create_segment(&self.dir, first_position)?;
+            self.segment += 1;
+            self.length = SEGMENT_HEADER_LEN;
+            let reader = File::open(self.dir.join(segment_file_name(first_position)))?;
+            self.opened.push(Arc::new(reader));
+        }
+        let offset = self.length;
+        self.buffer.extend_from_slice(frame);
+        self.length += frame.len() as u64;
+        Ok((self.segment, offset))
+    }
+
+    /// Writes what is buffered and syncs it to disk.
+    ///
+    /// # Errors
+    /// Writing or syncing failed; what was buffered is then dropped.
+    pub(crate) fn sync(&mut self) -> io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let result = self
+            .file
+            .write_all(&self.buffer)
+            .and_then(|()| self.file.sync_data());
+        self.buffer.clear();
+        if self.buffer.capacity() > 16 << 20 {
+            self.buffer.shrink_to(1 << 20);
+        }
+        result
+    }
+
+    /// Read handles of the segments started since the last call, in order.
+    pub(crate) fn take_opened(&mut self) -> Vec<Arc<File>> {
+        std::mem::take(&mut self.opened)
+    }
+}

@@ -1,0 +1,480 @@
+//! The storage handle: validation, then reads straight from the index and the segments, and
+//! changes through the writer thread.
+
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use eventstore_api::validate;
+use eventstore_api::{
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
+    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+};
+use eventstore_memory::StorageClock;
+use tokio::sync::oneshot;
+
+use crate::bookmark_journal::BookmarkJournal;
+use crate::corruption::OpenFailure;
+use crate::directory::DirectoryLock;
+use crate::event_reader::read_events;
+use crate::index::Location;
+use crate::lease_tokens::LeaseState;
+use crate::options::FileStorageOptions;
+use crate::recovery::recover_log;
+use crate::writer::{Command, Reply, SharedState, Writer};
+
+const BACKEND_NAME: &str = "file";
+
+/// Events and bookmarks durable in a directory, leases in memory.
+///
+/// Clones are cheap handles onto one storage; [`EventStorage::close`] on any of them closes
+/// it for all. See the [crate documentation](crate) for what is guaranteed.
+#[derive(Clone)]
+pub struct FileEventStorage {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    state: SharedState,
+    commands: Mutex<Option<Sender<Command>>>,
+    writer: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+impl fmt::Debug for FileEventStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileEventStorage")
+            .field("dir", &self.inner.dir)
+            .field("closed", &self.inner.closed.load(Ordering::Acquire))
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileEventStorage {
+    /// Opens the store in `dir`, creating the directory when missing, with default options.
+    ///
+    /// # Errors
+    /// `Backend` when the directory is open elsewhere (naming it and the holder's pid), when
+    /// the log is damaged other than by a torn last write (naming the file and offset; the
+    /// source is then a [`crate::Corruption`]), or on I/O failure.
+    pub async fn open(dir: impl AsRef<Path>) -> StorageResult<FileEventStorage> {
+        FileEventStorage::open_with(dir, FileStorageOptions::default()).await
+    }
+
+    /// Opens the store in `dir` with `options`.
+    ///
+    /// # Errors
+    /// As [`FileEventStorage::open`].
+    pub async fn open_with(
+        dir: impl AsRef<Path>,
+        options: FileStorageOptions,
+    ) -> StorageResult<FileEventStorage> {
+        let dir = dir.as_ref().to_owned();
+        tokio::task::spawn_blocking(move || open_blocking(dir, &options))
+            .await
+            .map_err(|error| EventStorageError::backend("opening the event store failed", error))?
+    }
+
+    /// The store's directory.
+    pub fn directory(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    fn ensure_open(&self) -> StorageResult<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            Err(EventStorageError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Hands a command to the writer and waits for its answer.
+    async fn submit<T>(&self, command: impl FnOnce(Reply<T>) -> Command) -> StorageResult<T> {
+        let (reply, answer) = oneshot::channel();
+        {
+            let commands = self
+                .inner
+                .commands
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let sender = commands.as_ref().ok_or(EventStorageError::Closed)?;
+            sender
+                .send(command(reply))
+                .map_err(|_| EventStorageError::Closed)?;
+        }
+        answer.await.map_err(|_| {
+            EventStorageError::backend(
+                format!(
+                    "the writer of the event store in {} stopped",
+                    self.inner.dir.display()
+                ),
+                std::io::Error::other("the writer thread ended without answering"),
+            )
+        })?
+    }
+
+    /// Reads the events at `locations` off the request path's thread.
+    async fn fetch(
+        &self,
+        mut locations: Vec<(Arc<File>, Location)>,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        if locations.is_empty() {
+            return Ok(Vec::new());
+        }
+        let dir = self.inner.dir.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            // Fetch in ascending file order, so that neighbours share one read.
+            let backward = direction == Direction::Backward;
+            if backward {
+                locations.reverse();
+            }
+            let mut events = read_events(&locations)?;
+            if backward {
+                events.reverse();
+            }
+            Ok::<_, crate::event_reader::ReadFailure>(events)
+        });
+        match read.await {
+            Ok(Ok(events)) => Ok(events),
+            Ok(Err(failure)) => Err(EventStorageError::backend(
+                format!("cannot read from the event store in {}", dir.display()),
+                failure,
+            )),
+            Err(error) => Err(EventStorageError::backend("reading events failed", error)),
+        }
+    }
+
+    fn index(&self) -> std::sync::RwLockReadGuard<'_, crate::index::EventIndex> {
+        self.inner
+            .state
+            .index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Locks the lease state, refusing when the storage is closed.
+    async fn leases(&self) -> StorageResult<tokio::sync::OwnedMutexGuard<LeaseState>> {
+        let guard = Arc::clone(&self.inner.state.leases).lock_owned().await;
+        self.ensure_open()?;
+        Ok(guard)
+    }
+
+    async fn answer_lease_requests(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseResponse>> {
+        let mut leases = self.leases().await?;
+        let clock = Arc::clone(&self.inner.state.clock);
+        if !leases.needs_reservation(&requests) {
+            return Ok(leases.request_all(&requests, || clock.now()));
+        }
+        let dir = self.inner.dir.clone();
+        tokio::task::spawn_blocking(move || {
+            leases.reserve_for(&requests).map_err(|error| {
+                EventStorageError::backend(
+                    format!(
+                        "cannot persist fencing tokens in the event store in {}",
+                        dir.display()
+                    ),
+                    error,
+                )
+            })?;
+            Ok(leases.request_all(&requests, || clock.now()))
+        })
+        .await
+        .map_err(|error| EventStorageError::backend("answering lease requests failed", error))?
+    }
+}
+
+fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<FileEventStorage> {
+    std::fs::create_dir_all(&dir).map_err(|error| {
+        EventStorageError::backend(
+            format!("cannot create the event store directory {}", dir.display()),
+            error,
+        )
+    })?;
+    let lock = DirectoryLock::acquire(&dir)
+        .map_err(|failure| EventStorageError::backend(failure.to_string(), failure))?;
+    let opened = |failure: OpenFailure| {
+        let message = format!(
+            "cannot open the event store in {}: {failure}",
+            dir.display()
+        );
+        match failure {
+            OpenFailure::Corrupt(corruption) => EventStorageError::backend(message, corruption),
+            io => EventStorageError::backend(message, io),
+        }
+    };
+    let (index, segments) = recover_log(&dir, options.segment_bytes()).map_err(opened)?;
+    let (bookmark_journal, bookmarks) = BookmarkJournal::open(&dir).map_err(opened)?;
+    let leases = LeaseState::open(&dir).map_err(opened)?;
+    tracing::info!(dir = %dir.display(), events = index.len(), bookmarks = bookmarks.len(), "opened the event store");
+    let state = SharedState {
+        index: Arc::new(RwLock::new(index)),
+        bookmarks: Arc::new(RwLock::new(bookmarks)),
+        leases: Arc::new(tokio::sync::Mutex::new(leases)),
+        clock: Arc::new(StorageClock::new()),
+    };
+    let writer = Writer {
+        dir: dir.clone(),
+        segments,
+        bookmark_journal,
+        shared: state.clone(),
+        lock,
+        failure: None,
+    };
+    let (sender, commands) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("eventstore-file-writer".to_owned())
+        .spawn(move || writer.run(commands))
+        .map_err(|error| {
+            EventStorageError::backend("cannot start the event store writer", error)
+        })?;
+    Ok(FileEventStorage {
+        inner: Arc::new(Inner {
+            dir,
+            state,
+            commands: Mutex::new(Some(sender)),
+            writer: tokio::sync::Mutex::new(Some(thread)),
+            closed: AtomicBool::new(false),
+        }),
+    })
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle is gone without `close`: stop the writer and wait for it, so that
+        // the directory is free again once the drop returns.
+        drop(
+            self.commands
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        if let Some(thread) = self.writer.get_mut().take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[async_trait]
+impl EventStorage for FileEventStorage {
+    fn name(&self) -> &str {
+        BACKEND_NAME
+    }
+
+    fn supports(&self, capability: Capability) -> bool {
+        matches!(capability, Capability::Lease | Capability::FencedWrites)
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        validate::validate_append_stream(stream)?;
+        validate::validate_events(&events)?;
+        self.ensure_open()?;
+        self.submit(|reply| Command::Append {
+            fence: None,
+            criteria,
+            stream: stream.clone(),
+            events,
+            reply,
+        })
+        .await
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        validate::validate_stream(stream)?;
+        self.ensure_open()?;
+        let locations = self.index().select(filter, stream, after, limit, direction);
+        self.fetch(locations, direction).await
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+        self.ensure_open()?;
+        let Some(location) = self.index().locate_id(id) else {
+            return Ok(None);
+        };
+        Ok(self.fetch(vec![location], Direction::Forward).await?.pop())
+    }
+
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        validate::validate_stream(stream)?;
+        self.ensure_open()?;
+        Ok(self.index().head(stream))
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        validate::validate_reader(reader)?;
+        validate::validate_tags(&tags)?;
+        self.ensure_open()?;
+        self.submit(|reply| Command::Bookmark {
+            fence: None,
+            reader: reader.to_owned(),
+            reference: *reference,
+            tags,
+            reply,
+        })
+        .await
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        validate::validate_reader(reader)?;
+        self.ensure_open()?;
+        let bookmarks = self
+            .inner
+            .state
+            .bookmarks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(bookmarks.get(reader).map(|bookmark| bookmark.reference))
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+        validate::validate_reader(reader)?;
+        self.ensure_open()?;
+        self.submit(|reply| Command::RemoveBookmark {
+            reader: reader.to_owned(),
+            reply,
+        })
+        .await
+    }
+
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+        self.ensure_open()?;
+        let bookmarks = self
+            .inner
+            .state
+            .bookmarks
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(bookmarks.values().cloned().collect())
+    }
+
+    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
+        validate::validate_lease_request(&request)?;
+        let mut responses = self.answer_lease_requests(vec![request]).await?;
+        Ok(responses.remove(0))
+    }
+
+    async fn request_leases(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseResponse>> {
+        validate::validate_lease_requests(&requests)?;
+        self.answer_lease_requests(requests).await
+    }
+
+    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+        validate::validate_release(lease_name, owner)?;
+        let mut leases = self.leases().await?;
+        leases.release(lease_name, owner, self.inner.state.clock.now());
+        Ok(())
+    }
+
+    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        Ok(self.leases().await?.table().leases())
+    }
+
+    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
+        self.ensure_open()?;
+        Ok(self.inner.state.clock.now())
+    }
+
+    async fn append_fenced(
+        &self,
+        fence: &Fence,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        validate::validate_append_stream(stream)?;
+        validate::validate_events(&events)?;
+        self.ensure_open()?;
+        self.submit(|reply| Command::Append {
+            fence: Some(fence.clone()),
+            criteria,
+            stream: stream.clone(),
+            events,
+            reply,
+        })
+        .await
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        fence: &Fence,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        validate::validate_reader(reader)?;
+        validate::validate_tags(&tags)?;
+        self.ensure_open()?;
+        self.submit(|reply| Command::Bookmark {
+            fence: Some(fence.clone()),
+            reader: reader.to_owned(),
+            reference: *reference,
+            tags,
+            reply,
+        })
+        .await
+    }
+
+    async fn close(&self) -> StorageResult<()> {
+        // Under the lease lock, so that no lease operation runs on after the close.
+        let leases = self.inner.state.leases.lock().await;
+        self.inner.closed.store(true, Ordering::Release);
+        drop(leases);
+        let mut writer = self.inner.writer.lock().await;
+        drop(
+            self.inner
+                .commands
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        if let Some(thread) = writer.take() {
+            // The writer finishes the commands it has, then releases the directory.
+            tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .map_err(|error| {
+                    EventStorageError::backend("closing the event store failed", error)
+                })?
+                .map_err(|_| {
+                    EventStorageError::backend(
+                        format!(
+                            "the writer of the event store in {} panicked",
+                            self.inner.dir.display()
+                        ),
+                        std::io::Error::other("writer thread panicked"),
+                    )
+                })?;
+        }
+        Ok(())
+    }
+}
