@@ -682,7 +682,7 @@ pub async fn concurrent_conditional_appends_to_one_boundary_elect_exactly_one<F:
     factory: &F,
 ) {
     const CONTENDERS: usize = 8;
-    const ROUNDS: usize = 5;
+    const ROUNDS: usize = 20;
     let first = Arc::new(factory.create().await);
     let second = Arc::new(factory.another_handle(&first).await);
     let handles = [first, second];
