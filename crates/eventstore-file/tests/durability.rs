@@ -1,0 +1,435 @@
+//! What only a durable backend must prove: reopening, recovery from torn and damaged logs,
+//! the directory lock, and appends from many tasks at once.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventstore_api::{
+    AppendCriteria, Direction, EventFilter, EventStorage, EventStorageError, EventStreamId,
+    EventToStore, LeaseRequest, Limit, StoredEvent, Tags,
+};
+use eventstore_file::{Corruption, FileEventStorage, FileStorageOptions};
+use serde_json::json;
+
+fn stream() -> EventStreamId {
+    EventStreamId::for_context("counting")
+}
+
+fn counted(n: u64) -> EventToStore {
+    let parity = if n % 2 == 0 { "even" } else { "odd" };
+    EventToStore::new("Counted", json!({ "n": n, "text": "x".repeat(40) }))
+        .with_tags(Tags::from_pairs([("parity", parity)]))
+}
+
+async fn append_one(storage: &FileEventStorage, n: u64) -> StoredEvent {
+    storage
+        .append(AppendCriteria::none(), &stream(), vec![counted(n)])
+        .await
+        .expect("append")
+        .remove(0)
+}
+
+async fn all_events(storage: &FileEventStorage) -> Vec<StoredEvent> {
+    storage
+        .query(
+            &EventFilter::match_all(),
+            &EventStreamId::any(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await
+        .expect("query")
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            name.starts_with("events-") && name.ends_with(".log")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopen_keeps_every_event_and_bookmark_and_drops_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(dir.path()).await.unwrap();
+    for n in 0..3 {
+        append_one(&storage, n).await;
+    }
+    let batch: Vec<EventToStore> = (3..6)
+        .map(|n| counted(n).with_idempotency_key(format!("k{n}")))
+        .collect();
+    storage
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::new("counting", "batch"),
+            batch,
+        )
+        .await
+        .unwrap();
+    let events = all_events(&storage).await;
+    storage
+        .bookmark(
+            "projector",
+            &events[2].reference,
+            Tags::from_pairs([("v", "1")]),
+        )
+        .await
+        .unwrap();
+    storage
+        .bookmark("other", &events[5].reference, Tags::none())
+        .await
+        .unwrap();
+    storage.remove_bookmark("other").await.unwrap();
+    let lease = storage
+        .request_lease(LeaseRequest::new(
+            "leader",
+            "me",
+            0,
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    assert!(lease.status.is_leader());
+    let bookmarks = storage.get_bookmarks().await.unwrap();
+    storage.close().await.unwrap();
+
+    let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+    assert_eq!(all_events(&reopened).await, events);
+    assert_eq!(reopened.get_bookmarks().await.unwrap(), bookmarks);
+    assert_eq!(bookmarks.len(), 1);
+    assert_eq!(
+        reopened.get_bookmark("projector").await.unwrap(),
+        Some(events[2].reference)
+    );
+    assert_eq!(reopened.get_leases().await.unwrap(), vec![]);
+    assert_eq!(
+        reopened.head(&EventStreamId::any()).await.unwrap(),
+        Some(events[5].reference)
+    );
+    // Idempotency keys survive the reopen too.
+    let retry: Vec<EventToStore> = (3..6)
+        .map(|n| counted(n).with_idempotency_key(format!("k{n}")))
+        .collect();
+    let stored = reopened
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::new("counting", "batch"),
+            retry,
+        )
+        .await
+        .unwrap();
+    assert!(stored.is_empty(), "a retry after reopen stores nothing");
+    assert_eq!(append_one(&reopened, 6).await.reference.position, 7);
+    reopened.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_after_a_reopen_are_higher_than_every_token_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut granted = Vec::new();
+    for round in 0..3 {
+        let storage = FileEventStorage::open(dir.path()).await.unwrap();
+        for owner in 0..4 {
+            let owner = format!("owner-{round}-{owner}");
+            let response = storage
+                .request_lease(LeaseRequest::new(
+                    "leader",
+                    &owner,
+                    0,
+                    Duration::from_secs(60),
+                ))
+                .await
+                .unwrap();
+            assert!(response.status.is_leader(), "{owner}: {response:?}");
+            granted.push(response.fencing_token);
+            storage.release_lease("leader", &owner).await.unwrap();
+        }
+        storage.close().await.unwrap();
+    }
+    assert!(
+        granted.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens must strictly increase across reopens: {granted:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_cut_at_every_byte_of_its_last_record_reopens_to_the_acknowledged_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(dir.path()).await.unwrap();
+    for n in 0..5 {
+        append_one(&storage, n).await;
+    }
+    let before_last = all_events(&storage).await;
+    let segment = segment_files(dir.path()).pop().unwrap();
+    let intact_length = std::fs::metadata(&segment).unwrap().len();
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream(),
+            vec![counted(5), counted(6)],
+        )
+        .await
+        .unwrap();
+    let everything = all_events(&storage).await;
+    storage.close().await.unwrap();
+    let full = std::fs::read(&segment).unwrap();
+    assert!(full.len() as u64 > intact_length);
+
+    for cut in intact_length..=full.len() as u64 {
+        std::fs::write(&segment, &full[..cut as usize]).unwrap();
+        let reopened = FileEventStorage::open(dir.path())
+            .await
+            .unwrap_or_else(|error| panic!("cut at byte {cut}: {error}"));
+        let found = all_events(&reopened).await;
+        if cut == full.len() as u64 {
+            assert_eq!(found, everything);
+        } else {
+            assert_eq!(found, before_last, "cut at byte {cut}");
+            // The torn tail is gone: the next append lands right after the intact events.
+            assert_eq!(append_one(&reopened, 99).await.reference.position, 6);
+        }
+        reopened.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flipped_byte_in_the_middle_of_the_log_is_an_error_naming_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(dir.path()).await.unwrap();
+    for n in 0..20 {
+        append_one(&storage, n).await;
+    }
+    storage.close().await.unwrap();
+    let segment = segment_files(dir.path()).pop().unwrap();
+    let intact = std::fs::read(&segment).unwrap();
+    let middle = intact.len() / 2;
+
+    for flipped in [middle, middle + 1, 25, 30] {
+        let mut damaged = intact.clone();
+        damaged[flipped] ^= 0x10;
+        std::fs::write(&segment, &damaged).unwrap();
+        let error = FileEventStorage::open(dir.path()).await.unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(error, EventStorageError::Backend { .. }),
+            "{error:?}"
+        );
+        assert!(
+            message.contains(&segment.display().to_string()),
+            "{message}"
+        );
+        assert!(message.contains("byte offset"), "{message}");
+        let corruption = std::error::Error::source(&error)
+            .and_then(|source| source.downcast_ref::<Corruption>())
+            .unwrap_or_else(|| panic!("the source names the damage: {error:?}"));
+        assert_eq!(corruption.file, segment);
+        assert!(
+            corruption.offset <= flipped as u64,
+            "the damaged record starts at or before byte {flipped}: {corruption}"
+        );
+        assert_eq!(
+            std::fs::read(&segment).unwrap(),
+            damaged,
+            "nothing was cut off"
+        );
+    }
+
+    std::fs::write(&segment, &intact).unwrap();
+    let repaired = FileEventStorage::open(dir.path()).await.unwrap();
+    assert_eq!(all_events(&repaired).await.len(), 20);
+    repaired.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_open_is_refused_naming_directory_and_pid_until_the_first_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = FileEventStorage::open(dir.path()).await.unwrap();
+    let error = FileEventStorage::open(dir.path()).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains(&dir.path().display().to_string()),
+        "{message}"
+    );
+    assert!(
+        message.contains(&std::process::id().to_string()),
+        "{message}"
+    );
+
+    first.clone().close().await.unwrap();
+    assert!(matches!(
+        first.head(&stream()).await,
+        Err(EventStorageError::Closed)
+    ));
+    let second = FileEventStorage::open(dir.path()).await.unwrap();
+    drop(second);
+    // Dropping the last handle without close releases the directory too.
+    let third = FileEventStorage::open(dir.path()).await.unwrap();
+    third.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_appending_at_once_lose_nothing() {
+    const TASKS: u64 = 16;
+    const APPENDS: u64 = 30;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open_with(
+        dir.path(),
+        FileStorageOptions::default().max_segment_bytes(16 * 1024),
+    )
+    .await
+    .unwrap();
+    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS as usize));
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let storage = storage.clone();
+        let barrier = Arc::clone(&barrier);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut acknowledged = Vec::new();
+            for n in 0..APPENDS {
+                let size = 1 + (n % 3);
+                let batch = (0..size)
+                    .map(|i| EventToStore::new("Tick", json!({ "task": task, "n": n, "i": i })))
+                    .collect();
+                let stream = EventStreamId::new("ticks", format!("task-{task}"));
+                acknowledged.extend(
+                    storage
+                        .append(AppendCriteria::none(), &stream, batch)
+                        .await
+                        .unwrap(),
+                );
+            }
+            acknowledged
+        }));
+    }
+    let mut acknowledged = Vec::new();
+    for task in tasks {
+        acknowledged.extend(task.await.unwrap());
+    }
+    let expected_count = TASKS * (0..APPENDS).map(|n| 1 + n % 3).sum::<u64>();
+    assert_eq!(acknowledged.len() as u64, expected_count);
+    let positions: HashSet<u64> = acknowledged.iter().map(|e| e.reference.position).collect();
+    assert_eq!(
+        positions,
+        (1..=expected_count).collect(),
+        "positions are dense and unique"
+    );
+
+    let by_position: BTreeMap<u64, StoredEvent> = acknowledged
+        .into_iter()
+        .map(|event| (event.reference.position, event))
+        .collect();
+    let expected: Vec<StoredEvent> = by_position.into_values().collect();
+    assert_eq!(all_events(&storage).await, expected);
+    assert!(segment_files(dir.path()).len() > 1, "the log rolled over");
+    storage.close().await.unwrap();
+
+    let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+    assert_eq!(all_events(&reopened).await, expected);
+    for task in 0..TASKS {
+        let stream = EventStreamId::new("ticks", format!("task-{task}"));
+        let mine: Vec<u64> = reopened
+            .query(
+                &EventFilter::match_all(),
+                &stream,
+                None,
+                Limit::none(),
+                Direction::Forward,
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|event| event.payload["n"].as_u64().unwrap())
+            .collect();
+        assert!(
+            mine.windows(2).all(|w| w[0] <= w[1]),
+            "task {task} in its own order"
+        );
+    }
+    reopened.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_span_segments_in_both_directions_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = FileStorageOptions::default().max_segment_bytes(2048);
+    let storage = FileEventStorage::open_with(dir.path(), options.clone())
+        .await
+        .unwrap();
+    for n in 0..60 {
+        append_one(&storage, n).await;
+    }
+    storage.close().await.unwrap();
+    assert!(segment_files(dir.path()).len() >= 5);
+
+    let reopened = FileEventStorage::open_with(dir.path(), options)
+        .await
+        .unwrap();
+    let forward = all_events(&reopened).await;
+    let numbers: Vec<u64> = forward
+        .iter()
+        .map(|e| e.payload["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (0..60).collect::<Vec<_>>());
+    let even_backward = reopened
+        .query(
+            &EventFilter::for_tags(Tags::from_pairs([("parity", "even")])),
+            &stream(),
+            Some(&forward[9].reference),
+            Limit::to(5),
+            Direction::Backward,
+        )
+        .await
+        .unwrap();
+    let numbers: Vec<u64> = even_backward
+        .iter()
+        .map(|e| e.payload["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![58, 56, 54, 52, 50]);
+    let first = reopened
+        .get_event_by_id(forward[0].reference.id)
+        .await
+        .unwrap();
+    assert_eq!(first.as_ref(), Some(&forward[0]));
+    assert_eq!(append_one(&reopened, 60).await.reference.position, 61);
+    reopened.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_bookmark_write_keeps_the_bookmarks_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(dir.path()).await.unwrap();
+    let first = append_one(&storage, 0).await;
+    let second = append_one(&storage, 1).await;
+    storage
+        .bookmark("reader", &first.reference, Tags::none())
+        .await
+        .unwrap();
+    let journal = dir.path().join("bookmarks.log");
+    let before = std::fs::metadata(&journal).unwrap().len();
+    storage
+        .bookmark("reader", &second.reference, Tags::none())
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+    let full = std::fs::read(&journal).unwrap();
+    for cut in before..full.len() as u64 {
+        std::fs::write(&journal, &full[..cut as usize]).unwrap();
+        let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+        assert_eq!(
+            reopened.get_bookmark("reader").await.unwrap(),
+            Some(first.reference),
+            "cut at byte {cut}"
+        );
+        reopened.close().await.unwrap();
+    }
+}
