@@ -109,17 +109,32 @@ pub mod lifecycle;
 pub use factory::StorageFactory;
 
 /// Stamps out one `#[tokio::test]` per scenario of the kit for the backend whose
-/// [`StorageFactory`] `$factory` is (an expression, evaluated once per test).
+/// [`StorageFactory`] `$factory` is (an expression, evaluated once per test), in one module
+/// per scenario module, so that `cargo test leases::` runs the lease scenarios.
 ///
 /// The calling crate needs `tokio` (with `macros` and `rt-multi-thread`) as a dev-dependency.
 #[macro_export]
 macro_rules! tck_tests {
     ($factory:expr) => {
-        $crate::__tck_events_tests!($factory);
-        $crate::__tck_bookmarks_tests!($factory);
-        $crate::__tck_lifecycle_tests!($factory);
-        $crate::__tck_leases_tests!($factory);
-        $crate::__tck_election_tests!($factory);
+        /// The factory under test, reachable from the scenario modules below.
+        fn tck_factory() -> impl $crate::StorageFactory {
+            $factory
+        }
+        mod events {
+            $crate::__tck_events_tests!(super::tck_factory());
+        }
+        mod bookmarks {
+            $crate::__tck_bookmarks_tests!(super::tck_factory());
+        }
+        mod lifecycle {
+            $crate::__tck_lifecycle_tests!(super::tck_factory());
+        }
+        mod leases {
+            $crate::__tck_leases_tests!(super::tck_factory());
+        }
+        mod election {
+            $crate::__tck_election_tests!(super::tck_factory());
+        }
     };
 }
 
