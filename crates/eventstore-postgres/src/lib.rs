@@ -1,1 +1,44 @@
-//! placeholder
+//! PostgreSQL storage for events, bookmarks and leases.
+//!
+//! [`PostgresEventStorage`] implements [`eventstore_api::EventStorage`] on prefixed tables
+//! (`<prefix>events`, `<prefix>bookmarks`, `<prefix>leases`, `<prefix>lease_contenders`),
+//! with PostgreSQL's `now()` as the only clock. Many processes on many machines share one
+//! database: conditional appends are atomic per stream, and exactly one contender wins a
+//! lease.
+//!
+//! ```no_run
+//! # async fn open() -> Result<(), eventstore_api::EventStorageError> {
+//! use std::time::Duration;
+//! use eventstore_api::{EventStorage, LeaseRequest};
+//! use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage};
+//!
+//! let storage = PostgresEventStorage::builder()
+//!     .url("postgres://postgres@127.0.0.1:5432/app")
+//!     .prefix("tenant1_")
+//!     .init_mode(DatabaseInitMode::Ensure)
+//!     .build()
+//!     .await?;
+//! let response = storage
+//!     .request_lease(LeaseRequest::new("order-dispatcher", "pod-7f3a9", 0, Duration::from_secs(30)))
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The DDL ships in the crate ([`SCHEMA_SQL`], or [`schema_sql`] for one prefix) and is the
+//! DDL that [`DatabaseInitMode::Ensure`] runs; `docs/POSTGRES.md` explains how to apply it
+//! by hand and which privileges each table needs.
+
+mod bookmarks;
+mod builder;
+mod errors;
+mod events;
+mod fencing;
+mod filter_sql;
+mod leases;
+mod prefix;
+mod schema;
+mod storage;
+
+pub use builder::{DatabaseInitMode, PostgresEventStorageBuilder, DEFAULT_PREFIX};
+pub use schema::{schema_sql, DROP_SQL, SCHEMA_SQL};
+pub use storage::PostgresEventStorage;

@@ -1,0 +1,2 @@
+//! Lease and event benchmarks against PostgreSQL (written below).
+fn main() {}

@@ -1,0 +1,158 @@
+//! Bookmarks: a reader's position, held as a foreign key to the event it names.
+
+use eventstore_api::{
+    validate, Bookmark, EventReference, EventStorageError, Fence, StorageResult, Tag, Tags,
+};
+use sqlx::PgConnection;
+use sqlx::Row;
+
+use crate::events::decode_reference;
+use crate::fencing;
+use crate::filter_sql::tag_texts;
+use crate::storage::Shared;
+
+/// Places `reader`'s bookmark at the event `reference` names, if this storage holds it and
+/// `fence` (when given) holds.
+pub(crate) async fn place(
+    shared: &Shared,
+    fence: Option<&Fence>,
+    reader: &str,
+    reference: &EventReference,
+    tags: Tags,
+) -> StorageResult<()> {
+    validate::validate_reader(reader)?;
+    validate::validate_tags(&tags)?;
+    let operation = format!("place the bookmark of {reader:?}");
+    match fence {
+        None => {
+            let mut connection = shared
+                .pool
+                .acquire()
+                .await
+                .map_err(|e| shared.settings.failing(&operation).map(e))?;
+            upsert(
+                shared,
+                &mut connection,
+                reader,
+                reference,
+                &tags,
+                &operation,
+            )
+            .await
+        }
+        Some(fence) => {
+            fencing::validate(fence)?;
+            let mut transaction = shared.begin(&operation).await?;
+            let outcome = async {
+                fencing::hold(shared, &mut transaction, fence, &operation).await?;
+                upsert(
+                    shared,
+                    &mut transaction,
+                    reader,
+                    reference,
+                    &tags,
+                    &operation,
+                )
+                .await
+            }
+            .await;
+            shared.finish(&operation, transaction, outcome).await
+        }
+    }
+}
+
+/// One statement: the insert selects the event by id, so an unknown id inserts nothing and
+/// returns nothing, and the earlier bookmark stays.
+async fn upsert(
+    shared: &Shared,
+    connection: &mut PgConnection,
+    reader: &str,
+    reference: &EventReference,
+    tags: &Tags,
+    operation: &str,
+) -> StorageResult<()> {
+    let placed: Option<String> = sqlx::query_scalar(&format!(
+        "INSERT INTO {bookmarks} AS b (reader, event_id, tags, updated_at) \
+         SELECT $1, e.id, $3, now() FROM {events} AS e WHERE e.id = $2 \
+         ON CONFLICT (reader) DO UPDATE \
+             SET event_id = excluded.event_id, tags = excluded.tags, updated_at = excluded.updated_at \
+         RETURNING b.reader",
+        bookmarks = shared.prefix.name("bookmarks"),
+        events = shared.prefix.name("events"),
+    ))
+    .bind(reader)
+    .bind(reference.id.0)
+    .bind(tag_texts(tags))
+    .fetch_optional(&mut *connection)
+    .await
+    .map_err(|e| shared.settings.failing(operation).map(e))?;
+    match placed {
+        Some(_) => Ok(()),
+        None => Err(EventStorageError::UnknownEvent { id: reference.id }),
+    }
+}
+
+/// Where `reader`'s bookmark stands, in this storage's coordinates.
+pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<EventReference>> {
+    validate::validate_reader(reader)?;
+    let failing = shared.settings.failing("read a bookmark");
+    let row = sqlx::query(&format!(
+        "SELECT e.id, e.position, e.tx::text AS tx \
+         FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id WHERE b.reader = $1",
+        bookmarks = shared.prefix.name("bookmarks"),
+        events = shared.prefix.name("events"),
+    ))
+    .bind(reader)
+    .fetch_optional(&shared.pool)
+    .await
+    .map_err(|e| failing.map(e))?;
+    row.as_ref()
+        .map(decode_reference)
+        .transpose()
+        .map_err(|e| failing.map(e))
+}
+
+/// Removes `reader`'s bookmark, if any.
+pub(crate) async fn remove(shared: &Shared, reader: &str) -> StorageResult<()> {
+    validate::validate_reader(reader)?;
+    sqlx::query(&format!(
+        "DELETE FROM {bookmarks} WHERE reader = $1",
+        bookmarks = shared.prefix.name("bookmarks")
+    ))
+    .bind(reader)
+    .execute(&shared.pool)
+    .await
+    .map_err(|e| shared.settings.failing("remove a bookmark").map(e))?;
+    Ok(())
+}
+
+/// Every bookmark, by reader in byte order.
+pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
+    let failing = shared.settings.failing("list bookmarks");
+    let rows = sqlx::query(&format!(
+        "SELECT b.reader, b.tags, b.updated_at, e.id, e.position, e.tx::text AS tx \
+         FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id \
+         ORDER BY b.reader COLLATE \"C\"",
+        bookmarks = shared.prefix.name("bookmarks"),
+        events = shared.prefix.name("events"),
+    ))
+    .fetch_all(&shared.pool)
+    .await
+    .map_err(|e| failing.map(e))?;
+    rows.iter()
+        .map(|row| {
+            let tags: Vec<String> = row.try_get("tags")?;
+            Ok(Bookmark {
+                reader: row.try_get("reader")?,
+                reference: decode_reference(row)?,
+                tags: tags
+                    .iter()
+                    .map(|text| Tag::parse(text))
+                    .collect::<Result<Tags, _>>()
+                    .map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+                updated_at: row.try_get("updated_at")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(|e| failing.map(e))
+}

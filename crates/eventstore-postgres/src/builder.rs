@@ -1,0 +1,252 @@
+//! Configuring and opening a [`PostgresEventStorage`].
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use eventstore_api::EventStorageError;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use crate::errors::Failing;
+use crate::prefix::TablePrefix;
+use crate::schema;
+use crate::storage::{PostgresEventStorage, Settings};
+
+/// What [`PostgresEventStorageBuilder::build`] does to the database schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DatabaseInitMode {
+    /// Creates whatever is missing, then validates. Safe when many processes start at once:
+    /// a complete schema is only read, and creation is serialized by a transaction-scoped
+    /// advisory lock.
+    #[default]
+    Ensure,
+    /// Only reads the catalog: a missing table, column, index or function, or a column of
+    /// another type or nullability, is an [`EventStorageError::Schema`] naming it.
+    Validate,
+    /// Touches nothing; for deployments whose schema is managed elsewhere.
+    None,
+    /// Drops this prefix's objects and creates them anew, in one transaction. Deletes every
+    /// event, bookmark and lease of the prefix: for tests and demos.
+    Recreate,
+}
+
+/// The prefix used when the builder is given none.
+pub const DEFAULT_PREFIX: &str = "eventstore_";
+
+/// Where the connections come from.
+enum Source {
+    Url(String),
+    Pool(PgPool),
+}
+
+/// Builds a [`PostgresEventStorage`]; start with [`PostgresEventStorage::builder`].
+///
+/// # Examples
+/// ```no_run
+/// # async fn open() -> Result<(), eventstore_api::EventStorageError> {
+/// use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage};
+/// let storage = PostgresEventStorage::builder()
+///     .url("postgres://postgres@127.0.0.1:5432/app")
+///     .prefix("tenant1_")
+///     .init_mode(DatabaseInitMode::Ensure)
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct PostgresEventStorageBuilder {
+    source: Option<Source>,
+    prefix: String,
+    init_mode: DatabaseInitMode,
+    lock_timeout: Duration,
+    visibility_wait: Duration,
+    max_connections: u32,
+    min_connections: u32,
+    acquire_timeout: Duration,
+    idle_timeout: Option<Duration>,
+}
+
+impl Default for PostgresEventStorageBuilder {
+    fn default() -> Self {
+        PostgresEventStorageBuilder {
+            source: None,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            init_mode: DatabaseInitMode::default(),
+            lock_timeout: Duration::from_secs(10),
+            visibility_wait: Duration::from_secs(1),
+            max_connections: 10,
+            min_connections: 0,
+            acquire_timeout: Duration::from_secs(30),
+            idle_timeout: Some(Duration::from_secs(600)),
+        }
+    }
+}
+
+impl fmt::Debug for PostgresEventStorageBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.source {
+            None => "none",
+            Some(Source::Url(_)) => "url (hidden: it may hold a password)",
+            Some(Source::Pool(_)) => "caller's pool",
+        };
+        f.debug_struct("PostgresEventStorageBuilder")
+            .field("source", &source)
+            .field("prefix", &self.prefix)
+            .field("init_mode", &self.init_mode)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("visibility_wait", &self.visibility_wait)
+            .field("max_connections", &self.max_connections)
+            .field("min_connections", &self.min_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
+}
+
+impl PostgresEventStorageBuilder {
+    /// Connects with a pool of the storage's own, opened from `url`
+    /// (`postgres://user:password@host:port/database`); [`close`] closes it.
+    ///
+    /// [`close`]: eventstore_api::EventStorage::close
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.source = Some(Source::Url(url.into()));
+        self
+    }
+
+    /// Uses the caller's pool. The storage never closes it, and the pool options of this
+    /// builder do not apply to it.
+    pub fn pool(mut self, pool: PgPool) -> Self {
+        self.source = Some(Source::Pool(pool));
+        self
+    }
+
+    /// Starts every table, index and function name with `prefix`, which must match
+    /// `^[a-z][a-z0-9_]{0,30}_$` (default [`DEFAULT_PREFIX`]).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// What `build` does to the schema (default [`DatabaseInitMode::Ensure`]).
+    pub fn init_mode(mut self, init_mode: DatabaseInitMode) -> Self {
+        self.init_mode = init_mode;
+        self
+    }
+
+    /// The longest any statement waits for a lock (default 10 s, at least 1 ms); waiting
+    /// longer fails with [`EventStorageError::Timeout`] and changes nothing.
+    pub fn lock_timeout(mut self, lock_timeout: Duration) -> Self {
+        self.lock_timeout = lock_timeout;
+        self
+    }
+
+    /// How long an append waits, after it commits, for its events to pass the visibility
+    /// barrier, so that a read right after the append sees them (default 1 s). The wait only
+    /// happens while an older writing transaction is still open; [`Duration::ZERO`] returns
+    /// right after the commit.
+    pub fn visibility_wait(mut self, visibility_wait: Duration) -> Self {
+        self.visibility_wait = visibility_wait;
+        self
+    }
+
+    /// The most connections the storage's own pool opens (default 10).
+    pub fn max_connections(mut self, max_connections: u32) -> Self {
+        self.max_connections = max_connections;
+        self
+    }
+
+    /// The connections the storage's own pool keeps open when idle (default 0).
+    pub fn min_connections(mut self, min_connections: u32) -> Self {
+        self.min_connections = min_connections;
+        self
+    }
+
+    /// How long a call waits for a pooled connection (default 30 s); waiting longer fails
+    /// with [`EventStorageError::Timeout`].
+    pub fn acquire_timeout(mut self, acquire_timeout: Duration) -> Self {
+        self.acquire_timeout = acquire_timeout;
+        self
+    }
+
+    /// How long an idle connection of the storage's own pool stays open (default 10 min;
+    /// `None` keeps it).
+    pub fn idle_timeout(mut self, idle_timeout: Option<Duration>) -> Self {
+        self.idle_timeout = idle_timeout;
+        self
+    }
+
+    /// Checks the settings, connects and prepares the schema as the init mode says.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad prefix, url or setting (before any connection is made),
+    /// `Schema` when validation fails, `Timeout` or `Backend` when the database cannot be
+    /// reached or refuses.
+    pub async fn build(self) -> Result<PostgresEventStorage, EventStorageError> {
+        let prefix = TablePrefix::parse(&self.prefix)?;
+        if self.lock_timeout < Duration::from_millis(1) {
+            return Err(EventStorageError::invalid(
+                "lock timeout",
+                format!("{:?}", self.lock_timeout),
+                "must be at least 1ms (PostgreSQL reads 0 as no timeout at all)",
+            ));
+        }
+        let settings = Settings {
+            lock_timeout: self.lock_timeout,
+            visibility_wait: self.visibility_wait,
+            acquire_timeout: self.acquire_timeout,
+        };
+        let (pool, owns_pool) = match self.source {
+            None => {
+                return Err(EventStorageError::invalid(
+                    "database",
+                    "",
+                    "no connection given; call url(..) or pool(..) on the builder",
+                ))
+            }
+            Some(Source::Pool(pool)) => (pool, false),
+            Some(Source::Url(url)) => {
+                let options = PgConnectOptions::from_str(&url).map_err(|error| {
+                    EventStorageError::invalid(
+                        "database url",
+                        "(hidden: it may hold a password)",
+                        format!("is not a PostgreSQL url: {error}"),
+                    )
+                })?;
+                if self.max_connections == 0 || self.min_connections > self.max_connections {
+                    return Err(EventStorageError::invalid(
+                        "pool size",
+                        format!("min {} max {}", self.min_connections, self.max_connections),
+                        "needs 1 <= max_connections and min_connections <= max_connections",
+                    ));
+                }
+                let pool = PgPoolOptions::new()
+                    .max_connections(self.max_connections)
+                    .min_connections(self.min_connections)
+                    .acquire_timeout(self.acquire_timeout)
+                    .idle_timeout(self.idle_timeout)
+                    .connect_with(options.application_name("eventstore"))
+                    .await
+                    .map_err(|error| settings.failing("connect").map(error))?;
+                (pool, true)
+            }
+        };
+        if let Err(error) = schema::initialize(&pool, &prefix, self.init_mode, &settings).await {
+            if owns_pool {
+                pool.close().await;
+            }
+            return Err(error);
+        }
+        Ok(PostgresEventStorage::new(pool, owns_pool, prefix, settings))
+    }
+}
+
+impl Settings {
+    /// How to map a driver error of `operation`.
+    pub(crate) fn failing<'a>(&self, operation: &'a str) -> Failing<'a> {
+        Failing {
+            operation,
+            lock_timeout: self.lock_timeout,
+            acquire_timeout: self.acquire_timeout,
+        }
+    }
+}

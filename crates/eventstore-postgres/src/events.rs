@@ -1,0 +1,404 @@
+//! Events: conditional appends under a per-stream lock, and reads behind the visibility
+//! barrier.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use eventstore_api::{
+    validate, AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorageError,
+    EventStreamId, EventToStore, Fence, Limit, StorageResult, StoredEvent, Tag, Tags,
+};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
+use uuid::Uuid;
+
+use crate::fencing;
+use crate::filter_sql::{push_after, push_filter, push_stream, tag_texts, VISIBILITY_BARRIER};
+use crate::storage::Shared;
+
+/// The columns [`decode_event`] reads.
+const EVENT_COLUMNS: &str = "position, tx::text AS tx, id, stream_context, stream_purpose, \
+                             event_type, payload, tags, idempotency_key, stored_at";
+
+/// Appends `events` to `stream` if `criteria` (and `fence`, when given) hold, all or nothing.
+pub(crate) async fn append(
+    shared: &Shared,
+    fence: Option<&Fence>,
+    criteria: AppendCriteria,
+    stream: &EventStreamId,
+    events: Vec<EventToStore>,
+) -> StorageResult<Vec<StoredEvent>> {
+    validate::validate_append_stream(stream)?;
+    validate::validate_events(&events)?;
+    if let Some(fence) = fence {
+        fencing::validate(fence)?;
+    }
+    let operation = format!("append to stream {stream}");
+    let mut transaction = shared.begin(&operation).await?;
+    let outcome = append_in(
+        shared,
+        &mut transaction,
+        fence,
+        &criteria,
+        stream,
+        events,
+        &operation,
+    )
+    .await;
+    let stored = shared.finish(&operation, transaction, outcome).await?;
+    if let Some(last) = stored.last() {
+        wait_until_visible(shared, last.reference.tx).await;
+    }
+    Ok(stored)
+}
+
+async fn append_in(
+    shared: &Shared,
+    connection: &mut PgConnection,
+    fence: Option<&Fence>,
+    criteria: &AppendCriteria,
+    stream: &EventStreamId,
+    events: Vec<EventToStore>,
+    operation: &str,
+) -> StorageResult<Vec<StoredEvent>> {
+    let failing = shared.settings.failing(operation);
+    if let Some(fence) = fence {
+        fencing::hold(shared, connection, fence, operation).await?;
+    }
+    let (context, purpose) = concrete(stream);
+    // Every append to the stream takes this lock before it looks, so a check and the write
+    // after it see every append that went before. The transaction has no xid while it waits,
+    // so a waiting append holds no reader back.
+    sqlx::query(&format!(
+        "SELECT pg_advisory_xact_lock(hashtext('{events}'), hashtext($1)) \
+         FROM (SELECT set_config('lock_timeout', $2, true)) AS setting",
+        events = shared.prefix.name("events")
+    ))
+    .bind(format!("{context}\u{1f}{purpose}"))
+    .bind(shared.settings.lock_timeout_setting())
+    .execute(&mut *connection)
+    .await
+    .map_err(|e| failing.map(e))?;
+
+    if is_retry(shared, connection, stream, &events, operation).await? {
+        return Ok(Vec::new());
+    }
+    check_criteria(shared, connection, criteria, stream, operation).await?;
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    insert(shared, connection, stream, events, operation).await
+}
+
+/// Whether the batch was stored before: every event carries a key the stream holds. A batch
+/// that mixes stored keys with new keys or keyless events is an `IdempotencyConflict`.
+async fn is_retry(
+    shared: &Shared,
+    connection: &mut PgConnection,
+    stream: &EventStreamId,
+    events: &[EventToStore],
+    operation: &str,
+) -> StorageResult<bool> {
+    let keys: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e.idempotency_key.as_deref())
+        .collect();
+    if keys.is_empty() {
+        return Ok(false);
+    }
+    let (context, purpose) = concrete(stream);
+    let known: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT idempotency_key FROM {events} \
+         WHERE stream_context = $1 AND stream_purpose = $2 AND idempotency_key = ANY($3)",
+        events = shared.prefix.name("events")
+    ))
+    .bind(context)
+    .bind(purpose)
+    .bind(&keys)
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(|e| shared.settings.failing(operation).map(e))?;
+    if known.is_empty() {
+        return Ok(false);
+    }
+    let known: HashSet<&str> = known.iter().map(String::as_str).collect();
+    let (stored, new): (Vec<_>, Vec<_>) = events
+        .iter()
+        .map(|e| e.idempotency_key.as_deref())
+        .partition(|key| key.is_some_and(|key| known.contains(key)));
+    if new.is_empty() {
+        return Ok(true);
+    }
+    Err(EventStorageError::IdempotencyConflict {
+        stream: stream.to_string(),
+        stored: stored.into_iter().flatten().map(str::to_owned).collect(),
+        new: new.into_iter().flatten().map(str::to_owned).collect(),
+    })
+}
+
+/// Fails with `OptimisticLock` naming the first event of the stream that matches the
+/// condition's filter after its expected last event. Reads every committed event (no
+/// barrier): the stream lock guarantees no earlier append of the stream is still running.
+async fn check_criteria(
+    shared: &Shared,
+    connection: &mut PgConnection,
+    criteria: &AppendCriteria,
+    stream: &EventStreamId,
+    operation: &str,
+) -> StorageResult<()> {
+    let Some(condition) = &criteria.condition else {
+        return Ok(());
+    };
+    if condition.filter.items.is_empty() {
+        return Ok(());
+    }
+    let mut query = QueryBuilder::<Postgres>::new(format!(
+        "SELECT position, tx::text AS tx, id FROM {events} WHERE true",
+        events = shared.prefix.name("events")
+    ));
+    push_stream(&mut query, stream);
+    push_filter(&mut query, &condition.filter);
+    if let Some(last) = &condition.expected_last {
+        push_after(&mut query, last);
+    }
+    query.push(" ORDER BY tx, position LIMIT 1");
+    let conflicting = query
+        .build()
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(|e| shared.settings.failing(operation).map(e))?;
+    match conflicting {
+        None => Ok(()),
+        Some(row) => Err(EventStorageError::OptimisticLock {
+            stream: stream.to_string(),
+            expected_last: condition.expected_last,
+            conflicting: decode_reference(&row)
+                .map_err(|e| shared.settings.failing(operation).map(e))?,
+        }),
+    }
+}
+
+async fn insert(
+    shared: &Shared,
+    connection: &mut PgConnection,
+    stream: &EventStreamId,
+    events: Vec<EventToStore>,
+    operation: &str,
+) -> StorageResult<Vec<StoredEvent>> {
+    let failing = shared.settings.failing(operation);
+    let (context, purpose) = concrete(stream);
+    let ids: Vec<Uuid> = events.iter().map(|_| EventId::new().0).collect();
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    let payloads: Vec<&serde_json::Value> = events.iter().map(|e| &e.payload).collect();
+    let tags: Vec<serde_json::Value> = events
+        .iter()
+        .map(|e| serde_json::Value::from(tag_texts(&e.tags)))
+        .collect();
+    let keys: Vec<Option<&str>> = events
+        .iter()
+        .map(|e| e.idempotency_key.as_deref())
+        .collect();
+    let rows = sqlx::query(&format!(
+        "INSERT INTO {events} \
+             (id, tx, stream_context, stream_purpose, event_type, payload, tags, idempotency_key) \
+         SELECT e.id, pg_current_xact_id(), $1, $2, e.event_type, e.payload, \
+                ARRAY(SELECT jsonb_array_elements_text(e.tags)), e.idempotency_key \
+         FROM unnest($3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
+              WITH ORDINALITY AS e(id, event_type, payload, tags, idempotency_key, ordinality) \
+         ORDER BY e.ordinality \
+         RETURNING id, position, tx::text AS tx, stored_at",
+        events = shared.prefix.name("events")
+    ))
+    .bind(context)
+    .bind(purpose)
+    .bind(&ids)
+    .bind(&types)
+    .bind(&payloads)
+    .bind(&tags)
+    .bind(&keys)
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(|e| failing.map(e))?;
+
+    let mut stored = Vec::with_capacity(events.len());
+    for (event, id) in events.into_iter().zip(ids) {
+        let row = rows
+            .iter()
+            .find(|row| {
+                row.try_get::<Uuid, _>("id")
+                    .is_ok_and(|stored| stored == id)
+            })
+            .ok_or_else(|| {
+                EventStorageError::backend(
+                    format!("PostgreSQL did not return event {id} it was asked to {operation}"),
+                    "missing row in INSERT … RETURNING",
+                )
+            })?;
+        let timestamp: DateTime<Utc> = row.try_get("stored_at").map_err(|e| failing.map(e))?;
+        stored.push(StoredEvent {
+            stream: stream.clone(),
+            event_type: event.event_type,
+            reference: decode_reference(row).map_err(|e| failing.map(e))?,
+            payload: event.payload,
+            tags: event.tags,
+            timestamp,
+            idempotency_key: event.idempotency_key,
+        });
+    }
+    stored.sort_by_key(|event| event.reference);
+    Ok(stored)
+}
+
+/// Waits, up to the storage's visibility wait, until the barrier has passed transaction
+/// `tx`, so that the caller's next read sees what it appended. Only an older writing
+/// transaction still open anywhere in the cluster makes this wait at all.
+async fn wait_until_visible(shared: &Shared, tx: u64) {
+    let wait = shared.settings.visibility_wait;
+    if wait.is_zero() {
+        return;
+    }
+    let deadline = Instant::now() + wait;
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        let passed: Result<bool, _> =
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
+                .bind(tx.to_string())
+                .fetch_one(&shared.pool)
+                .await;
+        // The events are committed; a failure here only means the caller may not see them
+        // in its very next read.
+        if !matches!(passed, Ok(false)) || Instant::now() + pause > deadline {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The matching events of the streams `stream` covers, strictly after `after`, below the
+/// visibility barrier.
+pub(crate) async fn query(
+    shared: &Shared,
+    filter: &EventFilter,
+    stream: &EventStreamId,
+    after: Option<&EventReference>,
+    limit: Limit,
+    direction: Direction,
+) -> StorageResult<Vec<StoredEvent>> {
+    validate::validate_stream(stream)?;
+    if limit.0 == Some(0) || filter.items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut query = QueryBuilder::<Postgres>::new(format!(
+        "SELECT {EVENT_COLUMNS} FROM {events} WHERE {VISIBILITY_BARRIER}",
+        events = shared.prefix.name("events")
+    ));
+    push_stream(&mut query, stream);
+    push_filter(&mut query, filter);
+    if let Some(after) = after {
+        push_after(&mut query, after);
+    }
+    query.push(match direction {
+        Direction::Forward => " ORDER BY tx, position",
+        Direction::Backward => " ORDER BY tx DESC, position DESC",
+    });
+    if let Some(limit) = limit.0 {
+        query
+            .push(" LIMIT ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
+    let failing = shared.settings.failing("query events");
+    let rows = query
+        .build()
+        .fetch_all(&shared.pool)
+        .await
+        .map_err(|e| failing.map(e))?;
+    rows.iter()
+        .map(|row| decode_event(row).map_err(|e| failing.map(e)))
+        .collect()
+}
+
+/// The event with `id`, if it is committed.
+pub(crate) async fn get_by_id(shared: &Shared, id: EventId) -> StorageResult<Option<StoredEvent>> {
+    let failing = shared.settings.failing("get an event by id");
+    let row = sqlx::query(&format!(
+        "SELECT {EVENT_COLUMNS} FROM {events} WHERE id = $1",
+        events = shared.prefix.name("events")
+    ))
+    .bind(id.0)
+    .fetch_optional(&shared.pool)
+    .await
+    .map_err(|e| failing.map(e))?;
+    row.as_ref()
+        .map(decode_event)
+        .transpose()
+        .map_err(|e| failing.map(e))
+}
+
+/// The last event below the visibility barrier in the streams `stream` covers.
+pub(crate) async fn head(
+    shared: &Shared,
+    stream: &EventStreamId,
+) -> StorageResult<Option<EventReference>> {
+    validate::validate_stream(stream)?;
+    let mut query = QueryBuilder::<Postgres>::new(format!(
+        "SELECT position, tx::text AS tx, id FROM {events} WHERE {VISIBILITY_BARRIER}",
+        events = shared.prefix.name("events")
+    ));
+    push_stream(&mut query, stream);
+    query.push(" ORDER BY tx DESC, position DESC LIMIT 1");
+    let failing = shared.settings.failing("read the head of a stream");
+    let row = query
+        .build()
+        .fetch_optional(&shared.pool)
+        .await
+        .map_err(|e| failing.map(e))?;
+    row.as_ref()
+        .map(decode_reference)
+        .transpose()
+        .map_err(|e| failing.map(e))
+}
+
+/// Context and purpose of a stream validated as concrete.
+fn concrete(stream: &EventStreamId) -> (&str, &str) {
+    (
+        stream.context.as_deref().unwrap_or_default(),
+        stream.purpose.as_deref().unwrap_or_default(),
+    )
+}
+
+/// A reference from the `id`, `position` and `tx` (as text) columns.
+pub(crate) fn decode_reference(row: &PgRow) -> Result<EventReference, sqlx::Error> {
+    let position: i64 = row.try_get("position")?;
+    let tx: String = row.try_get("tx")?;
+    Ok(EventReference {
+        id: EventId(row.try_get("id")?),
+        position: u64::try_from(position)
+            .map_err(|_| sqlx::Error::Decode(format!("negative position {position}").into()))?,
+        tx: tx.parse().map_err(|_| {
+            sqlx::Error::Decode(format!("transaction id {tx:?} is not a u64").into())
+        })?,
+    })
+}
+
+fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
+    let tags: Vec<String> = row.try_get("tags")?;
+    let tags = tags
+        .iter()
+        .map(|text| Tag::parse(text))
+        .collect::<Result<Tags, _>>()
+        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    Ok(StoredEvent {
+        stream: EventStreamId::new(
+            row.try_get::<String, _>("stream_context")?,
+            row.try_get::<String, _>("stream_purpose")?,
+        ),
+        event_type: row.try_get::<String, _>("event_type")?.into(),
+        reference: decode_reference(row)?,
+        payload: row.try_get("payload")?,
+        tags,
+        timestamp: row.try_get("stored_at")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+    })
+}

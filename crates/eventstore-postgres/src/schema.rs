@@ -1,0 +1,303 @@
+//! The shipped DDL and the init modes: ensure, validate, recreate.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use eventstore_api::{EventStorageError, StorageResult};
+use sqlx::{Executor, PgConnection, PgPool};
+
+use crate::builder::DatabaseInitMode;
+use crate::prefix::TablePrefix;
+use crate::storage::Settings;
+
+/// The schema, with `__prefix__` where the prefix goes. Idempotent.
+pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
+
+/// Drops every object of a prefix, with `__prefix__` where the prefix goes.
+pub const DROP_SQL: &str = include_str!("../sql/drop.sql");
+
+/// The schema script for `prefix`, ready to run by hand (in one transaction) for
+/// deployments that use [`DatabaseInitMode::Validate`] or [`DatabaseInitMode::None`].
+///
+/// # Errors
+/// `InvalidInput` when `prefix` does not match `^[a-z][a-z0-9_]{0,30}_$`.
+pub fn schema_sql(prefix: &str) -> StorageResult<String> {
+    Ok(TablePrefix::parse(prefix)?.apply(SCHEMA_SQL))
+}
+
+/// A column the backend reads or writes: name, type as `format_type` spells it, NOT NULL.
+type ExpectedColumn = (&'static str, &'static str, bool);
+
+/// Every table (by suffix) and the columns it must have. Extra columns are allowed.
+const TABLES: &[(&str, &[ExpectedColumn])] = &[
+    (
+        "events",
+        &[
+            ("position", "bigint", true),
+            ("tx", "xid8", true),
+            ("id", "uuid", true),
+            ("stream_context", "text", true),
+            ("stream_purpose", "text", true),
+            ("event_type", "text", true),
+            ("payload", "jsonb", true),
+            ("tags", "text[]", true),
+            ("idempotency_key", "text", false),
+            ("stored_at", "timestamp with time zone", true),
+        ],
+    ),
+    (
+        "bookmarks",
+        &[
+            ("reader", "text", true),
+            ("event_id", "uuid", true),
+            ("tags", "text[]", true),
+            ("updated_at", "timestamp with time zone", true),
+        ],
+    ),
+    (
+        "leases",
+        &[
+            ("lease_name", "text", true),
+            ("owner", "text", true),
+            ("priority", "bigint", true),
+            ("fencing_token", "bigint", true),
+            ("acquired_at", "timestamp with time zone", true),
+            ("heartbeat_at", "timestamp with time zone", true),
+            ("ttl", "interval", true),
+        ],
+    ),
+    (
+        "lease_contenders",
+        &[
+            ("lease_name", "text", true),
+            ("owner", "text", true),
+            ("priority", "bigint", true),
+            ("heartbeat_at", "timestamp with time zone", true),
+            ("ttl", "interval", true),
+        ],
+    ),
+];
+
+/// Every index (by suffix), the table it belongs to, and whether it must be unique.
+const INDEXES: &[(&str, &str, bool)] = &[
+    ("events_pkey", "events", true),
+    ("events_id_key", "events", true),
+    ("events_order_idx", "events", false),
+    ("events_stream_idx", "events", false),
+    ("events_type_idx", "events", false),
+    ("events_tags_idx", "events", false),
+    ("events_idempotency_idx", "events", true),
+    ("bookmarks_pkey", "bookmarks", true),
+    ("leases_pkey", "leases", true),
+    ("lease_contenders_pkey", "lease_contenders", true),
+];
+
+/// Every function (by suffix) with its argument types.
+const FUNCTIONS: &[(&str, &str)] = &[
+    (
+        "request_leases",
+        "text[], text[], bigint[], interval[], text",
+    ),
+    ("release_lease", "text, text, text"),
+];
+
+/// Prepares the schema of `prefix` as `mode` says.
+///
+/// Boxed, so that the future's `Send` bound is proven here, once, for concrete lifetimes.
+pub(crate) fn initialize<'a>(
+    pool: &'a PgPool,
+    prefix: &'a TablePrefix,
+    mode: DatabaseInitMode,
+    settings: &'a Settings,
+) -> Pin<Box<dyn Future<Output = StorageResult<()>> + Send + 'a>> {
+    Box::pin(initialize_schema(pool, prefix, mode, settings))
+}
+
+async fn initialize_schema(
+    pool: &PgPool,
+    prefix: &TablePrefix,
+    mode: DatabaseInitMode,
+    settings: &Settings,
+) -> StorageResult<()> {
+    let failing = settings.failing("prepare the schema");
+    match mode {
+        DatabaseInitMode::None => Ok(()),
+        DatabaseInitMode::Validate => {
+            let mut connection = pool.acquire().await.map_err(|e| failing.map(e))?;
+            validate(&mut connection, prefix).await
+        }
+        DatabaseInitMode::Ensure | DatabaseInitMode::Recreate => {
+            let recreate = mode == DatabaseInitMode::Recreate;
+            if !recreate {
+                // A complete schema is only read: no lock, no DDL, nothing for a running
+                // system to wait on.
+                let mut connection = pool.acquire().await.map_err(|e| failing.map(e))?;
+                if validate(&mut connection, prefix).await.is_ok() {
+                    return Ok(());
+                }
+            }
+            let mut transaction = pool.begin().await.map_err(|e| failing.map(e))?;
+            // One creator per prefix at a time; the others wait here, then find it done.
+            sqlx::query(
+                "SELECT pg_advisory_xact_lock(hashtext($1), 0) \
+                 FROM (SELECT set_config('lock_timeout', $2, true)) AS setting",
+            )
+            .bind(prefix.name("schema"))
+            .bind(settings.lock_timeout_setting())
+            .execute(&mut *transaction)
+            .await
+            .map_err(|e| failing.map(e))?;
+            if recreate {
+                let script = prefix.apply(DROP_SQL);
+                (&mut *transaction)
+                    .execute(script.as_str())
+                    .await
+                    .map_err(|e| failing.map(e))?;
+            }
+            if recreate || validate(&mut transaction, prefix).await.is_err() {
+                let script = prefix.apply(SCHEMA_SQL);
+                (&mut *transaction)
+                    .execute(script.as_str())
+                    .await
+                    .map_err(|e| failing.map(e))?;
+            }
+            let outcome = validate(&mut transaction, prefix).await;
+            match outcome {
+                Ok(()) => transaction.commit().await.map_err(|e| failing.map(e)),
+                Err(error) => {
+                    let _ = transaction.rollback().await;
+                    Err(error)
+                }
+            }
+        }
+    }
+}
+
+/// Reads the catalog and fails with `Schema` naming the first object that is missing or
+/// differs from what the shipped DDL creates.
+///
+/// Boxed, so that the future's `Send` bound is proven here, once, for concrete lifetimes.
+pub(crate) fn validate<'a>(
+    connection: &'a mut PgConnection,
+    prefix: &'a TablePrefix,
+) -> Pin<Box<dyn Future<Output = StorageResult<()>> + Send + 'a>> {
+    Box::pin(validate_catalog(connection, prefix))
+}
+
+async fn validate_catalog(
+    connection: &mut PgConnection,
+    prefix: &TablePrefix,
+) -> StorageResult<()> {
+    let failing = |e: sqlx::Error| {
+        EventStorageError::backend(
+            format!("PostgreSQL failed to read the catalog for prefix {prefix}"),
+            e,
+        )
+    };
+    let table_names: Vec<String> = TABLES.iter().map(|(table, _)| prefix.name(table)).collect();
+    let columns: Vec<(String, String, String, bool)> = sqlx::query_as(
+        "SELECT t.name, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull \
+         FROM unnest($1::text[]) AS t(name) \
+         JOIN pg_attribute AS a ON a.attrelid = to_regclass(t.name) \
+         WHERE a.attnum > 0 AND NOT a.attisdropped",
+    )
+    .bind(&table_names)
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(failing)?;
+    for ((_, expected), table) in TABLES.iter().zip(&table_names) {
+        if !columns.iter().any(|(t, ..)| t == table) {
+            return Err(schema_error(format!("table {table}"), "is missing"));
+        }
+        for &(column, data_type, not_null) in expected.iter() {
+            let object = format!("column {table}.{column}");
+            let Some((_, _, actual_type, actual_not_null)) =
+                columns.iter().find(|(t, c, ..)| t == table && c == column)
+            else {
+                return Err(schema_error(object, "is missing"));
+            };
+            if actual_type != data_type {
+                return Err(schema_error(
+                    object,
+                    format!("is {actual_type}, expected {data_type}"),
+                ));
+            }
+            if *actual_not_null != not_null {
+                let (actual, expected) = if not_null {
+                    ("nullable", "NOT NULL")
+                } else {
+                    ("NOT NULL", "nullable")
+                };
+                return Err(schema_error(
+                    object,
+                    format!("is {actual}, expected {expected}"),
+                ));
+            }
+        }
+    }
+
+    let index_names: Vec<String> = INDEXES
+        .iter()
+        .map(|(index, ..)| prefix.name(index))
+        .collect();
+    let indexes: Vec<(String, Option<String>, Option<bool>)> = sqlx::query_as(
+        "SELECT t.name, c.relname::text, i.indisunique \
+         FROM unnest($1::text[]) AS t(name) \
+         LEFT JOIN pg_index AS i ON i.indexrelid = to_regclass(t.name) \
+         LEFT JOIN pg_class AS c ON c.oid = i.indrelid",
+    )
+    .bind(&index_names)
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(failing)?;
+    for (&(_, table, unique), name) in INDEXES.iter().zip(&index_names) {
+        let table = prefix.name(table);
+        let object = format!("index {name}");
+        match indexes.iter().find(|(n, ..)| n == name) {
+            Some((_, Some(on), Some(is_unique))) => {
+                if *on != table {
+                    return Err(schema_error(
+                        object,
+                        format!("is on table {on}, expected {table}"),
+                    ));
+                }
+                if *is_unique != unique {
+                    return Err(schema_error(
+                        object,
+                        format!(
+                            "is {}unique, expected otherwise",
+                            if *is_unique { "" } else { "not " }
+                        ),
+                    ));
+                }
+            }
+            _ => return Err(schema_error(object, format!("is missing on table {table}"))),
+        }
+    }
+
+    let signatures: Vec<String> = FUNCTIONS
+        .iter()
+        .map(|(function, arguments)| format!("{}({arguments})", prefix.name(function)))
+        .collect();
+    let present: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT t.signature, to_regprocedure(t.signature) IS NOT NULL \
+         FROM unnest($1::text[]) AS t(signature)",
+    )
+    .bind(&signatures)
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(failing)?;
+    for (signature, exists) in present {
+        if !exists {
+            return Err(schema_error(format!("function {signature}"), "is missing"));
+        }
+    }
+    Ok(())
+}
+
+fn schema_error(object: String, problem: impl Into<String>) -> EventStorageError {
+    EventStorageError::Schema {
+        object,
+        problem: problem.into(),
+    }
+}
