@@ -281,6 +281,41 @@ pub async fn release_of_an_unknown_lease_changes_nothing<F: StorageFactory>(fact
     );
 }
 
+/// An expired lease is not held, not even by its last owner: that owner's release changes
+/// nothing, and the next request still takes the lease over with the next token.
+///
+/// Each round releases as soon after the expiry as the storage answers, where a release that
+/// backdates the heartbeat of any lease its caller last owned would still move it.
+pub async fn releasing_ones_own_expired_lease_changes_nothing<F: StorageFactory>(factory: &F) {
+    const ROUNDS: usize = 10;
+    const TTL: Duration = Duration::from_millis(30);
+    let storage = factory.create().await;
+    if !support::leases_supported(&storage).await {
+        return;
+    }
+    let other = factory.another_handle(&storage).await;
+    for round in 0..ROUNDS {
+        let lease_name = format!("orders-{round}");
+        request(&storage, &lease_name, "node-a", 0, TTL).await;
+        let before = wait_until_just_expired(&storage, &lease_name).await;
+
+        release(&storage, &lease_name, "node-a").await;
+        assert_eq!(
+            leases(&storage).await,
+            before,
+            "round {round}: releasing a lease that already expired must change nothing"
+        );
+        let response = request(&other, &lease_name, "node-b", 0, LONG_TTL).await;
+        assert_response(
+            &response,
+            LeaseStatus::Leader,
+            2,
+            "node-b",
+            &format!("round {round}: takeover after the release"),
+        );
+    }
+}
+
 /// Leases that expired or were released stay listed with their last owner, priority, token
 /// and ttl, and `is_expired_at(storage_time)` tells them from live ones.
 pub async fn expired_leases_stay_listed_with_their_last_owner<F: StorageFactory>(factory: &F) {
@@ -296,10 +331,11 @@ pub async fn expired_leases_stay_listed_with_their_last_owner<F: StorageFactory>
 
     let now = storage_time(&storage).await;
     let listed = leases(&storage).await;
+    // (name, last owner, priority, ttl where the contract fixes it, expired)
     let expected = [
-        ("expiring", "node-a", 3, SHORT_TTL, true),
-        ("released", "node-b", 4, LONG_TTL, true),
-        ("live", "node-c", 5, LONG_TTL, false),
+        ("expiring", "node-a", 3, Some(SHORT_TTL), true),
+        ("released", "node-b", 4, None, true),
+        ("live", "node-c", 5, Some(LONG_TTL), false),
     ];
     for (name, owner, priority, ttl, expired) in expected {
         let lease = listed
@@ -309,7 +345,7 @@ pub async fn expired_leases_stay_listed_with_their_last_owner<F: StorageFactory>
         assert_eq!(lease.owner, owner, "last owner of {name}: {lease:?}");
         assert_eq!(lease.priority, priority, "priority of {name}: {lease:?}");
         assert_eq!(lease.fencing_token, FencingToken(1), "token of {name}");
-        if name != "released" {
+        if let Some(ttl) = ttl {
             assert_eq!(lease.ttl, ttl, "ttl of {name}: {lease:?}");
         }
         assert_eq!(
@@ -1184,6 +1220,37 @@ async fn wait_for_storage_time_after<S: EventStorage + ?Sized>(
     .await;
 }
 
+/// Waits until `lease_name` has just expired on the storage's clock and returns the leases as
+/// they were then. Sleeps until shortly before the expiry, then polls without pausing, so that
+/// the caller acts as soon after the expiry as the storage answers.
+async fn wait_until_just_expired<S: EventStorage + ?Sized>(
+    storage: &S,
+    lease_name: &str,
+) -> Vec<Lease> {
+    const MARGIN: Duration = Duration::from_millis(20);
+    let lease = lease_named(storage, lease_name).await;
+    let remaining = (lease.expires_at() - storage_time(storage).await)
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(remaining.saturating_sub(MARGIN)).await;
+    let start = std::time::Instant::now();
+    loop {
+        let listed = leases(storage).await;
+        let now = storage_time(storage).await;
+        let expired = listed
+            .iter()
+            .any(|lease| lease.lease_name == lease_name && lease.is_expired_at(now));
+        if expired {
+            return listed;
+        }
+        assert!(
+            start.elapsed() < support::DEADLINE,
+            "timed out waiting for {lease_name} to expire on the storage's clock: {listed:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 async fn one_by_one_answers<S: EventStorage + ?Sized>(
     storage: &S,
     requests: Vec<LeaseRequest>,
@@ -1364,6 +1431,11 @@ macro_rules! __tck_leases_tests {
             $factory,
             leases,
             release_of_an_unknown_lease_changes_nothing
+        );
+        $crate::__tck_test!(
+            $factory,
+            leases,
+            releasing_ones_own_expired_lease_changes_nothing
         );
         $crate::__tck_test!(
             $factory,
