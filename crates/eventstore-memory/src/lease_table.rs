@@ -133,16 +133,20 @@ impl LeaseTable {
     }
 
     /// Applies `release_lease` at `now`: withdraws `owner` as contender and, if it holds the
-    /// lease, backdates the heartbeat so the lease is acquirable at once. The record and its
+    /// live lease, backdates the heartbeat so the lease is acquirable at once. The record and its
     /// token stay, so tokens never repeat.
     pub fn release(&mut self, lease_name: &str, owner: &str, now: DateTime<Utc>) {
         let Some(entry) = self.leases.get_mut(lease_name) else {
             return;
         };
         entry.contenders.remove(owner);
-        if let Some(lease) = entry.record.as_mut().filter(|lease| lease.owner == owner) {
-            let expired = now - to_chrono(lease.ttl) - to_chrono(RELEASE_BACKDATE);
-            lease.heartbeat_at = lease.heartbeat_at.min(expired);
+        // An expired lease is held by nobody, so releasing it changes nothing.
+        let held = entry
+            .record
+            .as_mut()
+            .filter(|lease| lease.owner == owner && !lease.is_expired_at(now));
+        if let Some(lease) = held {
+            lease.heartbeat_at = now - to_chrono(lease.ttl) - to_chrono(RELEASE_BACKDATE);
         }
     }
 
