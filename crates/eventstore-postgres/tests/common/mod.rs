@@ -67,3 +67,75 @@ pub fn builder(prefix: &str) -> eventstore_postgres::PostgresEventStorageBuilder
         .idle_timeout(Some(Duration::from_secs(2)))
         .acquire_timeout(Duration::from_secs(20))
 }
+
+/// Polls `attempt` every few milliseconds until it gives a value; panics naming `what`
+/// after `deadline`. Tests never rely on a bare sleep being long enough.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(value) = attempt().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether a table of this name exists in the search path.
+pub async fn table_exists(pool: &PgPool, table: &str) -> bool {
+    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(table)
+        .fetch_one(pool)
+        .await
+        .expect("reading the catalog")
+}
+
+/// How many events the prefix's table holds, committed or not yet past the barrier.
+pub async fn stored_event_count(pool: &PgPool, prefix: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {prefix}events"))
+        .fetch_one(pool)
+        .await
+        .expect("counting events")
+}
+
+/// Takes the lock that serializes requests for `lease_name` of `prefix` in a transaction
+/// of its own, held until the returned transaction ends.
+pub async fn hold_lease_lock(
+    pool: &PgPool,
+    prefix: &str,
+    lease_name: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut transaction = pool.begin().await.expect("begin");
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))")
+        .bind(format!("{prefix}leases"))
+        .bind(lease_name)
+        .execute(&mut *transaction)
+        .await
+        .expect("taking the lease lock");
+    transaction
+}
+
+/// Takes the lock that serializes appends to `context/purpose` of `prefix`, held until the
+/// returned transaction ends.
+pub async fn hold_stream_lock(
+    pool: &PgPool,
+    prefix: &str,
+    context: &str,
+    purpose: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut transaction = pool.begin().await.expect("begin");
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))")
+        .bind(format!("{prefix}events"))
+        .bind(format!("{context}\u{1f}{purpose}"))
+        .execute(&mut *transaction)
+        .await
+        .expect("taking the stream lock");
+    transaction
+}

@@ -1,0 +1,373 @@
+//! Init modes: Ensure (also from eight processes at once), Validate against drifted
+//! schemas, None, Recreate, and the shipped DDL applied by hand.
+
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use eventstore_api::{
+    AppendCriteria, Direction, EventFilter, EventStorage, EventStorageError, EventStreamId,
+    EventToStore, LeaseRequest, Limit,
+};
+use eventstore_postgres::{schema_sql, DatabaseInitMode};
+use serde_json::json;
+use sqlx::{Executor, PgPool};
+
+use crate::common;
+
+const CHILD_PREFIX: &str = "EVENTSTORE_ENSURE_CHILD_PREFIX";
+const CHILD_START_AT_MS: &str = "EVENTSTORE_ENSURE_CHILD_START_AT_MS";
+
+async fn open(
+    prefix: &str,
+    mode: DatabaseInitMode,
+) -> Result<eventstore_postgres::PostgresEventStorage, EventStorageError> {
+    common::builder(prefix).init_mode(mode).build().await
+}
+
+fn assert_schema_error<T: std::fmt::Debug>(
+    result: Result<T, EventStorageError>,
+    object: &str,
+    problem: &str,
+) {
+    match result {
+        Err(EventStorageError::Schema {
+            object: o,
+            problem: p,
+        }) => {
+            assert_eq!(o, object, "problem: {p}");
+            assert!(p.contains(problem), "{o}: {p:?} should say {problem:?}");
+        }
+        other => panic!("expected a Schema error about {object}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn validate_on_an_empty_prefix_names_the_missing_table_and_creates_nothing() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    assert_schema_error(
+        open(&prefix, DatabaseInitMode::Validate).await,
+        &format!("table {prefix}events"),
+        "missing",
+    );
+    assert!(!common::table_exists(&pool, &format!("{prefix}events")).await);
+}
+
+#[tokio::test]
+async fn ensure_creates_the_schema_that_validate_accepts() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure")
+        .close()
+        .await
+        .unwrap();
+    for table in ["events", "bookmarks", "leases", "lease_contenders"] {
+        assert!(
+            common::table_exists(&pool, &format!("{prefix}{table}")).await,
+            "{table}"
+        );
+    }
+    let validated = open(&prefix, DatabaseInitMode::Validate)
+        .await
+        .expect("validate");
+    validated
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::for_context("c"),
+            vec![EventToStore::new("A", json!(1))],
+        )
+        .await
+        .expect("append through a validated storage");
+    validated.close().await.unwrap();
+    // Ensure on a complete schema changes nothing and succeeds again.
+    open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure again")
+        .close()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn validate_names_each_kind_of_drift() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let drifts: [(&str, &str, &str); 6] = [
+        (
+            "DROP INDEX {p}events_tags_idx",
+            "index {p}events_tags_idx",
+            "missing",
+        ),
+        (
+            "ALTER TABLE {p}events ALTER COLUMN payload TYPE json",
+            "column {p}events.payload",
+            "is json, expected jsonb",
+        ),
+        (
+            "ALTER TABLE {p}leases ALTER COLUMN owner DROP NOT NULL",
+            "column {p}leases.owner",
+            "nullable, expected NOT NULL",
+        ),
+        (
+            "ALTER TABLE {p}lease_contenders DROP COLUMN ttl",
+            "column {p}lease_contenders.ttl",
+            "missing",
+        ),
+        (
+            "DROP FUNCTION {p}release_lease(text, text, text)",
+            "function {p}release_lease(text, text, text)",
+            "missing",
+        ),
+        ("DROP TABLE {p}bookmarks", "table {p}bookmarks", "missing"),
+    ];
+    for (drift, object, problem) in drifts {
+        let prefix = common::unique_prefix();
+        open(&prefix, DatabaseInitMode::Ensure)
+            .await
+            .expect("ensure")
+            .close()
+            .await
+            .unwrap();
+        pool.execute(drift.replace("{p}", &prefix).as_str())
+            .await
+            .expect(drift);
+        assert_schema_error(
+            open(&prefix, DatabaseInitMode::Validate).await,
+            &object.replace("{p}", &prefix),
+            problem,
+        );
+    }
+}
+
+#[tokio::test]
+async fn ensure_repairs_what_is_missing_but_not_what_differs() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure")
+        .close()
+        .await
+        .unwrap();
+    pool.execute(format!("DROP INDEX {prefix}events_stream_idx; DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text)").as_str())
+        .await
+        .unwrap();
+    open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure repairs")
+        .close()
+        .await
+        .unwrap();
+    open(&prefix, DatabaseInitMode::Validate)
+        .await
+        .expect("validate after repair")
+        .close()
+        .await
+        .unwrap();
+
+    pool.execute(format!("ALTER TABLE {prefix}leases ALTER COLUMN priority TYPE integer").as_str())
+        .await
+        .unwrap();
+    assert_schema_error(
+        open(&prefix, DatabaseInitMode::Ensure).await,
+        &format!("column {prefix}leases.priority"),
+        "is integer, expected bigint",
+    );
+}
+
+#[tokio::test]
+async fn none_touches_nothing_and_calls_name_the_missing_schema() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = open(&prefix, DatabaseInitMode::None).await.expect("none");
+    assert!(!common::table_exists(&pool, &format!("{prefix}events")).await);
+    let appended = storage
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::for_context("c"),
+            vec![EventToStore::new("A", json!(1))],
+        )
+        .await;
+    assert!(
+        matches!(&appended, Err(EventStorageError::Schema { object, .. }) if object.contains(&format!("{prefix}events"))),
+        "{appended:?}"
+    );
+    let requested = storage
+        .request_lease(LeaseRequest::new("l", "o", 0, Duration::from_secs(1)))
+        .await;
+    assert!(
+        matches!(&requested, Err(EventStorageError::Schema { object, .. }) if object.contains("request_leases")),
+        "{requested:?}"
+    );
+    storage.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn recreate_drops_everything_of_the_prefix_and_starts_empty() {
+    if common::try_pool().await.is_none() {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    let storage = open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure");
+    let stream = EventStreamId::for_context("c");
+    let stored = storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("A", json!(1))],
+        )
+        .await
+        .unwrap();
+    storage
+        .bookmark("reader", &stored[0].reference, Default::default())
+        .await
+        .unwrap();
+    storage
+        .request_lease(LeaseRequest::new("l", "o", 0, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+
+    let recreated = open(&prefix, DatabaseInitMode::Recreate)
+        .await
+        .expect("recreate");
+    let everything = recreated
+        .query(
+            &EventFilter::match_all(),
+            &EventStreamId::any(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await
+        .unwrap();
+    assert!(everything.is_empty(), "{everything:?}");
+    assert!(recreated.get_bookmarks().await.unwrap().is_empty());
+    assert!(recreated.get_leases().await.unwrap().is_empty());
+    recreated.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_shipped_ddl_applied_by_hand_passes_validate() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let mut transaction = pool.begin().await.unwrap();
+    transaction
+        .execute(schema_sql(&prefix).unwrap().as_str())
+        .await
+        .expect("applying the shipped DDL");
+    transaction.commit().await.unwrap();
+    let storage = open(&prefix, DatabaseInitMode::Validate)
+        .await
+        .expect("validate");
+    let response = storage
+        .request_lease(LeaseRequest::new("l", "o", 0, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(response.status.is_leader());
+    storage.close().await.unwrap();
+    assert!(matches!(
+        schema_sql("Bad"),
+        Err(EventStorageError::InvalidInput { .. })
+    ));
+}
+
+#[tokio::test]
+async fn ensure_from_eight_processes_at_once_creates_one_schema() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let start_at =
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + Duration::from_millis(1500);
+    let exe = std::env::current_exe().expect("the test binary");
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::process::Command::new(&exe)
+                .args([
+                    "init_modes::ensure_child_process",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_PREFIX, &prefix)
+                .env(CHILD_START_AT_MS, start_at.as_millis().to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawning a child process")
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().await.expect("a child process");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "a child failed: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("1 passed"),
+            "the child ran no test: {stdout}"
+        );
+    }
+    open(&prefix, DatabaseInitMode::Validate)
+        .await
+        .expect("validate after the race")
+        .close()
+        .await
+        .unwrap();
+    assert_one_lease_table(&pool, &prefix).await;
+}
+
+async fn assert_one_lease_table(pool: &PgPool, prefix: &str) {
+    let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_class WHERE relname = $1")
+        .bind(format!("{prefix}leases"))
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(tables, 1);
+}
+
+/// One of the processes `ensure_from_eight_processes_at_once_creates_one_schema` starts:
+/// waits for the common start instant, then opens the storage with `Ensure` and uses it.
+#[tokio::test]
+#[ignore = "a child process of ensure_from_eight_processes_at_once_creates_one_schema"]
+async fn ensure_child_process() {
+    let prefix = std::env::var(CHILD_PREFIX).expect("run only by its parent test");
+    let start_at: u64 = std::env::var(CHILD_START_AT_MS).unwrap().parse().unwrap();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    if let Some(wait) = Duration::from_millis(start_at).checked_sub(now) {
+        tokio::time::sleep(wait).await;
+    }
+    let storage = open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure from a child process");
+    let response = storage
+        .request_lease(LeaseRequest::new(
+            "l",
+            format!("pid-{}", std::process::id()),
+            0,
+            Duration::from_secs(60),
+        ))
+        .await
+        .expect("request_lease");
+    println!("child {} got {:?}", std::process::id(), response.status);
+    storage.close().await.unwrap();
+}

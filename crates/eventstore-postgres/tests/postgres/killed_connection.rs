@@ -1,0 +1,196 @@
+//! A backend connection killed with `pg_terminate_backend` mid-use: the call fails clearly,
+//! nothing is half-written, no transaction stays open, and the next call works.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use eventstore_api::{
+    AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, FencingToken,
+    LeaseRequest, LeaseStatus,
+};
+use eventstore_postgres::PostgresEventStorage;
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use crate::common;
+
+/// A storage on the caller's pool, whose connections carry a unique application name.
+async fn storage_with_named_pool(prefix: &str) -> (PostgresEventStorage, PgPool, String) {
+    let application = format!("es-kill-{prefix}");
+    let options = PgConnectOptions::from_str(&common::database_url())
+        .unwrap()
+        .application_name(&application);
+    let pool = PgPoolOptions::new()
+        .max_connections(3)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let storage = PostgresEventStorage::builder()
+        .pool(pool.clone())
+        .prefix(prefix)
+        .build()
+        .await
+        .unwrap();
+    (storage, pool, application)
+}
+
+/// Waits until a backend of `application` waits on a lock, then terminates it.
+async fn terminate_the_waiting_backend(admin: &PgPool, application: &str) {
+    let pid = common::eventually("the call to wait on the held lock", Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i32>(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(application)
+        .fetch_optional(admin)
+        .await
+        .unwrap()
+    })
+    .await;
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(admin)
+        .await
+        .unwrap();
+    assert!(terminated);
+}
+
+async fn assert_no_open_transaction(admin: &PgPool, application: &str) {
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state LIKE 'idle in transaction%'",
+    )
+    .bind(application)
+    .fetch_one(admin)
+    .await
+    .unwrap();
+    assert_eq!(open, 0, "a pooled connection was left inside a transaction");
+}
+
+fn assert_backend_error<T: std::fmt::Debug>(result: Result<T, EventStorageError>, doing: &str) {
+    match result {
+        Err(error @ EventStorageError::Backend { .. }) => {
+            let message = error.to_string();
+            assert!(
+                message.contains(doing),
+                "{message:?} should say it was trying to {doing}"
+            );
+        }
+        other => panic!("expected a Backend error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_request_whose_backend_is_killed_fails_and_writes_nothing() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let (storage, pool, application) = storage_with_named_pool(&prefix).await;
+    let ttl = Duration::from_secs(60);
+
+    let held = common::hold_lease_lock(&admin, &prefix, "orders").await;
+    let waiting = {
+        let storage = storage.clone();
+        tokio::spawn(async move {
+            storage
+                .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
+                .await
+        })
+    };
+    terminate_the_waiting_backend(&admin, &application).await;
+    assert_backend_error(waiting.await.unwrap(), "request leases");
+    held.rollback().await.unwrap();
+
+    assert!(
+        storage.get_leases().await.unwrap().is_empty(),
+        "the killed request left a lease"
+    );
+    let response = storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(
+        (response.status, response.fencing_token),
+        (LeaseStatus::Leader, FencingToken(1))
+    );
+    assert_no_open_transaction(&admin, &application).await;
+    storage.close().await.unwrap();
+    assert!(!pool.is_closed(), "the storage closed the caller's pool");
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_whose_backend_is_killed_mid_transaction_stores_nothing() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let (storage, pool, application) = storage_with_named_pool(&prefix).await;
+    let stream = EventStreamId::for_context("orders");
+
+    let held = common::hold_stream_lock(&admin, &prefix, "orders", "default").await;
+    let waiting = {
+        let storage = storage.clone();
+        let stream = stream.clone();
+        tokio::spawn(async move {
+            storage
+                .append(
+                    AppendCriteria::none(),
+                    &stream,
+                    vec![
+                        EventToStore::new("A", json!(1)),
+                        EventToStore::new("B", json!(2)),
+                    ],
+                )
+                .await
+        })
+    };
+    terminate_the_waiting_backend(&admin, &application).await;
+    assert_backend_error(waiting.await.unwrap(), "append to stream orders/default");
+    held.rollback().await.unwrap();
+    assert_eq!(common::stored_event_count(&admin, &prefix).await, 0);
+
+    let stored = storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("A", json!(1))],
+        )
+        .await
+        .expect("the next append works");
+    assert_eq!(stored.len(), 1);
+    assert_no_open_transaction(&admin, &application).await;
+    storage.close().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn idle_connections_killed_under_the_pool_are_replaced() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let (storage, pool, application) = storage_with_named_pool(&prefix).await;
+    storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) AS t",
+    )
+    .bind(&application)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert!(killed >= 1);
+    let response = storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (response.status, response.fencing_token),
+        (LeaseStatus::Leader, FencingToken(1))
+    );
+    storage.close().await.unwrap();
+    pool.close().await;
+}

@@ -1,0 +1,123 @@
+//! The lock timeout bounds every wait for a lock; a timed-out call changes nothing.
+
+use std::time::{Duration, Instant};
+
+use eventstore_api::{
+    AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, LeaseRequest,
+};
+use serde_json::json;
+
+use crate::common;
+
+const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
+
+fn assert_timeout<T: std::fmt::Debug>(result: Result<T, EventStorageError>, started: Instant) {
+    match result {
+        Err(EventStorageError::Timeout { after, operation }) => {
+            assert_eq!(after, LOCK_TIMEOUT, "{operation}");
+            assert!(operation.contains("lock"), "{operation}");
+        }
+        other => panic!("expected a Timeout, got {other:?}"),
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= LOCK_TIMEOUT,
+        "gave up after {waited:?}, before the lock timeout"
+    );
+    assert!(
+        waited < LOCK_TIMEOUT + Duration::from_secs(5),
+        "waited {waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_held_lease_lock_times_out_a_request_that_then_changes_nothing() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::builder(&prefix)
+        .lock_timeout(LOCK_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(60);
+
+    let held = common::hold_lease_lock(&pool, &prefix, "orders").await;
+    let started = Instant::now();
+    assert_timeout(
+        storage
+            .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
+            .await,
+        started,
+    );
+    let started = Instant::now();
+    assert_timeout(storage.release_lease("orders", "a").await, started);
+    assert!(
+        storage.get_leases().await.unwrap().is_empty(),
+        "a timed-out request wrote a lease"
+    );
+    // Other leases are not behind this lock.
+    let other = storage
+        .request_lease(LeaseRequest::new("invoices", "a", 0, ttl))
+        .await
+        .unwrap();
+    assert!(other.status.is_leader());
+    held.rollback().await.unwrap();
+
+    let response = storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
+        .await
+        .unwrap();
+    assert!(response.status.is_leader(), "{response:?}");
+    storage.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_held_stream_lock_times_out_an_append_but_never_a_lease_request() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::builder(&prefix)
+        .lock_timeout(LOCK_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let stream = EventStreamId::new("orders", "eu");
+
+    let held = common::hold_stream_lock(&pool, &prefix, "orders", "eu").await;
+    let started = Instant::now();
+    let appended = storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("A", json!(1))],
+        )
+        .await;
+    assert_timeout(appended, started);
+    assert_eq!(common::stored_event_count(&pool, &prefix).await, 0);
+
+    // Lease traffic takes no lock an append takes.
+    let started = Instant::now();
+    let response = storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(response.status.is_leader());
+    assert!(
+        started.elapsed() < LOCK_TIMEOUT,
+        "the lease request waited on the stream lock"
+    );
+    held.rollback().await.unwrap();
+
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("A", json!(1))],
+        )
+        .await
+        .expect("append once the lock is free");
+    storage.close().await.unwrap();
+}
