@@ -25,6 +25,12 @@ pub enum Leadership {
         /// The fencing token of this (ending) tenure.
         token: FencingToken,
     },
+    /// This instance handed the lease over after a step-down request: it released it and
+    /// stays out for a ttl, so that the higher-priority contender acquires it.
+    SteppedDown {
+        /// The token of the tenure that ended.
+        token: FencingToken,
+    },
     /// Another instance holds the lease.
     Standby {
         /// The holder's owner id.
@@ -58,6 +64,9 @@ impl fmt::Display for Leadership {
             Leadership::Leader { token } => write!(f, "leader with token {token}"),
             Leadership::StepDownRequested { token } => {
                 write!(f, "leader with token {token}, step-down requested")
+            }
+            Leadership::SteppedDown { token } => {
+                write!(f, "stepped down, lease with token {token} released")
             }
             Leadership::Standby { holder, token } => {
                 write!(f, "standby; {holder} leads with token {token}")

@@ -9,7 +9,9 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::leadership::{Leadership, Shared, Tenure};
-use crate::{EventStorage, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
+use crate::{
+    EventStorage, EventStorageError, FencingToken, LeaseRequest, LeaseResponse, LeaseStatus,
+};
 
 /// The settings the loop runs with, validated by the builder.
 #[derive(Debug, Clone)]
@@ -23,7 +25,7 @@ pub(super) struct LoopSettings {
 /// Why waiting stopped early.
 enum Interrupt {
     Shutdown,
-    StepDownAcknowledged,
+    StepDownAcknowledged(FencingToken),
 }
 
 pub(super) struct ElectionLoop {
@@ -46,8 +48,8 @@ impl ElectionLoop {
         loop {
             match self.wait_until(next_request).await {
                 Some(Interrupt::Shutdown) => return self.release_and_stop().await,
-                Some(Interrupt::StepDownAcknowledged) => {
-                    self.hand_over().await;
+                Some(Interrupt::StepDownAcknowledged(token)) => {
+                    self.hand_over(token).await;
                     // Stay out for a ttl so that the waiting contender acquires the released
                     // lease before this instance's own request would take it back.
                     next_request = Instant::now() + self.settings.ttl.mul_f64(1.1);
@@ -56,20 +58,20 @@ impl ElectionLoop {
                 None => {}
             }
             match self.request_once().await {
-                Err(Interrupt::Shutdown) => return self.release_and_stop().await,
-                Err(Interrupt::StepDownAcknowledged) => unreachable!("not raised by requests"),
-                Ok(RequestOutcome::Closed) => {
+                None => return self.release_and_stop().await,
+                Some(RequestOutcome::Closed) => {
                     self.shared.demote(Leadership::Stopped);
                     return Ok(());
                 }
-                Ok(RequestOutcome::Answered | RequestOutcome::Failed) => {}
+                Some(RequestOutcome::Answered | RequestOutcome::Failed) => {}
             }
             next_request = Instant::now() + jittered(self.settings.request_interval);
         }
     }
 
     /// Sends one request and applies the answer; demotes at the deadline while it waits.
-    async fn request_once(&mut self) -> Result<RequestOutcome, Interrupt> {
+    /// `None` when shut down meanwhile.
+    async fn request_once(&mut self) -> Option<RequestOutcome> {
         let request = LeaseRequest::new(
             self.shared.lease_name.clone(),
             self.shared.owner.clone(),
@@ -90,21 +92,21 @@ impl ElectionLoop {
                 tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
                     "lease request unanswered within the ttl; not leading");
                 self.shared.demote(Leadership::Unknown);
-                return Ok(RequestOutcome::Failed);
+                return Some(RequestOutcome::Failed);
             }
         };
         match answer {
             Ok(response) => {
                 self.apply(response, valid_until);
-                Ok(RequestOutcome::Answered)
+                Some(RequestOutcome::Answered)
             }
-            Err(EventStorageError::Closed) => Ok(RequestOutcome::Closed),
+            Err(EventStorageError::Closed) => Some(RequestOutcome::Closed),
             Err(error) => {
                 // A failed renewal is never evidence of still leading.
                 tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
                     %error, "lease request failed; not leading");
                 self.shared.demote(Leadership::Unknown);
-                Ok(RequestOutcome::Failed)
+                Some(RequestOutcome::Failed)
             }
         }
     }
@@ -135,14 +137,15 @@ impl ElectionLoop {
     }
 
     /// Drives `work` to completion, demoting when the tenure's deadline passes meanwhile.
-    async fn while_waiting<T>(&mut self, work: impl Future<Output = T>) -> Result<T, Interrupt> {
+    /// `None` when shut down first.
+    async fn while_waiting<T>(&mut self, work: impl Future<Output = T>) -> Option<T> {
         tokio::pin!(work);
         loop {
             let deadline = self.shared.tenure().map(|tenure| tenure.deadline);
             tokio::select! {
                 biased;
-                _ = self.shutdown.changed() => return Err(Interrupt::Shutdown),
-                output = &mut work => return Ok(output),
+                _ = self.shutdown.changed() => return None,
+                output = &mut work => return Some(output),
                 () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
                         "leadership deadline passed without a confirmed renewal; not leading");
@@ -157,7 +160,7 @@ impl ElectionLoop {
         loop {
             if let Some(tenure) = self.shared.tenure() {
                 if self.shared.take_acknowledgement(tenure.token) {
-                    return Some(Interrupt::StepDownAcknowledged);
+                    return Some(Interrupt::StepDownAcknowledged(tenure.token));
                 }
             }
             let acknowledgement = Arc::clone(&self.shared);
@@ -171,16 +174,16 @@ impl ElectionLoop {
                 })
                 .await
             {
-                Err(interrupt) => return Some(interrupt),
-                Ok(false) => return None,
-                Ok(true) => continue,
+                None => return Some(Interrupt::Shutdown),
+                Some(false) => return None,
+                Some(true) => continue,
             }
         }
     }
 
     /// Releases the lease after an acknowledged step-down and stands by.
-    async fn hand_over(&mut self) {
-        self.shared.demote(Leadership::Unknown);
+    async fn hand_over(&mut self, token: FencingToken) {
+        self.shared.demote(Leadership::SteppedDown { token });
         match self.release().await {
             Ok(()) => tracing::info!(lease = %self.shared.lease_name, owner = %self.shared.owner,
                 "stepped down and released the lease"),

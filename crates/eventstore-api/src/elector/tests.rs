@@ -189,6 +189,10 @@ async fn a_higher_priority_contender_gets_the_lease_once_the_work_acknowledges()
     assert!(!high.is_leader());
 
     watch.acknowledge_step_down(low_token);
+    eventually("low to report its step-down", || async {
+        low.leadership() == Leadership::SteppedDown { token: low_token }
+    })
+    .await;
     assert_eq!(leads(&high).await, low_token.next());
     eventually("low to stand by behind high", || async {
         low.leadership()

@@ -97,7 +97,9 @@ impl<P: Projection> ElectedProjector<P> {
                         self.leadership.acknowledge_step_down(token);
                     }
                 }
-                Leadership::Unknown | Leadership::Standby { .. } => {}
+                Leadership::Unknown
+                | Leadership::SteppedDown { .. }
+                | Leadership::Standby { .. } => {}
             }
             tokio::select! {
                 () = &mut stop => return Ok(self.totals),
