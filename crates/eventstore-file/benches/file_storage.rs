@@ -1,3 +1,253 @@
-//! Benchmarks of the file backend (written next).
+//! Benchmarks of the file backend, run by hand (not in CI):
+//!
+//! ```text
+//! cargo bench -p eventstore-file --bench file_storage
+//! ```
+//!
+//! Prints markdown tables: append throughput with sync beside the floor (the same bytes
+//! written and synced to a plain file the same way), read throughput, and open time.
+//! `EVENTSTORE_BENCH_OPEN_EVENTS` sets the size of the log whose open is timed (default
+//! 1 000 000).
 
-fn main() {}
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use eventstore_api::{
+    AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Limit, Tags,
+};
+use eventstore_file::FileEventStorage;
+use serde_json::json;
+
+/// Appends per appender for batches of one; batches of 100 do a tenth as many.
+const APPENDS_OF_ONE: usize = 2000;
+const READ_EVENTS: u64 = 100_000;
+/// Rounds of each append measurement; the median is reported.
+const ROUNDS: usize = 3;
+
+fn event(n: u64) -> EventToStore {
+    EventToStore::new(
+        "OrderPlaced",
+        json!({ "order": n, "amount": n % 1000, "note": "a typical small payload of some bytes" }),
+    )
+    .with_tags(Tags::from_pairs([
+        ("customer", format!("c-{}", n % 100)),
+        ("region", "eu".to_owned()),
+    ]))
+}
+
+fn log_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("events-"))
+        .map(|entry| entry.metadata().unwrap().len())
+        .sum()
+}
+
+struct AppendRun {
+    events_per_second: f64,
+    appends_per_second: f64,
+    bytes_per_append: usize,
+}
+
+async fn append_run(batch: usize, appenders: usize) -> AppendRun {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(dir.path()).await.unwrap();
+    let appends_each = (APPENDS_OF_ONE / batch.max(1)).max(20) / appenders.max(1) * 2;
+    let before = log_bytes(dir.path());
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for appender in 0..appenders {
+        let storage = storage.clone();
+        tasks.push(tokio::spawn(async move {
+            let stream = EventStreamId::new("bench", format!("appender-{appender}"));
+            for round in 0..appends_each {
+                let events = (0..batch)
+                    .map(|i| event((round * batch + i) as u64))
+                    .collect();
+                storage
+                    .append(AppendCriteria::none(), &stream, events)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let appends = appends_each * appenders;
+    let bytes = log_bytes(dir.path()) - before;
+    storage.close().await.unwrap();
+    AppendRun {
+        events_per_second: (appends * batch) as f64 / elapsed,
+        appends_per_second: appends as f64 / elapsed,
+        bytes_per_append: (bytes / appends as u64) as usize,
+    }
+}
+
+/// The floor: `appenders` threads each writing `bytes` and syncing, as often as the run
+/// appended, to one plain file opened for appending.
+fn floor_run(bytes: usize, appenders: usize, appends: usize) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    let file = Arc::new(
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("floor.log"))
+            .unwrap(),
+    );
+    let each = appends / appenders;
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..appenders {
+            let file = Arc::clone(&file);
+            scope.spawn(move || {
+                let buffer = vec![0x5a_u8; bytes];
+                for _ in 0..each {
+                    (&*file).write_all(&buffer).unwrap();
+                    file.sync_data().unwrap();
+                }
+            });
+        }
+    });
+    (each * appenders) as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn fill(storage: &FileEventStorage, events: u64, batch: u64) {
+    let stream = EventStreamId::for_context("orders");
+    let mut n = 0;
+    while n < events {
+        let size = batch.min(events - n);
+        let batch = (n..n + size).map(event).collect();
+        storage
+            .append(AppendCriteria::none(), &stream, batch)
+            .await
+            .unwrap();
+        n += size;
+    }
+}
+
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let open_events: u64 = std::env::var("EVENTSTORE_BENCH_OPEN_EVENTS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(1_000_000);
+
+    println!("## Appends with sync\n");
+    println!("| batch | appenders | events/s | appends/s | bytes/append | floor appends/s | ratio to floor |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for (batch, appenders) in [(1, 1), (100, 1), (1, 16), (100, 16)] {
+        // Storage and floor alternate, three rounds each; the medians are reported, so that
+        // a burst of disk activity elsewhere skews neither side alone.
+        let mut runs = Vec::new();
+        let mut floors = Vec::new();
+        for _ in 0..ROUNDS {
+            let run = runtime.block_on(append_run(batch, appenders));
+            let floor_appends = ((APPENDS_OF_ONE / batch).max(20) / appenders * 2) * appenders;
+            floors.push(floor_run(run.bytes_per_append, appenders, floor_appends));
+            runs.push(run);
+        }
+        runs.sort_by(|a, b| a.appends_per_second.total_cmp(&b.appends_per_second));
+        floors.sort_by(f64::total_cmp);
+        let run = &runs[ROUNDS / 2];
+        let floor = floors[ROUNDS / 2];
+        println!(
+            "| {batch} | {appenders} | {:.0} | {:.0} | {} | {:.0} | {:.2} |",
+            run.events_per_second,
+            run.appends_per_second,
+            run.bytes_per_append,
+            floor,
+            run.appends_per_second / floor
+        );
+    }
+
+    runtime.block_on(async {
+        println!("\n## Reads ({READ_EVENTS} events, warm page cache)\n");
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FileEventStorage::open(dir.path()).await.unwrap();
+        fill(&storage, READ_EVENTS, 1000).await;
+        let any = EventStreamId::any();
+        let scan = |filter: EventFilter| {
+            let storage = storage.clone();
+            let any = any.clone();
+            async move {
+                let start = Instant::now();
+                let found = storage
+                    .query(&filter, &any, None, Limit::none(), Direction::Forward)
+                    .await
+                    .unwrap();
+                (found.len(), start.elapsed())
+            }
+        };
+        scan(EventFilter::match_all()).await; // warm-up
+        println!("| query | events returned | time | events returned/s | events scanned/s |");
+        println!("|---|---:|---:|---:|---:|");
+        for (name, filter) in [
+            ("full scan (match_all)", EventFilter::match_all()),
+            (
+                "filtered: tag customer:c-7 (1 %)",
+                EventFilter::for_tags(Tags::from_pairs([("customer", "c-7")])),
+            ),
+        ] {
+            let (found, elapsed) = scan(filter).await;
+            println!(
+                "| {name} | {found} | {:.1} ms | {:.0} | {:.0} |",
+                elapsed.as_secs_f64() * 1e3,
+                found as f64 / elapsed.as_secs_f64(),
+                READ_EVENTS as f64 / elapsed.as_secs_f64()
+            );
+        }
+        storage.close().await.unwrap();
+
+        println!("\n## Open ({open_events} events)\n");
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FileEventStorage::open(dir.path()).await.unwrap();
+        let start = Instant::now();
+        fill(&storage, open_events, 1000).await;
+        let fill_time = start.elapsed();
+        storage.close().await.unwrap();
+        drop(storage);
+        let size = log_bytes(dir.path());
+        let rss_before = resident_bytes();
+        let start = Instant::now();
+        let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+        let open_time = start.elapsed();
+        let rss_after = resident_bytes();
+        let head = reopened.head(&any).await.unwrap().unwrap();
+        assert_eq!(head.position, open_events);
+        println!("| log size | written in | open time | resident memory added by open |");
+        println!("|---:|---:|---:|---:|");
+        let memory = match (rss_before, rss_after) {
+            (Some(before), Some(after)) => {
+                format!(
+                    "{:.0} MiB",
+                    after.saturating_sub(before) as f64 / (1 << 20) as f64
+                )
+            }
+            _ => "n/a".to_owned(),
+        };
+        println!(
+            "| {:.0} MiB | {:.1} s | {:.2} s | {memory} |",
+            size as f64 / (1 << 20) as f64,
+            fill_time.as_secs_f64(),
+            open_time.as_secs_f64()
+        );
+        reopened.close().await.unwrap();
+    });
+}

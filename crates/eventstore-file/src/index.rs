@@ -1,6 +1,7 @@
 //! The in-memory index of the log: for each position, where its event lies on disk and what
 //! queries select it by (stream, type, tags, id, idempotency key), never its payload.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
@@ -52,7 +53,11 @@ pub(crate) struct EventIndex {
     stream_positions: Vec<Vec<u64>>,
     stream_keys: Vec<HashMap<Box<str>, u64>>,
     types: Names,
+    /// Positions of each type's events, by type number.
+    type_positions: Vec<Vec<u64>>,
     tags: Names,
+    /// Positions of each tag's events, by tag number.
+    tag_positions: Vec<Vec<u64>>,
     segments: Vec<Arc<File>>,
     scratch: String,
 }
@@ -120,10 +125,15 @@ impl EventIndex {
             .collect();
         tags.sort_unstable();
         tags.dedup();
+        for &tag in &tags {
+            posting_list(&mut self.tag_positions, tag).push(position);
+        }
+        let event_type = self.types.intern(event.event_type);
+        posting_list(&mut self.type_positions, event_type).push(position);
         self.entries.push(Entry {
             id: event.id.0,
             stream,
-            event_type: self.types.intern(event.event_type),
+            event_type,
             tags: tags.into_boxed_slice(),
             location: event.location,
         });
@@ -161,11 +171,16 @@ impl EventIndex {
     ) -> Option<EventReference> {
         let stream = self.stream_number(stream)?;
         let filter = self.compile(&condition.filter);
-        let positions = &self.stream_positions[stream as usize];
+        let positions = self.narrowest(
+            Cow::Borrowed(&self.stream_positions[stream as usize]),
+            &filter,
+        );
         let lowest = condition.expected_last.map_or(0, lowest_position);
         let start = positions.partition_point(|&position| position < lowest);
+        // The positions may come from a posting list, which spans every stream.
         positions[start..]
             .iter()
+            .filter(|&&position| self.entry(position).stream == stream)
             .map(|&position| self.reference_at(position))
             .find(|reference| {
                 condition.expected_last.is_none_or(|last| *reference > last)
@@ -195,14 +210,20 @@ impl EventIndex {
         if lowest > highest {
             return Vec::new();
         }
-        let candidates: Box<dyn DoubleEndedIterator<Item = u64> + '_> = match &scope {
-            Scope::One(stream) => {
-                let positions = &self.stream_positions[*stream as usize];
+        let listed = match &scope {
+            Scope::One(stream) => Some(self.narrowest(
+                Cow::Borrowed(&self.stream_positions[*stream as usize]),
+                &filter,
+            )),
+            _ => self.filter_positions(&filter),
+        };
+        let candidates: Box<dyn DoubleEndedIterator<Item = u64> + '_> = match &listed {
+            Some(positions) => {
                 let start = positions.partition_point(|&position| position < lowest);
                 let end = positions.partition_point(|&position| position <= highest);
                 Box::new(positions[start..end].iter().copied())
             }
-            _ => Box::new(lowest..=highest),
+            None => Box::new(lowest..=highest),
         };
         let candidates: Box<dyn Iterator<Item = u64> + '_> = match direction {
             Direction::Forward => candidates,
@@ -323,6 +344,56 @@ impl EventIndex {
         }
     }
 
+    /// `positions`, or the filter's own candidate positions when those are fewer.
+    fn narrowest<'a>(
+        &'a self,
+        positions: Cow<'a, [u64]>,
+        filter: &CompiledFilter,
+    ) -> Cow<'a, [u64]> {
+        match self.filter_positions(filter) {
+            Some(candidates) if candidates.len() < positions.len() => candidates,
+            _ => positions,
+        }
+    }
+
+    /// The positions that can match `filter`, ascending, from the tag and type posting lists;
+    /// `None` when an item restricts neither (so every event is a candidate).
+    fn filter_positions(&self, filter: &CompiledFilter) -> Option<Cow<'_, [u64]>> {
+        let mut lists: Vec<&[u64]> = Vec::new();
+        for item in &filter.items {
+            let shortest_tag = item
+                .tags
+                .iter()
+                .map(|&tag| self.tag_positions[tag as usize].as_slice())
+                .min_by_key(|positions| positions.len());
+            match (shortest_tag, &item.types) {
+                (Some(positions), Some(types))
+                    if types.len() == 1
+                        && self.type_positions[types[0] as usize].len() < positions.len() =>
+                {
+                    lists.push(&self.type_positions[types[0] as usize]);
+                }
+                (Some(positions), _) => lists.push(positions),
+                (None, Some(types)) => lists.extend(
+                    types
+                        .iter()
+                        .map(|&event_type| self.type_positions[event_type as usize].as_slice()),
+                ),
+                (None, None) => return None,
+            }
+        }
+        Some(match lists.as_slice() {
+            [] => Cow::Borrowed(&[]),
+            [only] => Cow::Borrowed(*only),
+            many => {
+                let mut merged: Vec<u64> = many.concat();
+                merged.sort_unstable();
+                merged.dedup();
+                Cow::Owned(merged)
+            }
+        })
+    }
+
     fn matches(&self, filter: &CompiledFilter, reference: &EventReference) -> bool {
         if filter.until.is_some_and(|until| *reference > until) {
             return false;
@@ -340,7 +411,159 @@ impl EventIndex {
     }
 }
 
+/// The posting list of `number`, created when new.
+fn posting_list(lists: &mut Vec<Vec<u64>>, number: u32) -> &mut Vec<u64> {
+    let number = number as usize;
+    if number == lists.len() {
+        lists.push(Vec::new());
+    }
+    &mut lists[number]
+}
+
 /// The lowest position that can lie after (or at) `reference` in the reference order.
 fn lowest_position(reference: EventReference) -> u64 {
     reference.tx.min(reference.position)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+    use eventstore_api::{AppendCriteria, StoredEvent, Tags};
+
+    /// Events over three streams, three types and overlapping tags, indexed and as stored.
+    fn sample() -> (EventIndex, Vec<StoredEvent>) {
+        let mut index = EventIndex::default();
+        index.add_segment(Arc::new(tempfile::tempfile().unwrap()));
+        let mut stored = Vec::new();
+        for position in 1..=240u64 {
+            let stream = EventStreamId::new(
+                ["a", "b"][position as usize % 2],
+                ["x", "y", "z"][position as usize % 3],
+            );
+            let event_type = ["T0", "T1", "T2"][position as usize % 3 / 2 + position as usize % 2];
+            let tags = Tags::from_pairs(
+                [
+                    ("m2", position % 2),
+                    ("m5", position % 5),
+                    ("m7", position % 7),
+                ]
+                .into_iter()
+                .filter(|(_, value)| *value < 3)
+                .map(|(key, value)| (key, value.to_string())),
+            );
+            let event = StoredEvent {
+                stream: stream.clone(),
+                event_type: event_type.into(),
+                reference: EventReference::at(EventId::new(), position),
+                payload: serde_json::Value::Null,
+                tags,
+                timestamp: Utc::now(),
+                idempotency_key: None,
+            };
+            index.insert(&IndexedEvent {
+                id: event.reference.id,
+                context: stream.context.as_deref().unwrap(),
+                purpose: stream.purpose.as_deref().unwrap(),
+                event_type,
+                tags: event
+                    .tags
+                    .iter()
+                    .map(|t| (t.key.as_str(), t.value.as_str()))
+                    .collect(),
+                idempotency_key: None,
+                location: Location {
+                    segment: 0,
+                    length: 1,
+                    offset: position,
+                },
+            });
+            stored.push(event);
+        }
+        (index, stored)
+    }
+
+    fn filters(stored: &[StoredEvent]) -> Vec<EventFilter> {
+        let tags = |pairs: &[(&str, &str)]| Tags::from_pairs(pairs.iter().copied());
+        vec![
+            EventFilter::match_all(),
+            EventFilter::match_none(),
+            EventFilter::for_types(["T1"]),
+            EventFilter::for_types(["T0", "T2", "Unknown"]),
+            EventFilter::for_tags(tags(&[("m5", "1")])),
+            EventFilter::for_tags(tags(&[("m5", "1"), ("m7", "2")])),
+            EventFilter::for_tags(tags(&[("m5", "9")])),
+            EventFilter::for_events(["T1"], tags(&[("m2", "0")])),
+            EventFilter::for_events(["T1", "T2"], tags(&[("m7", "0")]))
+                .or(EventFilter::for_tags(tags(&[("m5", "2")]))),
+            EventFilter::for_tags(tags(&[("m2", "1")])).until(stored[99].reference),
+            EventFilter::for_types(["T0"]).or(EventFilter::match_all()),
+        ]
+    }
+
+    #[test]
+    fn select_agrees_with_the_filter_semantics_on_every_path() {
+        let (index, stored) = sample();
+        let streams = [
+            EventStreamId::any(),
+            EventStreamId::new("a", "x"),
+            EventStreamId::for_context("b").any_purpose(),
+            EventStreamId {
+                context: None,
+                purpose: Some("y".into()),
+            },
+            EventStreamId::new("nope", "x"),
+        ];
+        let afters = [None, Some(stored[0].reference), Some(stored[150].reference)];
+        for filter in filters(&stored) {
+            for stream in &streams {
+                for after in afters {
+                    for (direction, limit) in [
+                        (Direction::Forward, Limit::none()),
+                        (Direction::Forward, Limit::to(7)),
+                        (Direction::Backward, Limit::none()),
+                        (Direction::Backward, Limit::to(7)),
+                    ] {
+                        let mut expected: Vec<u64> = stored
+                            .iter()
+                            .filter(|event| stream.covers(&event.stream) && filter.matches(event))
+                            .filter(|event| after.is_none_or(|after| event.reference > after))
+                            .map(|event| event.reference.position)
+                            .collect();
+                        if direction == Direction::Backward {
+                            expected.reverse();
+                        }
+                        expected.truncate(limit.as_usize());
+                        let found: Vec<u64> = index
+                            .select(&filter, stream, after.as_ref(), limit, direction)
+                            .iter()
+                            .map(|(_, location)| location.offset)
+                            .collect();
+                        assert_eq!(
+                            found, expected,
+                            "{filter:?} on {stream} after {after:?} {direction:?} {limit:?}"
+                        );
+                    }
+                }
+            }
+            let append_stream = EventStreamId::new("b", "z");
+            for expected_last in [
+                None,
+                Some(stored[10].reference),
+                Some(stored[200].reference),
+            ] {
+                let criteria = AppendCriteria::of(filter.clone(), expected_last);
+                let expected = stored
+                    .iter()
+                    .find(|event| event.stream == append_stream && criteria.is_violated_by(event))
+                    .map(|event| event.reference);
+                let condition = criteria.condition.as_ref().unwrap();
+                assert_eq!(
+                    index.first_violation(&append_stream, condition),
+                    expected,
+                    "{filter:?}"
+                );
+            }
+        }
+    }
 }
