@@ -52,7 +52,8 @@ impl ElectionLoop {
                     self.hand_over(token).await;
                     // Stay out for a ttl so that the waiting contender acquires the released
                     // lease before this instance's own request would take it back.
-                    next_request = Instant::now() + self.settings.ttl.mul_f64(1.1);
+                    next_request =
+                        Instant::now() + self.settings.ttl + jittered(self.settings.ttl / 5);
                     continue;
                 }
                 None => {}
