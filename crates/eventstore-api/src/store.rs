@@ -310,6 +310,9 @@ impl<E: DomainEvent> TypedStream<E> {
 
     /// Appends `events` if `criteria` hold, all or nothing, through the fence if one is set.
     ///
+    /// Returns the stored events; an idempotent retry (every event's key stored already)
+    /// stores nothing and returns none.
+    ///
     /// # Errors
     /// [`EventStoreError::Encode`] (nothing appended), and the storage's errors of
     /// [`EventStorage::append`] or [`EventStorage::append_fenced`].

@@ -15,6 +15,56 @@
 //! the position the store holds. A batch is then either committed with its position or not at
 //! all, whatever happens to the bookmark (which remains useful for monitoring).
 //!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use eventstore_api::projector::{BookmarkReading, Projection, ProjectionError, Projector};
+//! use eventstore_api::{AppendCriteria, EventReference, EventStorage, EventStreamId, EventToStore, StoredEvent};
+//!
+//! /// The projection's own store: its data and its position, committed together.
+//! #[derive(Default)]
+//! struct OwnStore { count: u64, position: Option<EventReference> }
+//!
+//! struct Counter { store: Arc<Mutex<OwnStore>>, pending: u64 }
+//!
+//! #[async_trait::async_trait]
+//! impl Projection for Counter {
+//!     async fn handle(&mut self, _event: &StoredEvent) -> Result<(), ProjectionError> {
+//!         self.pending += 1;
+//!         Ok(())
+//!     }
+//!     async fn after_batch(&mut self, last: &EventReference) -> Result<(), ProjectionError> {
+//!         // one transaction: the batch's effect and the position after it
+//!         let mut store = self.store.lock().unwrap();
+//!         store.count += std::mem::take(&mut self.pending);
+//!         store.position = Some(*last);
+//!         Ok(())
+//!     }
+//!     async fn cancel_batch(&mut self) { self.pending = 0; }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let storage: Arc<dyn EventStorage> = Arc::new(eventstore_memory::MemoryEventStorage::new());
+//! let stream = EventStreamId::for_context("clicks");
+//! let clicks = (0..3).map(|_| EventToStore::new("Clicked", serde_json::json!({}))).collect();
+//! storage.append(AppendCriteria::none(), &stream, clicks).await.unwrap();
+//!
+//! let store = Arc::new(Mutex::new(OwnStore::default()));
+//! for _ in 0..2 {
+//!     // every run (on whichever instance) starts where the own store says
+//!     let mut projector = Projector::builder(storage.clone(), Counter { store: store.clone(), pending: 0 })
+//!         .stream(stream.clone())
+//!         .bookmark_reading(BookmarkReading::OnRequest)
+//!         .build()
+//!         .unwrap();
+//!     let position = store.lock().unwrap().position;
+//!     projector.seek(position);
+//!     projector.run().await.unwrap();
+//! }
+//! assert_eq!(store.lock().unwrap().count, 3, "each event counted once");
+//! # }
+//! ```
+//!
 //! # Fences
 //!
 //! Given a [`Fence`], the projector bookmarks with [`EventStorage::bookmark_fenced`]: a
