@@ -1,2 +1,360 @@
-//! Lease and event benchmarks against PostgreSQL (written below).
-fn main() {}
+//! Lease and event benchmarks against a real PostgreSQL server.
+//!
+//! ```text
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p eventstore-postgres --bench postgres
+//! ```
+//!
+//! Every lease latency is printed beside the floor measured in the same run through the same
+//! pool: a one-row `UPDATE … RETURNING` in autocommit, the least a durable write that answers
+//! can cost. The run leaves its tables behind under a fresh `bench…_` prefix.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eventstore_api::{
+    AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStreamId,
+    EventToStore, LeaseRequest, LeaseStatus, Limit, Tags,
+};
+use eventstore_postgres::PostgresEventStorage;
+use serde_json::json;
+use sqlx::PgPool;
+
+const SAMPLES: usize = 2_000;
+const TTL: Duration = Duration::from_secs(600);
+const CLIENTS: usize = 8;
+const SUSTAINED: Duration = Duration::from_secs(3);
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() {
+    if !std::env::args().any(|arg| arg == "--bench") {
+        println!("run with `cargo bench -p eventstore-postgres --bench postgres`");
+        return;
+    }
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let prefix = format!("bench{:08x}_", rand::random::<u32>());
+    let storage = PostgresEventStorage::builder()
+        .url(&url)
+        .prefix(&prefix)
+        .max_connections(CLIENTS as u32 + 2)
+        .build()
+        .await
+        .expect("a storage on DATABASE_URL");
+    let pool = storage.pool().clone();
+    sqlx::query(&format!(
+        "CREATE TABLE {prefix}floor (id integer PRIMARY KEY, n bigint NOT NULL)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {prefix}floor SELECT g, 0 FROM generate_series(0, {CLIENTS}) AS g"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    println!("# PostgreSQL benchmark (prefix {prefix}, {SAMPLES} samples per latency)\n");
+    lease_latencies(&storage, &pool, &prefix).await;
+    batch_renewal(&storage).await;
+    sustained(&storage, &pool, &prefix).await;
+    events(&storage).await;
+    storage.close().await.unwrap();
+}
+
+/// Latency percentiles of `SAMPLES` runs of `op`.
+async fn latencies<F, Fut>(mut op: F) -> Stats
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for n in 0..SAMPLES / 10 {
+        op(n).await;
+    }
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for n in 0..SAMPLES {
+        let start = Instant::now();
+        op(SAMPLES / 10 + n).await;
+        samples.push(start.elapsed());
+    }
+    samples.sort();
+    Stats {
+        p50: samples[samples.len() / 2],
+        p99: samples[samples.len() * 99 / 100],
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+async fn floor_update(pool: &PgPool, prefix: &str, row: usize) {
+    let _: i64 = sqlx::query_scalar(&format!(
+        "UPDATE {prefix}floor SET n = n + 1 WHERE id = $1 RETURNING n"
+    ))
+    .bind(row as i32)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+}
+
+async fn lease_latencies(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
+    for n in 0..100 {
+        storage
+            .request_lease(LeaseRequest::new(format!("other-{n}"), "x", 0, TTL))
+            .await
+            .unwrap();
+    }
+    storage
+        .request_lease(LeaseRequest::new("held", "holder", 0, TTL))
+        .await
+        .unwrap();
+
+    let floor = latencies(|_| floor_update(pool, prefix, 0)).await;
+    let renewal = latencies(|_| async {
+        let r = storage
+            .request_lease(LeaseRequest::new("held", "holder", 0, TTL))
+            .await
+            .unwrap();
+        assert_eq!(r.status, LeaseStatus::Leader);
+    })
+    .await;
+    let standby = latencies(|_| async {
+        let r = storage
+            .request_lease(LeaseRequest::new("held", "standby", 0, TTL))
+            .await
+            .unwrap();
+        assert_eq!(r.status, LeaseStatus::Standby);
+    })
+    .await;
+    // Acquisition of a released lease (next token) and the release itself, alternating.
+    let mut acquire = Vec::new();
+    let mut release = Vec::new();
+    for n in 0..SAMPLES + SAMPLES / 10 {
+        let start = Instant::now();
+        let r = storage
+            .request_lease(LeaseRequest::new("handed", "a", 0, TTL))
+            .await
+            .unwrap();
+        let acquired = start.elapsed();
+        assert_eq!(r.status, LeaseStatus::Leader);
+        let start = Instant::now();
+        storage.release_lease("handed", "a").await.unwrap();
+        if n >= SAMPLES / 10 {
+            acquire.push(acquired);
+            release.push(start.elapsed());
+        }
+    }
+    let get_leases = latencies(|_| async {
+        assert_eq!(storage.get_leases().await.unwrap().len(), 102);
+    })
+    .await;
+    let floor_after = latencies(|_| floor_update(pool, prefix, 0)).await;
+    let floor = Stats {
+        p50: floor.p50.min(floor_after.p50),
+        p99: floor.p99.min(floor_after.p99),
+    };
+
+    println!("## Lease latency (one client)\n");
+    println!("| operation | p50 | p99 | p50 / floor p50 |");
+    println!("|---|---|---|---|");
+    let row = |name: &str, s: Stats| {
+        println!(
+            "| {name} | {} | {} | {:.2}× |",
+            micros(s.p50),
+            micros(s.p99),
+            s.p50.as_secs_f64() / floor.p50.as_secs_f64()
+        );
+    };
+    row("floor: one-row `UPDATE … RETURNING`, autocommit", floor);
+    row("`request_lease`, renewal", renewal);
+    row("`request_lease`, standby", standby);
+    acquire.sort();
+    release.sort();
+    let stats = |v: &[Duration]| Stats {
+        p50: v[v.len() / 2],
+        p99: v[v.len() * 99 / 100],
+    };
+    row(
+        "`request_lease`, acquisition of a released lease",
+        stats(&acquire),
+    );
+    row("`release_lease`", stats(&release));
+    row("`get_leases` (102 leases)", get_leases);
+    println!();
+}
+
+async fn batch_renewal(storage: &PostgresEventStorage) {
+    let requests: Vec<LeaseRequest> = (0..1_000)
+        .map(|n| LeaseRequest::new(format!("partition-{n:04}"), "node", 0, TTL))
+        .collect();
+    storage.request_leases(requests.clone()).await.unwrap();
+    let mut batch = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        let responses = storage.request_leases(requests.clone()).await.unwrap();
+        batch.push(start.elapsed());
+        assert!(responses.iter().all(|r| r.status == LeaseStatus::Leader));
+    }
+    batch.sort();
+    let mut single = Vec::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        for request in &requests {
+            storage.request_lease(request.clone()).await.unwrap();
+        }
+        single.push(start.elapsed());
+    }
+    single.sort();
+    println!("## Renewing 1,000 leases (one client)\n");
+    println!("| how | time (median) | per lease |");
+    println!("|---|---|---|");
+    println!(
+        "| one `request_leases` batch | {:.1} ms | {:.1} µs |",
+        batch[batch.len() / 2].as_secs_f64() * 1e3,
+        batch[batch.len() / 2].as_secs_f64() * 1e3
+    );
+    println!(
+        "| 1,000 `request_lease` calls | {:.1} ms | {:.1} µs |",
+        single[single.len() / 2].as_secs_f64() * 1e3,
+        single[single.len() / 2].as_secs_f64() * 1e3
+    );
+    println!(
+        "\nThe batch is {:.1}× faster.\n",
+        single[single.len() / 2].as_secs_f64() / batch[batch.len() / 2].as_secs_f64()
+    );
+}
+
+/// Operations per second that `CLIENTS` tasks sustain for `SUSTAINED`.
+async fn per_second<F, Fut>(op: F) -> f64
+where
+    F: Fn(usize) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let (op, count, stop) = (op.clone(), Arc::clone(&count), Arc::clone(&stop));
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    op(client).await;
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    tokio::time::sleep(SUSTAINED).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn sustained(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
+    let floor = {
+        let (pool, prefix) = (pool.clone(), prefix.to_owned());
+        per_second(move |client| {
+            let (pool, prefix) = (pool.clone(), prefix.clone());
+            async move { floor_update(&pool, &prefix, client + 1).await }
+        })
+        .await
+    };
+    let renewals = {
+        let storage = storage.clone();
+        per_second(move |client| {
+            let storage = storage.clone();
+            async move {
+                let request = LeaseRequest::new(format!("sustained-{client}"), "node", 0, TTL);
+                storage.request_lease(request).await.unwrap();
+            }
+        })
+        .await
+    };
+    println!("## Sustained, {CLIENTS} clients, each on its own lease or row\n");
+    println!("| what | per second | / floor |");
+    println!("|---|---|---|");
+    println!("| floor: one-row `UPDATE … RETURNING` commits | {floor:.0} | 1.00× |");
+    println!(
+        "| `request_lease` renewals | {renewals:.0} | {:.2}× |\n",
+        renewals / floor
+    );
+}
+
+async fn events(storage: &PostgresEventStorage) {
+    let stream = EventStreamId::for_context("bench");
+    let event = |n: usize| {
+        EventToStore::new(
+            "Measured",
+            json!({"n": n, "text": "an event of a typical size, with some words"}),
+        )
+        .with_tags(Tags::from_pairs([("sensor", format!("s-{}", n % 50))]))
+    };
+    let start = Instant::now();
+    let singles = 2_000;
+    for n in 0..singles {
+        storage
+            .append(AppendCriteria::none(), &stream, vec![event(n)])
+            .await
+            .unwrap();
+    }
+    let single_rate = singles as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let batches = 200;
+    for b in 0..batches {
+        let batch = (0..100).map(|n| event(b * 100 + n)).collect();
+        storage
+            .append(AppendCriteria::none(), &stream, batch)
+            .await
+            .unwrap();
+    }
+    let batch_rate = (batches * 100) as f64 / start.elapsed().as_secs_f64();
+
+    let start = Instant::now();
+    let mut after: Option<EventReference> = None;
+    let mut read = 0;
+    loop {
+        let page = storage
+            .query(
+                &EventFilter::match_all(),
+                &stream,
+                after.as_ref(),
+                Limit::to(1_000),
+                Direction::Forward,
+            )
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.reference);
+        read += page.len();
+    }
+    let read_rate = read as f64 / start.elapsed().as_secs_f64();
+    let filter = EventFilter::for_tags(Tags::from_pairs([("sensor", "s-7")]));
+    let start = Instant::now();
+    let tagged = storage
+        .query(&filter, &stream, None, Limit::none(), Direction::Forward)
+        .await
+        .unwrap()
+        .len();
+    let tagged_time = start.elapsed();
+
+    println!("## Events (one client)\n");
+    println!("| what | events per second |");
+    println!("|---|---|");
+    println!("| append, batches of 1 | {single_rate:.0} |");
+    println!("| append, batches of 100 | {batch_rate:.0} |");
+    println!("| read forward in pages of 1,000 ({read} events) | {read_rate:.0} |");
+    println!(
+        "| read by tag ({tagged} of {read} events, GIN index) | {:.0} |",
+        tagged as f64 / tagged_time.as_secs_f64()
+    );
+}

@@ -56,9 +56,12 @@ CREATE TABLE IF NOT EXISTS __prefix__leases (
     ttl           interval    NOT NULL,
     CONSTRAINT __prefix__leases_pkey PRIMARY KEY (lease_name),
     CONSTRAINT __prefix__leases_fencing_token_check CHECK (fencing_token > 0)
-);
+) WITH (fillfactor = 50); -- room on each page, so that renewals are HOT updates
 
--- Everyone who asked for a lease, live while now() <= heartbeat_at + ttl.
+-- Everyone else who asked for a lease, live while now() <= heartbeat_at + ttl. The holder is
+-- a contender through its lease row (same owner, priority, heartbeat and ttl), so a renewal
+-- writes one row; a holder's registration would lapse or be withdrawn exactly when its lease
+-- does, so it needs no row of its own.
 CREATE TABLE IF NOT EXISTS __prefix__lease_contenders (
     lease_name   text        NOT NULL,
     owner        text        NOT NULL,
@@ -66,7 +69,7 @@ CREATE TABLE IF NOT EXISTS __prefix__lease_contenders (
     heartbeat_at timestamptz NOT NULL,
     ttl          interval    NOT NULL,
     CONSTRAINT __prefix__lease_contenders_pkey PRIMARY KEY (lease_name, owner)
-);
+) WITH (fillfactor = 50);
 
 -- Acquire, renew or contend for a batch of leases in one call, answering each request as if
 -- it ran alone, in order. Each lease is serialized by a transaction-scoped advisory lock in a
@@ -90,17 +93,16 @@ DECLARE
     i integer;
 BEGIN
     PERFORM set_config('lock_timeout', p_lock_timeout, true);
-    -- Every lock up front, in key order, so that two overlapping batches never deadlock.
-    FOR v_key IN SELECT DISTINCT hashtext(n) FROM unnest(p_names) AS n ORDER BY 1 LOOP
-        PERFORM pg_advisory_xact_lock(v_lock_space, v_key);
-    END LOOP;
+    IF array_length(p_names, 1) = 1 THEN
+        PERFORM pg_advisory_xact_lock(v_lock_space, hashtext(p_names[1]));
+    ELSE
+        -- Every lock up front, in key order, so that two overlapping batches never deadlock.
+        FOR v_key IN SELECT DISTINCT hashtext(n) FROM unnest(p_names) AS n ORDER BY 1 LOOP
+            PERFORM pg_advisory_xact_lock(v_lock_space, v_key);
+        END LOOP;
+    END IF;
 
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
-        INSERT INTO __prefix__lease_contenders AS c (lease_name, owner, priority, heartbeat_at, ttl)
-        VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
-        ON CONFLICT (lease_name, owner) DO UPDATE
-            SET priority = excluded.priority, heartbeat_at = excluded.heartbeat_at, ttl = excluded.ttl;
-
         SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_names[i];
         IF NOT FOUND THEN
             INSERT INTO __prefix__leases AS l
@@ -116,15 +118,22 @@ BEGIN
                    acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i]
              WHERE l.lease_name = p_names[i]
             RETURNING * INTO STRICT v_lease;
-            -- A change of holder is rare: the moment to forget contenders long gone.
+            -- The lease row now stands for the caller as a contender. A change of holder is
+            -- rare: the moment to forget contenders long gone too.
             DELETE FROM __prefix__lease_contenders AS c
-             WHERE c.lease_name = p_names[i] AND c.heartbeat_at + c.ttl < v_now;
+             WHERE c.lease_name = p_names[i]
+               AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now);
         ELSIF v_lease.owner = p_owners[i] THEN
             UPDATE __prefix__leases AS l
                SET priority = p_priorities[i], heartbeat_at = v_now, ttl = p_ttls[i]
              WHERE l.lease_name = p_names[i]
             RETURNING * INTO STRICT v_lease;
         ELSE
+            INSERT INTO __prefix__lease_contenders AS c (lease_name, owner, priority, heartbeat_at, ttl)
+            VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
+            ON CONFLICT (lease_name, owner) DO UPDATE
+                SET priority = excluded.priority, heartbeat_at = excluded.heartbeat_at,
+                    ttl = excluded.ttl;
             lease_status := 'standby';
             lease_token := v_lease.fencing_token;
             lease_owner := v_lease.owner;

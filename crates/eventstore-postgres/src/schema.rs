@@ -279,25 +279,82 @@ async fn validate_catalog(
         .iter()
         .map(|(function, arguments)| format!("{}({arguments})", prefix.name(function)))
         .collect();
-    let present: Vec<(String, bool)> = sqlx::query_as(
-        "SELECT t.signature, to_regprocedure(t.signature) IS NOT NULL \
-         FROM unnest($1::text[]) AS t(signature)",
+    let sources: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT t.signature, p.prosrc \
+         FROM unnest($1::text[]) AS t(signature) \
+         LEFT JOIN pg_proc AS p ON p.oid = to_regprocedure(t.signature)",
     )
     .bind(&signatures)
     .fetch_all(&mut *connection)
     .await
     .map_err(failing)?;
-    for (signature, exists) in present {
-        if !exists {
-            return Err(schema_error(format!("function {signature}"), "is missing"));
+    let script = prefix.apply(SCHEMA_SQL);
+    for (signature, shipped) in signatures.iter().zip(function_bodies(&script)) {
+        let object = format!("function {signature}");
+        match sources.iter().find(|(s, _)| s == signature) {
+            Some((_, Some(source))) if source == shipped => {}
+            Some((_, Some(_))) => {
+                return Err(schema_error(
+                    object,
+                    "differs from the shipped definition (apply the shipped DDL again)",
+                ))
+            }
+            _ => return Err(schema_error(object, "is missing")),
         }
     }
     Ok(())
+}
+
+/// The bodies of the functions `script` creates, in order: the text between each pair of
+/// `$$` quotes, as PostgreSQL keeps it in `pg_proc.prosrc`.
+fn function_bodies(script: &str) -> impl Iterator<Item = &str> {
+    script.split("$$").skip(1).step_by(2)
 }
 
 fn schema_error(object: String, problem: impl Into<String>) -> EventStorageError {
     EventStorageError::Schema {
         object,
         problem: problem.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_creates_one_body_per_expected_function_in_order() {
+        let bodies: Vec<&str> = function_bodies(SCHEMA_SQL).collect();
+        assert_eq!(bodies.len(), FUNCTIONS.len());
+        for ((name, _), body) in FUNCTIONS.iter().zip(&bodies) {
+            let header = SCHEMA_SQL.split(body).next().unwrap();
+            let last_function = header
+                .rfind("CREATE OR REPLACE FUNCTION __prefix__")
+                .unwrap();
+            assert!(
+                header[last_function..].contains(&format!("__prefix__{name}(")),
+                "the body after {} is not {name}'s",
+                &header[last_function..]
+            );
+        }
+    }
+
+    #[test]
+    fn every_expected_object_is_created_by_the_script() {
+        for (table, columns) in TABLES {
+            assert!(SCHEMA_SQL.contains(&format!("CREATE TABLE IF NOT EXISTS __prefix__{table} (")));
+            for (column, ..) in columns.iter() {
+                assert!(
+                    SCHEMA_SQL.contains(&format!("    {column} ")),
+                    "{table}.{column}"
+                );
+            }
+        }
+        for (index, ..) in INDEXES {
+            assert!(
+                SCHEMA_SQL.contains(&format!("__prefix__{index}")),
+                "{index}"
+            );
+        }
     }
 }

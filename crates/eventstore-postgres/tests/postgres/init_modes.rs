@@ -99,7 +99,13 @@ async fn validate_names_each_kind_of_drift() {
     let Some(pool) = common::try_pool().await else {
         return;
     };
-    let drifts: [(&str, &str, &str); 6] = [
+    let drifts: [(&str, &str, &str); 7] = [
+        (
+            "CREATE OR REPLACE FUNCTION {p}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean \
+             LANGUAGE sql AS $$ SELECT false $$",
+            "function {p}release_lease(text, text, text)",
+            "differs from the shipped definition",
+        ),
         (
             "DROP INDEX {p}events_tags_idx",
             "index {p}events_tags_idx",
@@ -158,7 +164,7 @@ async fn ensure_repairs_what_is_missing_but_not_what_differs() {
         .close()
         .await
         .unwrap();
-    pool.execute(format!("DROP INDEX {prefix}events_stream_idx; DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text)").as_str())
+    pool.execute(format!("DROP INDEX {prefix}events_stream_idx; DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text); CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").as_str())
         .await
         .unwrap();
     open(&prefix, DatabaseInitMode::Ensure)
