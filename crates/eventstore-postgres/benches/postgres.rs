@@ -63,32 +63,44 @@ async fn main() {
     storage.close().await.unwrap();
 }
 
-/// Latency percentiles of `SAMPLES` runs of `op`.
-async fn latencies<F, Fut>(mut op: F) -> Stats
+/// Latency percentiles of `SAMPLES` runs of `op`, each run right after one of the floor, so
+/// that both see the same load on a shared machine.
+async fn beside_floor<F, Fut>(pool: &PgPool, prefix: &str, mut op: F) -> (Stats, Stats)
 where
-    F: FnMut(usize) -> Fut,
+    F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    for n in 0..SAMPLES / 10 {
-        op(n).await;
+    for _ in 0..SAMPLES / 10 {
+        floor_update(pool, prefix, 0).await;
+        op().await;
     }
+    let mut floor = Vec::with_capacity(SAMPLES);
     let mut samples = Vec::with_capacity(SAMPLES);
-    for n in 0..SAMPLES {
+    for _ in 0..SAMPLES {
         let start = Instant::now();
-        op(SAMPLES / 10 + n).await;
+        floor_update(pool, prefix, 0).await;
+        floor.push(start.elapsed());
+        let start = Instant::now();
+        op().await;
         samples.push(start.elapsed());
     }
-    samples.sort();
-    Stats {
-        p50: samples[samples.len() / 2],
-        p99: samples[samples.len() * 99 / 100],
-    }
+    (Stats::of(floor), Stats::of(samples))
 }
 
 #[derive(Clone, Copy)]
 struct Stats {
     p50: Duration,
     p99: Duration,
+}
+
+impl Stats {
+    fn of(mut samples: Vec<Duration>) -> Stats {
+        samples.sort();
+        Stats {
+            p50: samples[samples.len() / 2],
+            p99: samples[samples.len() * 99 / 100],
+        }
+    }
 }
 
 fn micros(d: Duration) -> String {
@@ -117,8 +129,20 @@ async fn lease_latencies(storage: &PostgresEventStorage, pool: &PgPool, prefix: 
         .await
         .unwrap();
 
-    let floor = latencies(|_| floor_update(pool, prefix, 0)).await;
-    let renewal = latencies(|_| async {
+    println!("## Lease latency (one client, each operation interleaved with the floor)\n");
+    println!("| operation | p50 | p99 | floor p50 | floor p99 | p50 / floor p50 |");
+    println!("|---|---|---|---|---|---|");
+    let row = |name: &str, (floor, s): (Stats, Stats)| {
+        println!(
+            "| {name} | {} | {} | {} | {} | {:.2}× |",
+            micros(s.p50),
+            micros(s.p99),
+            micros(floor.p50),
+            micros(floor.p99),
+            s.p50.as_secs_f64() / floor.p50.as_secs_f64()
+        );
+    };
+    let renewal = beside_floor(pool, prefix, || async {
         let r = storage
             .request_lease(LeaseRequest::new("held", "holder", 0, TTL))
             .await
@@ -126,7 +150,8 @@ async fn lease_latencies(storage: &PostgresEventStorage, pool: &PgPool, prefix: 
         assert_eq!(r.status, LeaseStatus::Leader);
     })
     .await;
-    let standby = latencies(|_| async {
+    row("`request_lease`, renewal", renewal);
+    let standby = beside_floor(pool, prefix, || async {
         let r = storage
             .request_lease(LeaseRequest::new("held", "standby", 0, TTL))
             .await
@@ -134,59 +159,38 @@ async fn lease_latencies(storage: &PostgresEventStorage, pool: &PgPool, prefix: 
         assert_eq!(r.status, LeaseStatus::Standby);
     })
     .await;
-    // Acquisition of a released lease (next token) and the release itself, alternating.
-    let mut acquire = Vec::new();
-    let mut release = Vec::new();
+    row("`request_lease`, standby", standby);
+    // Acquiring a released lease (the next token) and releasing it again, each timed.
+    let (mut floor, mut acquire, mut release) = (Vec::new(), Vec::new(), Vec::new());
     for n in 0..SAMPLES + SAMPLES / 10 {
+        let start = Instant::now();
+        floor_update(pool, prefix, 0).await;
+        let floor_time = start.elapsed();
         let start = Instant::now();
         let r = storage
             .request_lease(LeaseRequest::new("handed", "a", 0, TTL))
             .await
             .unwrap();
-        let acquired = start.elapsed();
+        let acquire_time = start.elapsed();
         assert_eq!(r.status, LeaseStatus::Leader);
         let start = Instant::now();
         storage.release_lease("handed", "a").await.unwrap();
         if n >= SAMPLES / 10 {
-            acquire.push(acquired);
+            floor.push(floor_time);
+            acquire.push(acquire_time);
             release.push(start.elapsed());
         }
     }
-    let get_leases = latencies(|_| async {
+    let floor = Stats::of(floor);
+    row(
+        "`request_lease`, acquisition of a released lease",
+        (floor, Stats::of(acquire)),
+    );
+    row("`release_lease` by the holder", (floor, Stats::of(release)));
+    let get_leases = beside_floor(pool, prefix, || async {
         assert_eq!(storage.get_leases().await.unwrap().len(), 102);
     })
     .await;
-    let floor_after = latencies(|_| floor_update(pool, prefix, 0)).await;
-    let floor = Stats {
-        p50: floor.p50.min(floor_after.p50),
-        p99: floor.p99.min(floor_after.p99),
-    };
-
-    println!("## Lease latency (one client)\n");
-    println!("| operation | p50 | p99 | p50 / floor p50 |");
-    println!("|---|---|---|---|");
-    let row = |name: &str, s: Stats| {
-        println!(
-            "| {name} | {} | {} | {:.2}× |",
-            micros(s.p50),
-            micros(s.p99),
-            s.p50.as_secs_f64() / floor.p50.as_secs_f64()
-        );
-    };
-    row("floor: one-row `UPDATE … RETURNING`, autocommit", floor);
-    row("`request_lease`, renewal", renewal);
-    row("`request_lease`, standby", standby);
-    acquire.sort();
-    release.sort();
-    let stats = |v: &[Duration]| Stats {
-        p50: v[v.len() / 2],
-        p99: v[v.len() * 99 / 100],
-    };
-    row(
-        "`request_lease`, acquisition of a released lease",
-        stats(&acquire),
-    );
-    row("`release_lease`", stats(&release));
     row("`get_leases` (102 leases)", get_leases);
     println!();
 }

@@ -92,10 +92,11 @@ DECLARE
     v_step_down boolean;
     i integer;
 BEGIN
-    PERFORM set_config('lock_timeout', p_lock_timeout, true);
     IF array_length(p_names, 1) = 1 THEN
-        PERFORM pg_advisory_xact_lock(v_lock_space, hashtext(p_names[1]));
+        PERFORM pg_advisory_xact_lock(v_lock_space, hashtext(p_names[1]))
+           FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
     ELSE
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
         -- Every lock up front, in key order, so that two overlapping batches never deadlock.
         FOR v_key IN SELECT DISTINCT hashtext(n) FROM unnest(p_names) AS n ORDER BY 1 LOOP
             PERFORM pg_advisory_xact_lock(v_lock_space, v_key);
@@ -103,54 +104,66 @@ BEGIN
     END IF;
 
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
-        SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_names[i];
-        IF NOT FOUND THEN
-            INSERT INTO __prefix__leases AS l
-                (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
-            VALUES (p_names[i], p_owners[i], p_priorities[i], 1, v_now, v_now, p_ttls[i])
-            RETURNING * INTO STRICT v_lease;
-        ELSIF v_lease.heartbeat_at + v_lease.ttl < v_now THEN
-            -- Nobody holds it live: the caller takes it under the next token, even when it
-            -- was the caller's own lease, so that two tenures never share a token.
-            UPDATE __prefix__leases AS l
-               SET owner = p_owners[i], priority = p_priorities[i],
-                   fencing_token = l.fencing_token + 1,
-                   acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i]
-             WHERE l.lease_name = p_names[i]
-            RETURNING * INTO STRICT v_lease;
-            -- The lease row now stands for the caller as a contender. A change of holder is
-            -- rare: the moment to forget contenders long gone too.
-            DELETE FROM __prefix__lease_contenders AS c
-             WHERE c.lease_name = p_names[i]
-               AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now);
-        ELSIF v_lease.owner = p_owners[i] THEN
-            UPDATE __prefix__leases AS l
-               SET priority = p_priorities[i], heartbeat_at = v_now, ttl = p_ttls[i]
-             WHERE l.lease_name = p_names[i]
-            RETURNING * INTO STRICT v_lease;
-        ELSE
-            INSERT INTO __prefix__lease_contenders AS c (lease_name, owner, priority, heartbeat_at, ttl)
-            VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
-            ON CONFLICT (lease_name, owner) DO UPDATE
-                SET priority = excluded.priority, heartbeat_at = excluded.heartbeat_at,
-                    ttl = excluded.ttl;
-            lease_status := 'standby';
-            lease_token := v_lease.fencing_token;
-            lease_owner := v_lease.owner;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-
-        SELECT EXISTS (
+        -- The common case in one statement: the caller renews the live lease it holds.
+        UPDATE __prefix__leases AS l
+           SET priority = p_priorities[i], heartbeat_at = v_now, ttl = p_ttls[i]
+         WHERE l.lease_name = p_names[i] AND l.owner = p_owners[i]
+           AND l.heartbeat_at + l.ttl >= v_now
+        RETURNING l.fencing_token, l.owner, EXISTS (
             SELECT 1 FROM __prefix__lease_contenders AS c
              WHERE c.lease_name = p_names[i]
                AND c.owner <> p_owners[i]
                AND c.priority > p_priorities[i]
                AND c.heartbeat_at + c.ttl >= v_now
-        ) INTO v_step_down;
+        )
+        INTO lease_token, lease_owner, v_step_down;
+
+        IF NOT FOUND THEN
+            SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_names[i];
+            IF NOT FOUND THEN
+                INSERT INTO __prefix__leases AS l
+                    (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
+                VALUES (p_names[i], p_owners[i], p_priorities[i], 1, v_now, v_now, p_ttls[i])
+                RETURNING * INTO STRICT v_lease;
+            ELSIF v_lease.heartbeat_at + v_lease.ttl < v_now THEN
+                -- Nobody holds it live: the caller takes it under the next token, even when
+                -- it was the caller's own lease, so that two tenures never share a token.
+                UPDATE __prefix__leases AS l
+                   SET owner = p_owners[i], priority = p_priorities[i],
+                       fencing_token = l.fencing_token + 1,
+                       acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i]
+                 WHERE l.lease_name = p_names[i]
+                RETURNING * INTO STRICT v_lease;
+                -- The lease row now stands for the caller as a contender. A change of holder
+                -- is rare: the moment to forget contenders long gone too.
+                DELETE FROM __prefix__lease_contenders AS c
+                 WHERE c.lease_name = p_names[i]
+                   AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now);
+            ELSE
+                -- Someone else holds it live: register or refresh the caller as a contender.
+                INSERT INTO __prefix__lease_contenders AS c
+                    (lease_name, owner, priority, heartbeat_at, ttl)
+                VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
+                ON CONFLICT (lease_name, owner) DO UPDATE
+                    SET priority = excluded.priority, heartbeat_at = excluded.heartbeat_at,
+                        ttl = excluded.ttl;
+                lease_status := 'standby';
+                lease_token := v_lease.fencing_token;
+                lease_owner := v_lease.owner;
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            lease_token := v_lease.fencing_token;
+            lease_owner := v_lease.owner;
+            SELECT EXISTS (
+                SELECT 1 FROM __prefix__lease_contenders AS c
+                 WHERE c.lease_name = p_names[i]
+                   AND c.owner <> p_owners[i]
+                   AND c.priority > p_priorities[i]
+                   AND c.heartbeat_at + c.ttl >= v_now
+            ) INTO v_step_down;
+        END IF;
         lease_status := CASE WHEN v_step_down THEN 'step_down_requested' ELSE 'leader' END;
-        lease_token := v_lease.fencing_token;
-        lease_owner := v_lease.owner;
         RETURN NEXT;
     END LOOP;
 END
@@ -171,8 +184,8 @@ DECLARE
     v_now constant timestamptz := now();
     v_released boolean;
 BEGIN
-    PERFORM set_config('lock_timeout', p_lock_timeout, true);
-    PERFORM pg_advisory_xact_lock(hashtext('__prefix__leases'), hashtext(p_name));
+    PERFORM pg_advisory_xact_lock(hashtext('__prefix__leases'), hashtext(p_name))
+       FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
     DELETE FROM __prefix__lease_contenders AS c
      WHERE c.lease_name = p_name AND c.owner = p_owner;
     UPDATE __prefix__leases AS l
