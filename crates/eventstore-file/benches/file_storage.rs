@@ -21,8 +21,17 @@ use eventstore_api::{
 use eventstore_file::FileEventStorage;
 use serde_json::json;
 
-/// Appends per appender for batches of one; batches of 100 do a tenth as many.
-const APPENDS_OF_ONE: usize = 2000;
+/// Appends per run (split among the appenders) for batches of one; batches of 100 do a
+/// tenth as many.
+const APPENDS_OF_ONE: usize = 4000;
+
+fn appends_per_run(batch: usize) -> usize {
+    if batch == 1 {
+        APPENDS_OF_ONE
+    } else {
+        APPENDS_OF_ONE / 10
+    }
+}
 const READ_EVENTS: u64 = 100_000;
 /// Rounds of each append measurement; the median is reported.
 const ROUNDS: usize = 3;
@@ -56,7 +65,7 @@ struct AppendRun {
 async fn append_run(batch: usize, appenders: usize) -> AppendRun {
     let dir = tempfile::tempdir().unwrap();
     let storage = FileEventStorage::open(dir.path()).await.unwrap();
-    let appends_each = (APPENDS_OF_ONE / batch.max(1)).max(20) / appenders.max(1) * 2;
+    let appends_each = appends_per_run(batch) / appenders;
     let before = log_bytes(dir.path());
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -138,12 +147,38 @@ fn resident_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Set for the child process that times an open of the directory it names.
+const OPEN_DIR: &str = "EVENTSTORE_BENCH_OPEN_DIR";
+
+/// The child's part: open the store, report time and resident memory, close.
+fn time_open(dir: &str, runtime: &tokio::runtime::Runtime) {
+    let before = resident_bytes().unwrap_or(0);
+    let start = Instant::now();
+    let storage = runtime.block_on(FileEventStorage::open(dir)).unwrap();
+    let elapsed = start.elapsed();
+    let after = resident_bytes().unwrap_or(0);
+    let head = runtime
+        .block_on(storage.head(&EventStreamId::any()))
+        .unwrap()
+        .map_or(0, |head| head.position);
+    println!(
+        "OPENED {:.2} {:.0}",
+        elapsed.as_secs_f64(),
+        after.saturating_sub(before) as f64 / (1 << 20) as f64
+    );
+    eprintln!("opened {head} events");
+    runtime.block_on(storage.close()).unwrap();
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
+    if let Ok(dir) = std::env::var(OPEN_DIR) {
+        return time_open(&dir, &runtime);
+    }
     let open_events: u64 = std::env::var("EVENTSTORE_BENCH_OPEN_EVENTS")
         .ok()
         .and_then(|value| value.parse().ok())
@@ -159,8 +194,11 @@ fn main() {
         let mut floors = Vec::new();
         for _ in 0..ROUNDS {
             let run = runtime.block_on(append_run(batch, appenders));
-            let floor_appends = ((APPENDS_OF_ONE / batch).max(20) / appenders * 2) * appenders;
-            floors.push(floor_run(run.bytes_per_append, appenders, floor_appends));
+            floors.push(floor_run(
+                run.bytes_per_append,
+                appenders,
+                appends_per_run(batch),
+            ));
             runs.push(run);
         }
         runs.sort_by(|a, b| a.appends_per_second.total_cmp(&b.appends_per_second));
@@ -224,30 +262,23 @@ fn main() {
         storage.close().await.unwrap();
         drop(storage);
         let size = log_bytes(dir.path());
-        let rss_before = resident_bytes();
-        let start = Instant::now();
-        let reopened = FileEventStorage::open(dir.path()).await.unwrap();
-        let open_time = start.elapsed();
-        let rss_after = resident_bytes();
-        let head = reopened.head(&any).await.unwrap().unwrap();
-        assert_eq!(head.position, open_events);
-        println!("| log size | written in | open time | resident memory added by open |");
+        // Opened in a fresh process, so that its resident memory is the open's alone.
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .env(OPEN_DIR, dir.path())
+            .output()
+            .unwrap();
+        let report = String::from_utf8_lossy(&output.stdout);
+        let (seconds, memory) = report
+            .lines()
+            .find_map(|line| line.strip_prefix("OPENED "))
+            .and_then(|rest| rest.split_once(' '))
+            .unwrap_or_else(|| panic!("the open process reported nothing: {output:?}"));
+        println!("| log size | written in | open time | resident memory after open |");
         println!("|---:|---:|---:|---:|");
-        let memory = match (rss_before, rss_after) {
-            (Some(before), Some(after)) => {
-                format!(
-                    "{:.0} MiB",
-                    after.saturating_sub(before) as f64 / (1 << 20) as f64
-                )
-            }
-            _ => "n/a".to_owned(),
-        };
         println!(
-            "| {:.0} MiB | {:.1} s | {:.2} s | {memory} |",
+            "| {:.0} MiB | {:.1} s | {seconds} s | {memory} MiB |",
             size as f64 / (1 << 20) as f64,
             fill_time.as_secs_f64(),
-            open_time.as_secs_f64()
         );
-        reopened.close().await.unwrap();
     });
 }

@@ -54,6 +54,10 @@ impl Journal {
         if length < MAGIC_LEN as u64 {
             // New, or created by a crash before its header was synced: start it afresh.
             write_header(&mut file, &magic).map_err(OpenFailure::io("cannot initialise", path))?;
+            // The new file's directory entry must be durable before any record in it is.
+            if let Some(dir) = path.parent() {
+                sync_dir(dir).map_err(OpenFailure::io("cannot sync the directory of", path))?;
+            }
             return Ok((Journal::at(path, magic, file, 0), Vec::new()));
         }
         let mut reader = BufReader::new(&file);

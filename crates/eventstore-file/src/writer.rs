@@ -14,6 +14,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use eventstore_api::{
     AppendCriteria, Bookmark, EventId, EventReference, EventStorageError, EventStreamId,
@@ -98,6 +99,51 @@ pub(crate) struct Writer {
     pub(crate) failure: Option<String>,
 }
 
+/// Decides how long a group waits for the commands of callers that are about to come back.
+///
+/// When the last group answered `n` callers, those callers usually send their next command
+/// within microseconds of each other; committing the first arrival alone would split them
+/// into a small group and a large one behind it. So a new group waits for up to as many
+/// commands as the last group had, but never longer than a fraction of the last commit's
+/// time. A lone appender (groups of one) never waits.
+#[derive(Debug, Default)]
+struct GroupGathering {
+    last_size: usize,
+    last_commit: Duration,
+}
+
+impl GroupGathering {
+    /// The most a group waits, however slow the commit.
+    const MAX_WAIT: Duration = Duration::from_millis(1);
+
+    fn gather(&self, first: Command, commands: &Receiver<Command>) -> Vec<Command> {
+        let mut group = vec![first];
+        let expected = self.last_size.min(MAX_GROUP);
+        let deadline = Instant::now() + (self.last_commit / 4).min(Self::MAX_WAIT);
+        while group.len() < expected {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            match commands.recv_timeout(left) {
+                Ok(command) => group.push(command),
+                Err(_) => break,
+            }
+        }
+        while group.len() < MAX_GROUP {
+            match commands.try_recv() {
+                Ok(command) => group.push(command),
+                Err(_) => break,
+            }
+        }
+        group
+    }
+
+    fn committed(&mut self, size: usize, took: Duration) {
+        self.last_size = size;
+        self.last_commit = took;
+    }
+}
+
 /// An append that passed its checks, waiting for the group's sync.
 struct PlannedAppend {
     events: Vec<StoredEvent>,
@@ -120,15 +166,13 @@ struct GroupPlan {
 impl Writer {
     /// Serves commands until every sender is gone, then releases the directory.
     pub(crate) fn run(mut self, commands: Receiver<Command>) {
+        let mut siblings = GroupGathering::default();
         while let Ok(first) = commands.recv() {
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP {
-                match commands.try_recv() {
-                    Ok(command) => group.push(command),
-                    Err(_) => break,
-                }
-            }
+            let group = siblings.gather(first, &commands);
+            let started = Instant::now();
+            let size = group.len();
             self.commit(group);
+            siblings.committed(size, started.elapsed());
         }
         tracing::debug!(dir = %self.dir.display(), "event store writer stopped");
         drop(self.lock);
