@@ -57,8 +57,6 @@ pub mod elector;
 pub mod guide;
 pub mod projector;
 pub mod store;
-#[cfg(test)]
-mod test_storage;
 
 pub use elector::{LeaderElector, Leadership, LeadershipWatch};
 pub use projector::{Projection, Projector};

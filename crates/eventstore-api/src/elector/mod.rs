@@ -255,6 +255,3 @@ impl Drop for LeaderElector {
         let _ = self.shutdown.send(true);
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -442,6 +442,3 @@ impl<P: Projection> Projector<P> {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,11 +1,18 @@
+//! Projectors on the in-memory backend: batches and bookmarks, resuming, bookmark reading,
+//! cancelled batches, stopping between batches, stale fences and refused settings.
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-
-use super::*;
-use crate::test_storage::TestStorage;
-use crate::{AppendCriteria, EventToStore, FencingToken, LeaseRequest, LeaseStatus, StoredEvent};
+use eventstore_api::projector::{
+    BookmarkReading, Projection, ProjectionError, Projector, ProjectorError, ProjectorRun,
+};
+use eventstore_api::{
+    AppendCriteria, EventReference, EventStorage, EventStreamId, EventToStore, Fence, FencingToken,
+    LeaseRequest, LeaseStatus, StoredEvent,
+};
+use eventstore_memory::MemoryEventStorage;
 
 /// Collects the positions it handled; fails on the position given, if any.
 #[derive(Debug, Default)]
@@ -48,13 +55,13 @@ fn stream() -> EventStreamId {
     EventStreamId::for_context("numbers")
 }
 
-async fn storage_with(count: u64) -> Arc<TestStorage> {
-    let storage = Arc::new(TestStorage::new());
+async fn storage_with(count: u64) -> Arc<MemoryEventStorage> {
+    let storage = Arc::new(MemoryEventStorage::new());
     append(&storage, 1..=count).await;
     storage
 }
 
-async fn append(storage: &TestStorage, numbers: impl IntoIterator<Item = u64>) {
+async fn append(storage: &MemoryEventStorage, numbers: impl IntoIterator<Item = u64>) {
     let events = numbers
         .into_iter()
         .map(|n| EventToStore::new("Number", serde_json::json!({ "n": n })))
@@ -65,7 +72,7 @@ async fn append(storage: &TestStorage, numbers: impl IntoIterator<Item = u64>) {
         .unwrap();
 }
 
-fn projector(storage: &Arc<TestStorage>, batch_size: u64) -> Projector<Recorder> {
+fn projector(storage: &Arc<MemoryEventStorage>, batch_size: u64) -> Projector<Recorder> {
     Projector::builder(storage.clone(), Recorder::default())
         .stream(stream())
         .bookmark("numbers-reader")
@@ -251,7 +258,7 @@ async fn a_stale_fence_keeps_the_bookmark_where_the_current_leader_put_it() {
 
 #[test]
 fn invalid_settings_are_refused_with_a_clear_error() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(MemoryEventStorage::new());
     let error = Projector::builder(storage.clone(), Recorder::default())
         .batch_size(0)
         .build()

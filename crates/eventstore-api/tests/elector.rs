@@ -1,9 +1,20 @@
+//! The leader elector on the in-memory backend: starting checks, who leads, hand-overs,
+//! step-downs, and self-demotion by the deadline while the storage hangs.
+
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::*;
-use crate::test_storage::TestStorage;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use eventstore_api::elector::{LeaderElector, Leadership};
+use eventstore_api::{
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, FencingToken, Lease,
+    LeaseRequest, LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+};
+use eventstore_memory::MemoryEventStorage;
 
 const TTL: Duration = Duration::from_millis(300);
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -20,7 +31,11 @@ where
     }
 }
 
-fn elector(storage: &Arc<TestStorage>, owner: &str, priority: i64) -> LeaderElector {
+fn elector<S: EventStorage + 'static>(
+    storage: &Arc<S>,
+    owner: &str,
+    priority: i64,
+) -> LeaderElector {
     LeaderElector::builder(storage.clone(), "jobs")
         .owner(owner)
         .priority(priority)
@@ -39,7 +54,7 @@ async fn leads(elector: &LeaderElector) -> FencingToken {
 
 #[tokio::test]
 async fn a_storage_without_leases_is_refused_at_start() {
-    let storage = Arc::new(TestStorage::without_leases());
+    let storage = Arc::new(EventsOnlyStorage::default());
     let error = LeaderElector::builder(storage, "jobs").start().unwrap_err();
     assert!(
         matches!(error, EventStorageError::Unsupported { .. }),
@@ -50,7 +65,7 @@ async fn a_storage_without_leases_is_refused_at_start() {
 
 #[tokio::test]
 async fn settings_that_would_lose_a_healthy_lease_are_refused() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(MemoryEventStorage::new());
     let build = |interval: Duration, margin: Duration| {
         LeaderElector::builder(storage.clone(), "jobs")
             .ttl(Duration::from_secs(3))
@@ -87,15 +102,12 @@ async fn settings_that_would_lose_a_healthy_lease_are_refused() {
 
 #[tokio::test]
 async fn the_only_contender_leads_with_the_first_token_and_its_fence() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(MemoryEventStorage::new());
     let elector = elector(&storage, "a", 0);
     assert_eq!(leads(&elector).await, FencingToken(1));
     let watch = elector.watch();
     assert!(watch.is_leader());
-    assert_eq!(
-        watch.fence(),
-        Some(crate::Fence::new("jobs", FencingToken(1)))
-    );
+    assert_eq!(watch.fence(), Some(Fence::new("jobs", FencingToken(1))));
     assert_eq!(
         elector.leadership(),
         Leadership::Leader {
@@ -107,7 +119,7 @@ async fn the_only_contender_leads_with_the_first_token_and_its_fence() {
 
 #[tokio::test]
 async fn the_other_contender_stands_by_naming_the_holder() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(MemoryEventStorage::new());
     let a = elector(&storage, "a", 0);
     let token = leads(&a).await;
     let b = elector(&storage, "b", 0);
@@ -127,7 +139,7 @@ async fn the_other_contender_stands_by_naming_the_holder() {
 
 #[tokio::test]
 async fn shutdown_releases_so_a_standby_takes_over_well_within_the_ttl() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(MemoryEventStorage::new());
     let ttl = Duration::from_secs(3);
     let start = |owner: &str| {
         LeaderElector::builder(storage.clone(), "jobs")
@@ -158,7 +170,7 @@ async fn shutdown_releases_so_a_standby_takes_over_well_within_the_ttl() {
 
 #[tokio::test]
 async fn an_aborted_leader_keeps_the_lease_until_its_ttl_then_is_replaced() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(MemoryEventStorage::new());
     let a = elector(&storage, "a", 0);
     leads(&a).await;
     let watch = a.watch();
@@ -175,7 +187,7 @@ async fn an_aborted_leader_keeps_the_lease_until_its_ttl_then_is_replaced() {
 
 #[tokio::test]
 async fn a_higher_priority_contender_gets_the_lease_once_the_work_acknowledges() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(MemoryEventStorage::new());
     let low = elector(&storage, "low", 0);
     let low_token = leads(&low).await;
     let high = elector(&storage, "high", 10);
@@ -208,7 +220,7 @@ async fn a_higher_priority_contender_gets_the_lease_once_the_work_acknowledges()
 
 #[tokio::test]
 async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(HangingStorage::default());
     let a = elector(&storage, "a", 0);
     let token = leads(&a).await;
     storage.hang_lease_requests(true);
@@ -232,7 +244,7 @@ async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
 
 #[tokio::test]
 async fn is_leader_turns_false_at_the_deadline_without_the_task() {
-    let storage = Arc::new(TestStorage::new());
+    let storage = Arc::new(HangingStorage::default());
     let a = elector(&storage, "a", 0);
     leads(&a).await;
     storage.hang_lease_requests(true);
@@ -244,4 +256,212 @@ async fn is_leader_turns_false_at_the_deadline_without_the_task() {
     assert!(!watch.is_leader());
     assert_eq!(watch.fence(), None);
     drop(a);
+}
+
+/// The memory backend with its leases hidden: it forwards events, bookmarks and `close`, claims
+/// no capability, and so keeps the trait's default `Unsupported` lease methods.
+#[derive(Debug, Default)]
+struct EventsOnlyStorage {
+    inner: MemoryEventStorage,
+}
+
+#[async_trait]
+impl EventStorage for EventsOnlyStorage {
+    fn name(&self) -> &str {
+        "events-only"
+    }
+
+    fn supports(&self, _capability: Capability) -> bool {
+        false
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner.append(criteria, stream, events).await
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner
+            .query(filter, stream, after, limit, direction)
+            .await
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+        self.inner.get_event_by_id(id).await
+    }
+
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        self.inner.head(stream).await
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.inner.bookmark(reader, reference, tags).await
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        self.inner.get_bookmark(reader).await
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+        self.inner.remove_bookmark(reader).await
+    }
+
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+        self.inner.get_bookmarks().await
+    }
+
+    async fn close(&self) -> StorageResult<()> {
+        self.inner.close().await
+    }
+}
+
+/// The memory backend whose lease requests, while switched on, never answer: a storage that
+/// hangs without failing, which only the elector's own deadline notices.
+#[derive(Debug, Default)]
+struct HangingStorage {
+    inner: MemoryEventStorage,
+    hang_lease_requests: AtomicBool,
+}
+
+impl HangingStorage {
+    fn hang_lease_requests(&self, hang: bool) {
+        self.hang_lease_requests.store(hang, Ordering::SeqCst);
+    }
+
+    async fn hang_while_switched_on(&self) {
+        if self.hang_lease_requests.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait]
+impl EventStorage for HangingStorage {
+    fn name(&self) -> &str {
+        "hanging"
+    }
+
+    fn supports(&self, capability: Capability) -> bool {
+        self.inner.supports(capability)
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner.append(criteria, stream, events).await
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner
+            .query(filter, stream, after, limit, direction)
+            .await
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+        self.inner.get_event_by_id(id).await
+    }
+
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        self.inner.head(stream).await
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.inner.bookmark(reader, reference, tags).await
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        self.inner.get_bookmark(reader).await
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+        self.inner.remove_bookmark(reader).await
+    }
+
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+        self.inner.get_bookmarks().await
+    }
+
+    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
+        self.hang_while_switched_on().await;
+        self.inner.request_lease(request).await
+    }
+
+    async fn request_leases(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseResponse>> {
+        self.hang_while_switched_on().await;
+        self.inner.request_leases(requests).await
+    }
+
+    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+        self.inner.release_lease(lease_name, owner).await
+    }
+
+    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        self.inner.get_leases().await
+    }
+
+    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
+        self.inner.storage_time().await
+    }
+
+    async fn append_fenced(
+        &self,
+        fence: &Fence,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner
+            .append_fenced(fence, criteria, stream, events)
+            .await
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        fence: &Fence,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.inner
+            .bookmark_fenced(fence, reader, reference, tags)
+            .await
+    }
+
+    async fn close(&self) -> StorageResult<()> {
+        self.inner.close().await
+    }
 }
