@@ -40,5 +40,5 @@ mod schema;
 mod storage;
 
 pub use builder::{DatabaseInitMode, PostgresEventStorageBuilder, DEFAULT_PREFIX};
-pub use schema::{schema_sql, DROP_SQL, SCHEMA_SQL};
+pub use schema::{schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
 pub use storage::PostgresEventStorage;

@@ -16,6 +16,10 @@ pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 /// Drops every object of a prefix, with `__prefix__` where the prefix goes.
 pub const DROP_SQL: &str = include_str!("../sql/drop.sql");
 
+/// The least privileges an application role needs, with `__prefix__` where the prefix goes
+/// and `__app_role__` where the role goes: `SELECT, INSERT` on events, no `DELETE` on leases.
+pub const GRANTS_SQL: &str = include_str!("../sql/grants.sql");
+
 /// The schema script for `prefix`, ready to run by hand (in one transaction) for
 /// deployments that use [`DatabaseInitMode::Validate`] or [`DatabaseInitMode::None`].
 ///

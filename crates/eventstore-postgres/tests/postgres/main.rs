@@ -8,6 +8,7 @@ mod common;
 mod contention;
 mod init_modes;
 mod killed_connection;
+mod least_privileges;
 mod lock_timeout;
 mod prefixes;
 mod restart;

@@ -1,0 +1,145 @@
+//! The privileges `sql/grants.sql` grants are enough for everything the storage does, and
+//! the leases table needs no DELETE.
+
+use std::time::Duration;
+
+use eventstore_api::{
+    AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Fence,
+    LeaseRequest, LeaseStatus, Limit, Tags,
+};
+use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage, GRANTS_SQL};
+use serde_json::json;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Executor};
+use std::str::FromStr;
+
+use crate::common;
+
+#[tokio::test]
+async fn an_application_role_with_only_the_shipped_grants_can_do_everything() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let role = format!("{prefix}app");
+    common::storage_on(&prefix).await.close().await.unwrap();
+    admin
+        .execute(format!("CREATE ROLE {role} LOGIN").as_str())
+        .await
+        .unwrap();
+    admin
+        .execute(
+            GRANTS_SQL
+                .replace("__prefix__", &prefix)
+                .replace("__app_role__", &role)
+                .as_str(),
+        )
+        .await
+        .expect("applying the shipped grants");
+
+    let outcome = exercise(&prefix, &role).await;
+    admin
+        .execute(format!("DROP OWNED BY {role}; DROP ROLE {role}").as_str())
+        .await
+        .unwrap();
+    outcome.unwrap();
+}
+
+async fn exercise(prefix: &str, role: &str) -> Result<(), String> {
+    let url = common::database_url();
+    let options = PgConnectOptions::from_str(&url).unwrap().username(role);
+    let storage = PostgresEventStorage::builder()
+        .url(options.to_url_lossy().to_string())
+        .prefix(prefix)
+        .init_mode(DatabaseInitMode::Validate)
+        .max_connections(2)
+        .build()
+        .await
+        .map_err(|e| format!("validate as {role}: {e}"))?;
+    let ttl = Duration::from_secs(60);
+    let leader = storage
+        .request_lease(LeaseRequest::new("l", "a", 0, ttl))
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(leader.status, LeaseStatus::Leader);
+    let standby = storage
+        .request_lease(LeaseRequest::new("l", "b", 5, ttl))
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(standby.status, LeaseStatus::Standby);
+    let stream = EventStreamId::for_context("orders");
+    let fence = Fence::new("l", leader.fencing_token);
+    let stored = storage
+        .append_fenced(
+            &fence,
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("A", json!(1)).with_idempotency_key("k")],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    storage
+        .append(
+            AppendCriteria::of(EventFilter::match_all(), Some(stored[0].reference)),
+            &stream,
+            vec![EventToStore::new("B", json!(2))],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let read = storage
+        .query(
+            &EventFilter::match_all(),
+            &EventStreamId::any(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(read.len(), 2);
+    storage
+        .bookmark("reader", &read[1].reference, Tags::none())
+        .await
+        .map_err(|e| e.to_string())?;
+    storage
+        .bookmark_fenced(&fence, "reader", &read[0].reference, Tags::none())
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(
+        storage
+            .get_bookmarks()
+            .await
+            .map_err(|e| e.to_string())?
+            .len(),
+        1
+    );
+    storage
+        .remove_bookmark("reader")
+        .await
+        .map_err(|e| e.to_string())?;
+    storage
+        .release_lease("l", "b")
+        .await
+        .map_err(|e| e.to_string())?;
+    storage
+        .release_lease("l", "a")
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(
+        storage.get_leases().await.map_err(|e| e.to_string())?.len(),
+        1
+    );
+    storage.storage_time().await.map_err(|e| e.to_string())?;
+
+    let delete = sqlx::query(&format!("DELETE FROM {prefix}leases"))
+        .execute(storage.pool())
+        .await;
+    assert!(
+        delete
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("permission denied")),
+        "the application role may delete leases: {delete:?}"
+    );
+    storage.close().await.unwrap();
+    Ok(())
+}
