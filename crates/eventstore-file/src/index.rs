@@ -26,8 +26,10 @@ struct Entry {
     id: Uuid,
     stream: u32,
     event_type: u32,
-    /// Sorted tag numbers.
-    tags: Box<[u32]>,
+    /// Where the event's sorted tag numbers start in [`EventIndex::tag_arena`].
+    tags_start: u32,
+    /// How many tags the event has.
+    tags_len: u32,
     location: Location,
 }
 
@@ -56,6 +58,9 @@ pub(crate) struct EventIndex {
     /// Positions of each type's events, by type number.
     type_positions: Vec<Vec<u64>>,
     tags: Names,
+    /// Every event's sorted tag numbers, one after the other: one allocation for all events
+    /// instead of one per event.
+    tag_arena: Vec<u32>,
     /// Positions of each tag's events, by tag number.
     tag_positions: Vec<Vec<u64>>,
     segments: Vec<Arc<File>>,
@@ -128,13 +133,17 @@ impl EventIndex {
         for &tag in &tags {
             posting_list(&mut self.tag_positions, tag).push(position);
         }
+        let tags_start =
+            u32::try_from(self.tag_arena.len()).expect("fewer than 2^32 tags in one log");
+        self.tag_arena.extend_from_slice(&tags);
         let event_type = self.types.intern(event.event_type);
         posting_list(&mut self.type_positions, event_type).push(position);
         self.entries.push(Entry {
             id: event.id.0,
             stream,
             event_type,
-            tags: tags.into_boxed_slice(),
+            tags_start,
+            tags_len: tags.len() as u32,
             location: event.location,
         });
         self.by_id.insert(event.id.0, position);
@@ -399,14 +408,13 @@ impl EventIndex {
             return false;
         }
         let entry = self.entry(reference.position);
+        let start = entry.tags_start as usize;
+        let tags = &self.tag_arena[start..start + entry.tags_len as usize];
         filter.items.iter().any(|item| {
             item.types
                 .as_ref()
                 .is_none_or(|types| types.binary_search(&entry.event_type).is_ok())
-                && item
-                    .tags
-                    .iter()
-                    .all(|tag| entry.tags.binary_search(tag).is_ok())
+                && item.tags.iter().all(|tag| tags.binary_search(tag).is_ok())
         })
     }
 }
