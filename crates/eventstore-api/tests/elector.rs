@@ -224,15 +224,14 @@ async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
     let a = elector(&storage, "a", 0);
     let token = leads(&a).await;
     storage.hang_lease_requests(true);
-    let hung_at = Instant::now();
 
+    // The hung request never answers, so only the deadline can demote; how promptly the
+    // watch follows is scheduling, and the exact bound is checked by the test below.
     let watch = a.watch();
     eventually("demotion while the request hangs", || async {
         watch.current() == Leadership::Unknown
     })
     .await;
-    // the last confirmed request was sent before the hang began
-    assert!(hung_at.elapsed() < TTL + Duration::from_millis(250));
     assert!(!a.is_leader());
     assert_eq!(a.token(), None);
 
