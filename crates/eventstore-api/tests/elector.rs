@@ -140,7 +140,8 @@ async fn the_other_contender_stands_by_naming_the_holder() {
 #[tokio::test]
 async fn shutdown_releases_so_a_standby_takes_over_well_within_the_ttl() {
     let storage = Arc::new(MemoryEventStorage::new());
-    let ttl = Duration::from_secs(3);
+    // Far longer than the polling deadline: b can only lead because a released.
+    let ttl = Duration::from_secs(600);
     let start = |owner: &str| {
         LeaderElector::builder(storage.clone(), "jobs")
             .owner(owner)
@@ -157,14 +158,8 @@ async fn shutdown_releases_so_a_standby_takes_over_well_within_the_ttl() {
     })
     .await;
 
-    let released = Instant::now();
     a.shutdown().await.unwrap();
     assert_eq!(leads(&b).await, FencingToken(2));
-    assert!(
-        released.elapsed() < ttl,
-        "took {:?}, not a ttl",
-        released.elapsed()
-    );
     b.shutdown().await.unwrap();
 }
 
