@@ -1,15 +1,15 @@
 //! Bookmarks: a reader's position, held as a foreign key to the event it names.
 
 use eventstore_api::{
-    validate, Bookmark, EventReference, EventStorageError, Fence, StorageResult, Tag, Tags,
+    validate, Bookmark, EventReference, EventStorageError, Fence, StorageResult, Tags,
 };
 use sqlx::PgConnection;
 use sqlx::Row;
 
 use crate::events::decode_reference;
 use crate::fencing;
-use crate::filter_sql::tag_texts;
 use crate::storage::Shared;
+use crate::tags_column;
 
 /// Places `reader`'s bookmark at the event `reference` names, if this storage holds it and
 /// `fence` (when given) holds.
@@ -82,7 +82,7 @@ async fn upsert(
     ))
     .bind(reader)
     .bind(reference.id.0)
-    .bind(tag_texts(tags))
+    .bind(tags_column::to_texts(tags))
     .fetch_optional(&mut *connection)
     .await
     .map_err(|e| shared.settings.failing(operation).map(e))?;
@@ -145,11 +145,7 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
             Ok(Bookmark {
                 reader: row.try_get("reader")?,
                 reference: decode_reference(row)?,
-                tags: tags
-                    .iter()
-                    .map(|text| Tag::parse(text))
-                    .collect::<Result<Tags, _>>()
-                    .map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+                tags: tags_column::from_texts(&tags)?,
                 updated_at: row.try_get("updated_at")?,
             })
         })

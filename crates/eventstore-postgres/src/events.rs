@@ -7,15 +7,16 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     validate, AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorageError,
-    EventStreamId, EventToStore, Fence, Limit, StorageResult, StoredEvent, Tag, Tags,
+    EventStreamId, EventToStore, Fence, Limit, StorageResult, StoredEvent,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
 use crate::fencing;
-use crate::filter_sql::{push_after, push_filter, push_stream, tag_texts, VISIBILITY_BARRIER};
+use crate::filter_sql::{push_after, push_filter, push_stream, VISIBILITY_BARRIER};
 use crate::storage::Shared;
+use crate::tags_column;
 
 /// The columns [`decode_event`] reads.
 const EVENT_COLUMNS: &str = "position, tx::text AS tx, id, stream_context, stream_purpose, \
@@ -193,7 +194,7 @@ async fn insert(
     let payloads: Vec<&serde_json::Value> = events.iter().map(|e| &e.payload).collect();
     let tags: Vec<serde_json::Value> = events
         .iter()
-        .map(|e| serde_json::Value::from(tag_texts(&e.tags)))
+        .map(|e| serde_json::Value::from(tags_column::to_texts(&e.tags)))
         .collect();
     let keys: Vec<Option<&str>> = events
         .iter()
@@ -384,11 +385,6 @@ pub(crate) fn decode_reference(row: &PgRow) -> Result<EventReference, sqlx::Erro
 
 fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
     let tags: Vec<String> = row.try_get("tags")?;
-    let tags = tags
-        .iter()
-        .map(|text| Tag::parse(text))
-        .collect::<Result<Tags, _>>()
-        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
     Ok(StoredEvent {
         stream: EventStreamId::new(
             row.try_get::<String, _>("stream_context")?,
@@ -397,7 +393,7 @@ fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
         event_type: row.try_get::<String, _>("event_type")?.into(),
         reference: decode_reference(row)?,
         payload: row.try_get("payload")?,
-        tags,
+        tags: tags_column::from_texts(&tags)?,
         timestamp: row.try_get("stored_at")?,
         idempotency_key: row.try_get("idempotency_key")?,
     })

@@ -3,6 +3,8 @@
 use eventstore_api::{EventFilter, EventReference, EventStreamId, FilterItem};
 use sqlx::{Postgres, QueryBuilder};
 
+use crate::tags_column;
+
 /// Only events whose transaction is below the oldest one still running: every event a reader
 /// could later see below this line has committed, so moving a bookmark past what a read
 /// returned never skips an event. The sub-select runs once per statement.
@@ -64,7 +66,7 @@ fn push_item(query: &mut QueryBuilder<'_, Postgres>, item: &FilterItem) {
     if !item.tags.is_empty() {
         query
             .push(" AND tags @> ")
-            .push_bind(tag_texts(&item.tags))
+            .push_bind(tags_column::to_texts(&item.tags))
             .push("::text[]");
     }
     query.push(")");
@@ -76,11 +78,6 @@ fn push_reference(query: &mut QueryBuilder<'_, Postgres>, reference: &EventRefer
         .push_bind(reference.tx.to_string())
         .push("::xid8, ")
         .push_bind(i64::try_from(reference.position).unwrap_or(i64::MAX));
-}
-
-/// Tags as stored: one `key:value` text each.
-pub(crate) fn tag_texts(tags: &eventstore_api::Tags) -> Vec<String> {
-    tags.iter().map(ToString::to_string).collect()
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ mod leases;
 mod prefix;
 mod schema;
 mod storage;
+mod tags_column;
 
 pub use builder::{DatabaseInitMode, PostgresEventStorageBuilder, DEFAULT_PREFIX};
 pub use schema::{schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
