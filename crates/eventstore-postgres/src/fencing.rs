@@ -33,9 +33,11 @@ pub(crate) async fn hold(
     .await
     .map_err(|e| failing.map(e))?;
 
-    // A statement of its own, so that its snapshot is taken after the lock was granted.
+    // A statement of its own, so that its snapshot is taken after the lock was granted. The
+    // server's clock is read as this statement starts, not as the transaction began: a write
+    // that waited for the lock is judged at the moment of its check.
     let row = sqlx::query(&format!(
-        "SELECT now() AS now, l.lease_name, l.owner, l.priority, l.fencing_token, \
+        "SELECT statement_timestamp() AS now, l.lease_name, l.owner, l.priority, l.fencing_token, \
                 l.acquired_at, l.heartbeat_at, l.ttl \
          FROM (SELECT 1) AS one LEFT JOIN {leases} AS l ON l.lease_name = $1",
         leases = prefix.name("leases")
