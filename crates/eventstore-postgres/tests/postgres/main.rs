@@ -6,6 +6,7 @@
 mod common;
 
 mod contention;
+mod fenced_writes;
 mod init_modes;
 mod killed_connection;
 mod least_privileges;
