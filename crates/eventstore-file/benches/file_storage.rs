@@ -60,6 +60,28 @@ struct AppendRun {
     events_per_second: f64,
     appends_per_second: f64,
     bytes_per_append: usize,
+    /// The bytes the run appended to the log, for the floor to write again.
+    written: Vec<u8>,
+}
+
+/// Everything in the segments of `dir` after the first `skip` bytes of the log.
+fn log_content(dir: &Path, skip: u64) -> Vec<u8> {
+    let mut segments: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("events-")
+        })
+        .collect();
+    segments.sort();
+    let mut content = Vec::new();
+    for segment in segments {
+        content.extend(std::fs::read(segment).unwrap());
+    }
+    content.split_off(skip as usize)
 }
 
 async fn append_run(batch: usize, appenders: usize) -> AppendRun {
@@ -67,16 +89,25 @@ async fn append_run(batch: usize, appenders: usize) -> AppendRun {
     let storage = FileEventStorage::open(dir.path()).await.unwrap();
     let appends_each = appends_per_run(batch) / appenders;
     let before = log_bytes(dir.path());
+    // The events are made before the clock starts: the floor's bytes are ready too.
+    let batches: Vec<Vec<Vec<EventToStore>>> = (0..appenders)
+        .map(|_| {
+            (0..appends_each)
+                .map(|round| {
+                    (0..batch)
+                        .map(|i| event((round * batch + i) as u64))
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for appender in 0..appenders {
+    for (appender, batches) in batches.into_iter().enumerate() {
         let storage = storage.clone();
         tasks.push(tokio::spawn(async move {
             let stream = EventStreamId::new("bench", format!("appender-{appender}"));
-            for round in 0..appends_each {
-                let events = (0..batch)
-                    .map(|i| event((round * batch + i) as u64))
-                    .collect();
+            for events in batches {
                 storage
                     .append(AppendCriteria::none(), &stream, events)
                     .await
@@ -90,17 +121,20 @@ async fn append_run(batch: usize, appenders: usize) -> AppendRun {
     let elapsed = start.elapsed().as_secs_f64();
     let appends = appends_each * appenders;
     let bytes = log_bytes(dir.path()) - before;
+    let written = log_content(dir.path(), before);
     storage.close().await.unwrap();
     AppendRun {
         events_per_second: (appends * batch) as f64 / elapsed,
         appends_per_second: appends as f64 / elapsed,
         bytes_per_append: (bytes / appends as u64) as usize,
+        written,
     }
 }
 
-/// The floor: `appenders` threads each writing `bytes` and syncing, as often as the run
-/// appended, to one plain file opened for appending.
-fn floor_run(bytes: usize, appenders: usize, appends: usize) -> f64 {
+/// The floor: `appenders` threads writing the bytes the storage appended, in pieces of
+/// `bytes` and syncing after each, as often as the run appended, to one plain file opened for
+/// appending.
+fn floor_run(written: &[u8], bytes: usize, appenders: usize, appends: usize) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let file = Arc::new(
         OpenOptions::new()
@@ -110,14 +144,16 @@ fn floor_run(bytes: usize, appenders: usize, appends: usize) -> f64 {
             .unwrap(),
     );
     let each = appends / appenders;
+    let pieces: Vec<&[u8]> = written.chunks(bytes).collect();
     let start = Instant::now();
     std::thread::scope(|scope| {
-        for _ in 0..appenders {
+        for appender in 0..appenders {
             let file = Arc::clone(&file);
+            let pieces = &pieces;
             scope.spawn(move || {
-                let buffer = vec![0x5a_u8; bytes];
-                for _ in 0..each {
-                    (&*file).write_all(&buffer).unwrap();
+                for round in 0..each {
+                    let piece = pieces[(round * appenders + appender) % pieces.len()];
+                    (&*file).write_all(piece).unwrap();
                     file.sync_data().unwrap();
                 }
             });
@@ -195,6 +231,7 @@ fn main() {
         for _ in 0..ROUNDS {
             let run = runtime.block_on(append_run(batch, appenders));
             floors.push(floor_run(
+                &run.written,
                 run.bytes_per_append,
                 appenders,
                 appends_per_run(batch),
