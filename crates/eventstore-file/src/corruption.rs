@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 /// A record (or file header) that fails its checksum or does not decode, somewhere a torn
 /// write cannot explain. Opening refuses such a store rather than skipping data silently.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Corruption {
     /// The damaged file.
     pub file: PathBuf,

@@ -254,9 +254,12 @@ impl EventIndex {
             Scope::Nothing => None,
             Scope::All => (!self.entries.is_empty()).then_some(self.entries.len() as u64),
             Scope::One(stream) => self.stream_positions[stream as usize].last().copied(),
-            scope @ Scope::Some(_) => (1..=self.entries.len() as u64)
-                .rev()
-                .find(|&position| self.covers(&scope, position)),
+            Scope::Some(covered) => covered
+                .iter()
+                .zip(&self.stream_positions)
+                .filter(|(covered, _)| **covered)
+                .filter_map(|(_, positions)| positions.last().copied())
+                .max(),
         }?;
         Some(self.reference_at(position))
     }
@@ -523,6 +526,14 @@ mod tests {
             EventStreamId::new("nope", "x"),
         ];
         let afters = [None, Some(stored[0].reference), Some(stored[150].reference)];
+        for stream in &streams {
+            let expected = stored
+                .iter()
+                .rev()
+                .find(|event| stream.covers(&event.stream))
+                .map(|event| event.reference);
+            assert_eq!(index.head(stream), expected, "head of {stream}");
+        }
         for filter in filters(&stored) {
             for stream in &streams {
                 for after in afters {
