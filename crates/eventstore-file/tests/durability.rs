@@ -433,3 +433,71 @@ async fn a_torn_bookmark_write_keeps_the_bookmarks_before_it() {
         reopened.close().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damage_to_a_sealed_segment_is_an_error_never_a_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = FileStorageOptions::default().max_segment_bytes(2048);
+    let storage = FileEventStorage::open_with(dir.path(), options.clone())
+        .await
+        .unwrap();
+    for n in 0..40 {
+        append_one(&storage, n).await;
+    }
+    storage.close().await.unwrap();
+    let segments = segment_files(dir.path());
+    assert!(segments.len() >= 3);
+    let sealed = &segments[1];
+    let intact = std::fs::read(sealed).unwrap();
+
+    let refuses = |what: &'static str| {
+        let dir = dir.path().to_owned();
+        let options = options.clone();
+        let sealed = sealed.clone();
+        async move {
+            let error = FileEventStorage::open_with(&dir, options)
+                .await
+                .unwrap_err();
+            let message = error.to_string();
+            assert!(
+                message.contains(&sealed.display().to_string()),
+                "{what}: {message}"
+            );
+        }
+    };
+
+    // A sealed segment that lost its last bytes: no torn write can do that.
+    std::fs::write(sealed, &intact[..intact.len() - 3]).unwrap();
+    refuses("a truncated sealed segment").await;
+    assert_eq!(
+        std::fs::read(sealed).unwrap().len(),
+        intact.len() - 3,
+        "not cut"
+    );
+
+    // A damaged segment header.
+    let mut damaged = intact.clone();
+    damaged[3] ^= 0xff;
+    std::fs::write(sealed, &damaged).unwrap();
+    refuses("a damaged segment header").await;
+
+    // A missing segment leaves a gap in the positions, named at the segment after it.
+    std::fs::write(sealed, &intact).unwrap();
+    std::fs::remove_file(sealed).unwrap();
+    let error = FileEventStorage::open_with(dir.path(), options.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(&segments[2].display().to_string()),
+        "{error}"
+    );
+
+    std::fs::write(sealed, &intact).unwrap();
+    let repaired = FileEventStorage::open_with(dir.path(), options)
+        .await
+        .unwrap();
+    assert_eq!(all_events(&repaired).await.len(), 40);
+    repaired.close().await.unwrap();
+}
