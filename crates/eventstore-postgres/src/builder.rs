@@ -8,7 +8,6 @@ use eventstore_api::EventStorageError;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
-use crate::errors::Failing;
 use crate::prefix::TablePrefix;
 use crate::schema;
 use crate::storage::{PostgresEventStorage, Settings};
@@ -237,16 +236,5 @@ impl PostgresEventStorageBuilder {
             return Err(error);
         }
         Ok(PostgresEventStorage::new(pool, owns_pool, prefix, settings))
-    }
-}
-
-impl Settings {
-    /// How to map a driver error of `operation`.
-    pub(crate) fn failing<'a>(&self, operation: &'a str) -> Failing<'a> {
-        Failing {
-            operation,
-            lock_timeout: self.lock_timeout,
-            acquire_timeout: self.acquire_timeout,
-        }
     }
 }

@@ -15,6 +15,7 @@ use eventstore_api::{
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::builder::PostgresEventStorageBuilder;
+use crate::errors::Failing;
 use crate::prefix::TablePrefix;
 use crate::{bookmarks, events, leases};
 
@@ -30,6 +31,15 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
+    /// How to map a driver error of `operation`.
+    pub(crate) fn failing<'a>(&self, operation: &'a str) -> Failing<'a> {
+        Failing {
+            operation,
+            lock_timeout: self.lock_timeout,
+            acquire_timeout: self.acquire_timeout,
+        }
+    }
+
     /// The lock timeout as a PostgreSQL setting value, e.g. `10000ms`.
     pub(crate) fn lock_timeout_setting(&self) -> String {
         format!("{}ms", self.lock_timeout.as_millis().max(1))

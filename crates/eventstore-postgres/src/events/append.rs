@@ -1,26 +1,21 @@
-//! Events: conditional appends under a per-stream lock, and reads behind the visibility
-//! barrier.
+//! Appends: all or nothing, checked and written under the stream's lock.
 
 use std::collections::HashSet;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::{
-    validate, AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorageError,
-    EventStreamId, EventToStore, Fence, Limit, StorageResult, StoredEvent,
+    validate, AppendCriteria, EventId, EventStorageError, EventStreamId, EventToStore, Fence,
+    StorageResult, StoredEvent,
 };
-use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
+use super::{concrete, decode_reference};
 use crate::fencing;
-use crate::filter_sql::{push_after, push_filter, push_stream, VISIBILITY_BARRIER};
+use crate::filter_sql::{push_after, push_filter, push_stream};
 use crate::storage::Shared;
 use crate::tags_column;
-
-/// The columns [`decode_event`] reads.
-const EVENT_COLUMNS: &str = "position, tx::text AS tx, id, stream_context, stream_purpose, \
-                             event_type, payload, tags, idempotency_key, stored_at";
 
 /// Appends `events` to `stream` if `criteria` (and `fence`, when given) hold, all or nothing.
 pub(crate) async fn append(
@@ -275,126 +270,4 @@ async fn wait_until_visible(shared: &Shared, tx: u64) {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(std::time::Duration::from_millis(20));
     }
-}
-
-/// The matching events of the streams `stream` covers, strictly after `after`, below the
-/// visibility barrier.
-pub(crate) async fn query(
-    shared: &Shared,
-    filter: &EventFilter,
-    stream: &EventStreamId,
-    after: Option<&EventReference>,
-    limit: Limit,
-    direction: Direction,
-) -> StorageResult<Vec<StoredEvent>> {
-    validate::validate_stream(stream)?;
-    if limit.0 == Some(0) || filter.items.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut query = QueryBuilder::<Postgres>::new(format!(
-        "SELECT {EVENT_COLUMNS} FROM {events} WHERE {VISIBILITY_BARRIER}",
-        events = shared.prefix.name("events")
-    ));
-    push_stream(&mut query, stream);
-    push_filter(&mut query, filter);
-    if let Some(after) = after {
-        push_after(&mut query, after);
-    }
-    query.push(match direction {
-        Direction::Forward => " ORDER BY tx, position",
-        Direction::Backward => " ORDER BY tx DESC, position DESC",
-    });
-    if let Some(limit) = limit.0 {
-        query
-            .push(" LIMIT ")
-            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    }
-    let failing = shared.settings.failing("query events");
-    let rows = query
-        .build()
-        .fetch_all(&shared.pool)
-        .await
-        .map_err(|e| failing.map(e))?;
-    rows.iter()
-        .map(|row| decode_event(row).map_err(|e| failing.map(e)))
-        .collect()
-}
-
-/// The event with `id`, if it is committed.
-pub(crate) async fn get_by_id(shared: &Shared, id: EventId) -> StorageResult<Option<StoredEvent>> {
-    let failing = shared.settings.failing("get an event by id");
-    let row = sqlx::query(&format!(
-        "SELECT {EVENT_COLUMNS} FROM {events} WHERE id = $1",
-        events = shared.prefix.name("events")
-    ))
-    .bind(id.0)
-    .fetch_optional(&shared.pool)
-    .await
-    .map_err(|e| failing.map(e))?;
-    row.as_ref()
-        .map(decode_event)
-        .transpose()
-        .map_err(|e| failing.map(e))
-}
-
-/// The last event below the visibility barrier in the streams `stream` covers.
-pub(crate) async fn head(
-    shared: &Shared,
-    stream: &EventStreamId,
-) -> StorageResult<Option<EventReference>> {
-    validate::validate_stream(stream)?;
-    let mut query = QueryBuilder::<Postgres>::new(format!(
-        "SELECT position, tx::text AS tx, id FROM {events} WHERE {VISIBILITY_BARRIER}",
-        events = shared.prefix.name("events")
-    ));
-    push_stream(&mut query, stream);
-    query.push(" ORDER BY tx DESC, position DESC LIMIT 1");
-    let failing = shared.settings.failing("read the head of a stream");
-    let row = query
-        .build()
-        .fetch_optional(&shared.pool)
-        .await
-        .map_err(|e| failing.map(e))?;
-    row.as_ref()
-        .map(decode_reference)
-        .transpose()
-        .map_err(|e| failing.map(e))
-}
-
-/// Context and purpose of a stream validated as concrete.
-fn concrete(stream: &EventStreamId) -> (&str, &str) {
-    (
-        stream.context.as_deref().unwrap_or_default(),
-        stream.purpose.as_deref().unwrap_or_default(),
-    )
-}
-
-/// A reference from the `id`, `position` and `tx` (as text) columns.
-pub(crate) fn decode_reference(row: &PgRow) -> Result<EventReference, sqlx::Error> {
-    let position: i64 = row.try_get("position")?;
-    let tx: String = row.try_get("tx")?;
-    Ok(EventReference {
-        id: EventId(row.try_get("id")?),
-        position: u64::try_from(position)
-            .map_err(|_| sqlx::Error::Decode(format!("negative position {position}").into()))?,
-        tx: tx.parse().map_err(|_| {
-            sqlx::Error::Decode(format!("transaction id {tx:?} is not a u64").into())
-        })?,
-    })
-}
-
-fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
-    let tags: Vec<String> = row.try_get("tags")?;
-    Ok(StoredEvent {
-        stream: EventStreamId::new(
-            row.try_get::<String, _>("stream_context")?,
-            row.try_get::<String, _>("stream_purpose")?,
-        ),
-        event_type: row.try_get::<String, _>("event_type")?.into(),
-        reference: decode_reference(row)?,
-        payload: row.try_get("payload")?,
-        tags: tags_column::from_texts(&tags)?,
-        timestamp: row.try_get("stored_at")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-    })
 }

@@ -1,0 +1,56 @@
+//! Events: conditional appends under a per-stream lock ([`append`]), and reads behind the
+//! visibility barrier ([`read`]).
+
+mod append;
+mod read;
+
+use eventstore_api::{EventId, EventReference, EventStreamId, StoredEvent};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use crate::tags_column;
+
+pub(crate) use append::append;
+pub(crate) use read::{get_by_id, head, query};
+
+/// The columns [`decode_event`] reads.
+pub(crate) const EVENT_COLUMNS: &str = "position, tx::text AS tx, id, stream_context, \
+     stream_purpose, event_type, payload, tags, idempotency_key, stored_at";
+
+/// Context and purpose of a stream validated as concrete.
+pub(crate) fn concrete(stream: &EventStreamId) -> (&str, &str) {
+    (
+        stream.context.as_deref().unwrap_or_default(),
+        stream.purpose.as_deref().unwrap_or_default(),
+    )
+}
+
+/// A reference from the `id`, `position` and `tx` (as text) columns.
+pub(crate) fn decode_reference(row: &PgRow) -> Result<EventReference, sqlx::Error> {
+    let position: i64 = row.try_get("position")?;
+    let tx: String = row.try_get("tx")?;
+    Ok(EventReference {
+        id: EventId(row.try_get("id")?),
+        position: u64::try_from(position)
+            .map_err(|_| sqlx::Error::Decode(format!("negative position {position}").into()))?,
+        tx: tx.parse().map_err(|_| {
+            sqlx::Error::Decode(format!("transaction id {tx:?} is not a u64").into())
+        })?,
+    })
+}
+
+pub(crate) fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
+    let tags: Vec<String> = row.try_get("tags")?;
+    Ok(StoredEvent {
+        stream: EventStreamId::new(
+            row.try_get::<String, _>("stream_context")?,
+            row.try_get::<String, _>("stream_purpose")?,
+        ),
+        event_type: row.try_get::<String, _>("event_type")?.into(),
+        reference: decode_reference(row)?,
+        payload: row.try_get("payload")?,
+        tags: tags_column::from_texts(&tags)?,
+        timestamp: row.try_get("stored_at")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+    })
+}

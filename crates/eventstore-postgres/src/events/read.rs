@@ -1,0 +1,95 @@
+//! Reads: only events below the oldest running transaction.
+
+use eventstore_api::{
+    validate, Direction, EventFilter, EventId, EventReference, EventStreamId, Limit, StorageResult,
+    StoredEvent,
+};
+use sqlx::{Postgres, QueryBuilder};
+
+use super::{decode_event, decode_reference, EVENT_COLUMNS};
+use crate::filter_sql::{push_after, push_filter, push_stream, VISIBILITY_BARRIER};
+use crate::storage::Shared;
+
+/// The matching events of the streams `stream` covers, strictly after `after`, below the
+/// visibility barrier.
+pub(crate) async fn query(
+    shared: &Shared,
+    filter: &EventFilter,
+    stream: &EventStreamId,
+    after: Option<&EventReference>,
+    limit: Limit,
+    direction: Direction,
+) -> StorageResult<Vec<StoredEvent>> {
+    validate::validate_stream(stream)?;
+    if limit.0 == Some(0) || filter.items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut query = QueryBuilder::<Postgres>::new(format!(
+        "SELECT {EVENT_COLUMNS} FROM {events} WHERE {VISIBILITY_BARRIER}",
+        events = shared.prefix.name("events")
+    ));
+    push_stream(&mut query, stream);
+    push_filter(&mut query, filter);
+    if let Some(after) = after {
+        push_after(&mut query, after);
+    }
+    query.push(match direction {
+        Direction::Forward => " ORDER BY tx, position",
+        Direction::Backward => " ORDER BY tx DESC, position DESC",
+    });
+    if let Some(limit) = limit.0 {
+        query
+            .push(" LIMIT ")
+            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
+    let failing = shared.settings.failing("query events");
+    let rows = query
+        .build()
+        .fetch_all(&shared.pool)
+        .await
+        .map_err(|e| failing.map(e))?;
+    rows.iter()
+        .map(|row| decode_event(row).map_err(|e| failing.map(e)))
+        .collect()
+}
+
+/// The event with `id`, if it is committed.
+pub(crate) async fn get_by_id(shared: &Shared, id: EventId) -> StorageResult<Option<StoredEvent>> {
+    let failing = shared.settings.failing("get an event by id");
+    let row = sqlx::query(&format!(
+        "SELECT {EVENT_COLUMNS} FROM {events} WHERE id = $1",
+        events = shared.prefix.name("events")
+    ))
+    .bind(id.0)
+    .fetch_optional(&shared.pool)
+    .await
+    .map_err(|e| failing.map(e))?;
+    row.as_ref()
+        .map(decode_event)
+        .transpose()
+        .map_err(|e| failing.map(e))
+}
+
+/// The last event below the visibility barrier in the streams `stream` covers.
+pub(crate) async fn head(
+    shared: &Shared,
+    stream: &EventStreamId,
+) -> StorageResult<Option<EventReference>> {
+    validate::validate_stream(stream)?;
+    let mut query = QueryBuilder::<Postgres>::new(format!(
+        "SELECT position, tx::text AS tx, id FROM {events} WHERE {VISIBILITY_BARRIER}",
+        events = shared.prefix.name("events")
+    ));
+    push_stream(&mut query, stream);
+    query.push(" ORDER BY tx DESC, position DESC LIMIT 1");
+    let failing = shared.settings.failing("read the head of a stream");
+    let row = query
+        .build()
+        .fetch_optional(&shared.pool)
+        .await
+        .map_err(|e| failing.map(e))?;
+    row.as_ref()
+        .map(decode_reference)
+        .transpose()
+        .map_err(|e| failing.map(e))
+}
