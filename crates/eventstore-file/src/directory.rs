@@ -1,10 +1,8 @@
 //! The store's directory: held by one process at a time, and synced when entries change.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-
-use fs2::FileExt;
 
 /// The lock file's name inside the store's directory.
 pub(crate) const LOCK_FILE: &str = "LOCK";
@@ -63,20 +61,21 @@ impl DirectoryLock {
             .truncate(false)
             .open(&lock_file)
             .map_err(io_failure)?;
-        if let Err(error) = file.try_lock_exclusive() {
-            if error.kind() != fs2::lock_contended_error().kind() {
-                return Err(io_failure(error));
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::Error(error)) => return Err(io_failure(error)),
+            Err(TryLockError::WouldBlock) => {
+                let mut recorded = String::new();
+                let holder = match file.read_to_string(&mut recorded) {
+                    Ok(_) if !recorded.trim().is_empty() => recorded.trim().to_owned(),
+                    _ => "(pid not recorded yet)".to_owned(),
+                };
+                return Err(LockFailure::Held {
+                    dir: dir.to_owned(),
+                    lock_file,
+                    holder,
+                });
             }
-            let mut recorded = String::new();
-            let holder = match file.read_to_string(&mut recorded) {
-                Ok(_) if !recorded.trim().is_empty() => recorded.trim().to_owned(),
-                _ => "(pid not recorded yet)".to_owned(),
-            };
-            return Err(LockFailure::Held {
-                dir: dir.to_owned(),
-                lock_file,
-                holder,
-            });
         }
         let record = |file: &mut File| -> io::Result<()> {
             file.set_len(0)?;
@@ -92,7 +91,7 @@ impl Drop for DirectoryLock {
     fn drop(&mut self) {
         // Closing the file releases the lock too; unlocking first makes the release
         // independent of other descriptors of the same file.
-        let _ = FileExt::unlock(&self.file);
+        let _ = self.file.unlock();
     }
 }
 
