@@ -18,7 +18,7 @@ fn stream() -> EventStreamId {
 }
 
 fn counted(n: u64) -> EventToStore {
-    let parity = if n % 2 == 0 { "even" } else { "odd" };
+    let parity = if n.is_multiple_of(2) { "even" } else { "odd" };
     EventToStore::new("Counted", json!({ "n": n, "text": "x".repeat(40) }))
         .with_tags(Tags::from_pairs([("parity", parity)]))
 }
