@@ -1,6 +1,6 @@
 //! Appends: all or nothing, checked and written under the stream's lock.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
@@ -31,18 +31,33 @@ pub(crate) async fn append(
         fencing::validate(fence)?;
     }
     let operation = format!("append to stream {stream}");
-    let mut transaction = shared.begin(&operation).await?;
-    let outcome = append_in(
-        shared,
-        &mut transaction,
-        fence,
-        &criteria,
-        stream,
-        events,
-        &operation,
-    )
-    .await;
-    let stored = shared.finish(&operation, transaction, outcome).await?;
+    let reads_first = fence.is_some()
+        || criteria.condition.is_some()
+        || events.iter().any(|e| e.idempotency_key.is_some());
+    let stored = if reads_first {
+        let mut transaction = shared.begin(&operation).await?;
+        let outcome = append_in(
+            shared,
+            &mut transaction,
+            fence,
+            &criteria,
+            stream,
+            events,
+            &operation,
+        )
+        .await;
+        shared.finish(&operation, transaction, outcome).await?
+    } else if events.is_empty() {
+        Vec::new()
+    } else {
+        // Nothing to check: one statement in autocommit, which takes the stream lock itself.
+        let mut connection = shared
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| shared.settings.failing(&operation).map(e))?;
+        insert(shared, &mut connection, stream, events, &operation).await?
+    };
     if let Some(last) = stored.last() {
         wait_until_visible(shared, last.reference.tx).await;
     }
@@ -67,11 +82,10 @@ async fn append_in(
     // after it see every append that went before. The transaction has no xid while it waits,
     // so a waiting append holds no reader back.
     sqlx::query(&format!(
-        "SELECT pg_advisory_xact_lock(hashtext('{events}'), hashtext($1)) \
-         FROM (SELECT set_config('lock_timeout', $2, true)) AS setting",
-        events = shared.prefix.name("events")
+        "SELECT {lock} FROM (SELECT set_config('lock_timeout', $2, true)) AS setting",
+        lock = stream_lock(shared, "$1")
     ))
-    .bind(format!("{context}\u{1f}{purpose}"))
+    .bind(stream_key(context, purpose))
     .bind(shared.settings.lock_timeout_setting())
     .execute(&mut *connection)
     .await
@@ -175,6 +189,22 @@ async fn check_criteria(
     }
 }
 
+/// The call that takes the lock of the stream whose [`stream_key`] is bound as `key`.
+fn stream_lock(shared: &Shared, key: &str) -> String {
+    format!(
+        "pg_advisory_xact_lock(hashtext('{events}'), hashtext({key}))",
+        events = shared.prefix.name("events")
+    )
+}
+
+/// The text whose hash names a stream's lock.
+fn stream_key(context: &str, purpose: &str) -> String {
+    format!("{context}\u{1f}{purpose}")
+}
+
+/// Inserts the batch in one statement that first takes the stream's lock (again, when the
+/// caller's transaction holds it already: advisory locks nest), so that an unconditional
+/// append in autocommit is serialized with every other append of the stream as well.
 async fn insert(
     shared: &Shared,
     connection: &mut PgConnection,
@@ -200,11 +230,14 @@ async fn insert(
              (id, tx, stream_context, stream_purpose, event_type, payload, tags, idempotency_key) \
          SELECT e.id, pg_current_xact_id(), $1, $2, e.event_type, e.payload, \
                 ARRAY(SELECT jsonb_array_elements_text(e.tags)), e.idempotency_key \
-         FROM unnest($3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
+         FROM (SELECT {lock} FROM (SELECT set_config('lock_timeout', $9, true)) AS setting) \
+                  AS locked, \
+              unnest($3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
               WITH ORDINALITY AS e(id, event_type, payload, tags, idempotency_key, ordinality) \
          ORDER BY e.ordinality \
          RETURNING id, position, tx::text AS tx, stored_at",
-        events = shared.prefix.name("events")
+        events = shared.prefix.name("events"),
+        lock = stream_lock(shared, "$8"),
     ))
     .bind(context)
     .bind(purpose)
@@ -213,24 +246,27 @@ async fn insert(
     .bind(&payloads)
     .bind(&tags)
     .bind(&keys)
+    .bind(stream_key(context, purpose))
+    .bind(shared.settings.lock_timeout_setting())
     .fetch_all(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
 
+    let mut by_id = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        by_id.insert(
+            row.try_get::<Uuid, _>("id").map_err(|e| failing.map(e))?,
+            row,
+        );
+    }
     let mut stored = Vec::with_capacity(events.len());
     for (event, id) in events.into_iter().zip(ids) {
-        let row = rows
-            .iter()
-            .find(|row| {
-                row.try_get::<Uuid, _>("id")
-                    .is_ok_and(|stored| stored == id)
-            })
-            .ok_or_else(|| {
-                EventStorageError::backend(
-                    format!("PostgreSQL did not return event {id} it was asked to {operation}"),
-                    "missing row in INSERT … RETURNING",
-                )
-            })?;
+        let row = by_id.get(&id).ok_or_else(|| {
+            EventStorageError::backend(
+                format!("PostgreSQL did not return event {id} it was asked to {operation}"),
+                "missing row in INSERT … RETURNING",
+            )
+        })?;
         let timestamp: DateTime<Utc> = row.try_get("stored_at").map_err(|e| failing.map(e))?;
         stored.push(StoredEvent {
             stream: stream.clone(),

@@ -1,7 +1,8 @@
 //! Contention between storages with separate pools, as between processes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use eventstore_api::{
     AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
@@ -165,6 +166,95 @@ async fn conditional_appends_from_separate_pools_have_one_winner_per_boundary() 
             }
         }
         assert_eq!(winners, 1, "round {round}");
+    }
+    for storage in storages {
+        storage.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_conditional_append_never_misses_a_racing_unconditional_one() {
+    const WINS_EACH: usize = 5;
+    let Some(storages) = two_pools().await else {
+        return;
+    };
+    let stream = EventStreamId::for_context("ledger");
+    let stop = Arc::new(AtomicBool::new(false));
+    let plain: Vec<_> = (0..3)
+        .map(|n| {
+            let (storage, stream, stop) =
+                (Arc::clone(&storages[0]), stream.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut written = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let event = EventToStore::new("Plain", json!({"writer": n, "i": written}));
+                    storage
+                        .append(AppendCriteria::none(), &stream, vec![event])
+                        .await
+                        .unwrap();
+                    written += 1;
+                }
+                written
+            })
+        })
+        .collect();
+    let guarded: Vec<_> = (0..3)
+        .map(|n| {
+            let (storage, stream) = (Arc::clone(&storages[1]), stream.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let mut won = Vec::new();
+                while won.len() < WINS_EACH {
+                    assert!(
+                        started.elapsed() < Duration::from_secs(30),
+                        "too few conditional appends won"
+                    );
+                    let last = storage.head(&stream).await.unwrap();
+                    let event =
+                        EventToStore::new("Guarded", json!({"writer": n, "won": won.len()}));
+                    let criteria = AppendCriteria::of(EventFilter::match_all(), last);
+                    match storage.append(criteria, &stream, vec![event]).await {
+                        Ok(stored) => won.push((last, stored[0].reference)),
+                        Err(EventStorageError::OptimisticLock { .. }) => {}
+                        Err(other) => panic!("{other}"),
+                    }
+                }
+                won
+            })
+        })
+        .collect();
+    let mut won = Vec::new();
+    for task in guarded {
+        won.extend(task.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut plain_count = 0;
+    for task in plain {
+        plain_count += task.await.unwrap();
+    }
+    assert!(plain_count > 0);
+
+    let everything = storages[0]
+        .query(
+            &EventFilter::match_all(),
+            &stream,
+            None,
+            eventstore_api::Limit::none(),
+            eventstore_api::Direction::Forward,
+        )
+        .await
+        .unwrap();
+    assert_eq!(everything.len(), plain_count + won.len());
+    for (expected_last, reference) in won {
+        let index = everything
+            .iter()
+            .position(|e| e.reference == reference)
+            .unwrap();
+        let predecessor = index.checked_sub(1).map(|i| everything[i].reference);
+        assert_eq!(
+            predecessor, expected_last,
+            "a conditional append succeeded although an event lies between its expected last and it"
+        );
     }
     for storage in storages {
         storage.close().await.unwrap();
