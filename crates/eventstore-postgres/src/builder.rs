@@ -189,7 +189,7 @@ impl PostgresEventStorageBuilder {
                 "must be at least 1ms (PostgreSQL reads 0 as no timeout at all)",
             ));
         }
-        let settings = Settings {
+        let mut settings = Settings {
             lock_timeout: self.lock_timeout,
             visibility_wait: self.visibility_wait,
             acquire_timeout: self.acquire_timeout,
@@ -202,7 +202,10 @@ impl PostgresEventStorageBuilder {
                     "no connection given; call url(..) or pool(..) on the builder",
                 ))
             }
-            Some(Source::Pool(pool)) => (pool, false),
+            Some(Source::Pool(pool)) => {
+                settings.acquire_timeout = pool.options().get_acquire_timeout();
+                (pool, false)
+            }
             Some(Source::Url(url)) => {
                 let options = PgConnectOptions::from_str(&url).map_err(|error| {
                     EventStorageError::invalid(

@@ -6,8 +6,6 @@ use eventstore_api::EventStorageError;
 
 /// SQLSTATE `lock_not_available`: `lock_timeout` ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
-/// SQLSTATE `query_canceled`: `statement_timeout` ran out (or a cancel request arrived).
-const QUERY_CANCELED: &str = "57014";
 /// SQLSTATE `undefined_table`.
 const UNDEFINED_TABLE: &str = "42P01";
 /// SQLSTATE `undefined_function`.
@@ -26,7 +24,7 @@ pub(crate) struct Failing<'a> {
 }
 
 impl Failing<'_> {
-    /// Maps `error`: lock and statement timeouts become `Timeout`, a closed pool `Closed`,
+    /// Maps `error`: a lock or pool wait that ran out becomes `Timeout`, a closed pool `Closed`,
     /// a missing table or function `Schema`, anything else `Backend` with its source.
     pub(crate) fn map(&self, error: sqlx::Error) -> EventStorageError {
         match &error {
@@ -38,10 +36,6 @@ impl Failing<'_> {
             sqlx::Error::Database(db) => match db.code().as_deref() {
                 Some(LOCK_NOT_AVAILABLE) => EventStorageError::Timeout {
                     operation: format!("{}: waiting for a lock", self.operation),
-                    after: self.lock_timeout,
-                },
-                Some(QUERY_CANCELED) => EventStorageError::Timeout {
-                    operation: format!("{}: statement canceled ({})", self.operation, db.message()),
                     after: self.lock_timeout,
                 },
                 Some(UNDEFINED_TABLE | UNDEFINED_FUNCTION) => EventStorageError::Schema {
@@ -63,5 +57,47 @@ impl Failing<'_> {
             format!("PostgreSQL failed to {}: {error}", self.operation),
             error,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAILING: Failing<'static> = Failing {
+        operation: "append to stream orders/default",
+        lock_timeout: Duration::from_secs(10),
+        acquire_timeout: Duration::from_secs(30),
+    };
+
+    #[test]
+    fn a_closed_pool_is_closed_and_an_exhausted_one_a_timeout() {
+        assert!(matches!(
+            FAILING.map(sqlx::Error::PoolClosed),
+            EventStorageError::Closed
+        ));
+        match FAILING.map(sqlx::Error::PoolTimedOut) {
+            EventStorageError::Timeout { operation, after } => {
+                assert_eq!(after, Duration::from_secs(30));
+                assert!(
+                    operation.starts_with("append to stream orders/default"),
+                    "{operation}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn anything_else_is_a_backend_error_that_says_what_was_being_done_and_keeps_its_source() {
+        let error = FAILING.map(sqlx::Error::Protocol("unexpected message".into()));
+        assert!(matches!(error, EventStorageError::Backend { .. }));
+        assert!(
+            error
+                .to_string()
+                .contains("failed to append to stream orders/default"),
+            "{error}"
+        );
+        assert!(std::error::Error::source(&error).is_some());
     }
 }
