@@ -9,10 +9,22 @@ use eventstore_api::EventStorage;
 /// storages must not see each other's data); `another_handle` opens a second, independent
 /// handle onto the *same* storage, as a second process would: a clone for an in-memory
 /// backend, a separate connection pool on the same tables for a database.
+///
+/// The storage type is `Clone`: clones are handles of one storage *in one process*, and
+/// `close` on any clone closes all of them. A handle from `another_handle` stands for another
+/// process, which one process's `close` does not reach.
 #[async_trait]
 pub trait StorageFactory: Send + Sync {
     /// The backend's storage type (`Arc<dyn EventStorage>` works too).
-    type Storage: EventStorage + 'static;
+    type Storage: EventStorage + Clone + 'static;
+
+    /// Why the backend cannot be tested here (say, its server is unreachable), or `None`.
+    ///
+    /// When this answers `Some`, each scenario prints the reason and passes without running.
+    /// Answer `None` under CI (`CI=true`), so that a missing server fails the run instead.
+    async fn unavailable(&self) -> Option<String> {
+        None
+    }
 
     /// A fresh, empty storage.
     async fn create(&self) -> Self::Storage;

@@ -26,17 +26,29 @@ pub fn unique_prefix() -> String {
     format!("t{:016x}_", rand::random::<u64>())
 }
 
+/// Why the server is unreachable, found out once per test process: without a server,
+/// every test would otherwise wait out a connection timeout of its own.
+static UNREACHABLE: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCell::const_new();
+
 /// A small pool on the test database, or `None` (after saying why) when the server cannot
 /// be reached outside CI. Under `CI=true` an unreachable server fails the test.
 pub async fn try_pool() -> Option<PgPool> {
     let url = database_url();
-    match PgPoolOptions::new()
-        .max_connections(2)
-        .idle_timeout(Duration::from_secs(5))
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(&url)
-        .await
-    {
+    let connect = || {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .idle_timeout(Duration::from_secs(5))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(&url)
+    };
+    let unreachable = UNREACHABLE
+        .get_or_init(|| async { connect().await.err().map(|error| error.to_string()) })
+        .await;
+    let outcome = match unreachable {
+        None => connect().await.map_err(|error| error.to_string()),
+        Some(error) => Err(error.clone()),
+    };
+    match outcome {
         Ok(pool) => Some(pool),
         Err(error) if required() => {
             panic!("PostgreSQL at {url} is required (CI=true) but unreachable: {error}")
