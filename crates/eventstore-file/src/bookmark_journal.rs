@@ -117,12 +117,12 @@ impl BookmarkJournal {
         let path = dir.join(BOOKMARKS_FILE);
         let (journal, records) = Journal::open(&path, MAGIC)?;
         let mut bookmarks = Bookmarks::new();
-        for (number, record) in records.iter().enumerate() {
-            let change = BookmarkChange::decode(record).map_err(|error| {
+        for record in &records {
+            let change = BookmarkChange::decode(&record.payload).map_err(|error| {
                 Corruption::new(
                     &path,
-                    0,
-                    format!("bookmark record {number} does not decode: {error}"),
+                    record.offset,
+                    format!("the bookmark record does not decode: {error}"),
                 )
             })?;
             change.apply_to(&mut bookmarks);

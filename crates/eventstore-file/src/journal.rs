@@ -6,6 +6,10 @@
 //! superseded, the journal is rewritten whole: into a temporary file, synced, renamed over
 //! the old one, and the directory synced, so a crash leaves either the old or the new file,
 //! never a torn one.
+//!
+//! After a failed write, sync or rewrite, what reached the disk is unknown (a later sync that
+//! succeeds says nothing about the pages of the failed one), so the journal refuses every
+//! later change until it is opened again and its content read back.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
@@ -21,25 +25,38 @@ const MAGIC_LEN: usize = 8;
 /// Rewrite when more than this many records are on disk and most of them are superseded.
 const REWRITE_THRESHOLD: usize = 1024;
 
+/// One record read back on open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// Where the record's frame starts in the file, for naming it when it does not decode.
+    pub(crate) offset: u64,
+    /// What was appended.
+    pub(crate) payload: Vec<u8>,
+}
+
 /// An open journal file.
 #[derive(Debug)]
 pub(crate) struct Journal {
     path: PathBuf,
+    /// The directory holding `path`, synced after a rewrite renames the new file into place.
+    dir: PathBuf,
     magic: [u8; MAGIC_LEN],
     file: File,
     records: usize,
+    /// Why the journal refuses changes, once a write, sync or rewrite failed.
+    failure: Option<String>,
 }
 
 impl Journal {
     /// Opens (or creates) the journal at `path`, cutting off a torn last record, and returns it
-    /// with every record's payload in the order written.
+    /// with every record in the order written.
     ///
     /// # Errors
     /// I/O failure, a wrong magic, or a damaged record anywhere but at the tail.
     pub(crate) fn open(
         path: &Path,
         magic: [u8; MAGIC_LEN],
-    ) -> Result<(Journal, Vec<Vec<u8>>), OpenFailure> {
+    ) -> Result<(Journal, Vec<Record>), OpenFailure> {
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -54,11 +71,11 @@ impl Journal {
         if length < MAGIC_LEN as u64 {
             // New, or created by a crash before its header was synced: start it afresh.
             write_header(&mut file, &magic).map_err(OpenFailure::io("cannot initialise", path))?;
+            let journal = Journal::at(path, magic, file, 0);
             // The new file's directory entry must be durable before any record in it is.
-            if let Some(dir) = path.parent() {
-                sync_dir(dir).map_err(OpenFailure::io("cannot sync the directory of", path))?;
-            }
-            return Ok((Journal::at(path, magic, file, 0), Vec::new()));
+            sync_dir(&journal.dir)
+                .map_err(OpenFailure::io("cannot sync the directory of", path))?;
+            return Ok((journal, Vec::new()));
         }
         let mut reader = BufReader::new(&file);
         let mut found = [0u8; MAGIC_LEN];
@@ -83,8 +100,8 @@ impl Journal {
                 .next_frame()
                 .map_err(OpenFailure::io("cannot read", path))?
             {
-                Scanned::Frame { payload, .. } => records.push(payload),
-                Scanned::End => break,
+                Scanned::Frame { offset, payload } => records.push(Record { offset, payload }),
+                Scanned::End { .. } => break,
                 Scanned::Torn { offset, reason } => {
                     tracing::warn!(
                         file = %path.display(),
@@ -111,23 +128,29 @@ impl Journal {
     fn at(path: &Path, magic: [u8; MAGIC_LEN], file: File, records: usize) -> Journal {
         Journal {
             path: path.to_owned(),
+            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
             magic,
             file,
             records,
+            failure: None,
         }
     }
 
     /// Appends `records` and syncs them to disk.
     ///
     /// # Errors
-    /// Writing or syncing failed.
+    /// Writing or syncing failed, now or earlier (see the module documentation).
     pub(crate) fn append(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
+        self.refuse_after_failure()?;
         let mut bytes = Vec::new();
         for record in records {
             write_frame(&mut bytes, record);
         }
-        self.file.write_all(&bytes)?;
-        self.file.sync_data()?;
+        let written = self
+            .file
+            .write_all(&bytes)
+            .and_then(|()| self.file.sync_data());
+        self.latch(written)?;
         self.records += records.len();
         Ok(())
     }
@@ -141,8 +164,11 @@ impl Journal {
     /// Replaces the journal's content with `records`, atomically.
     ///
     /// # Errors
-    /// Writing, syncing or renaming failed; the old journal then stays in place.
+    /// Writing, syncing or renaming failed, now or earlier. A failure before the rename leaves
+    /// the old journal in place and usable; one after it (the directory sync) leaves it unknown
+    /// which file a crash would keep, so the journal refuses further changes.
     pub(crate) fn rewrite(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
+        self.refuse_after_failure()?;
         let temporary = self.path.with_extension("rewrite");
         let mut file = OpenOptions::new()
             .read(true)
@@ -157,12 +183,31 @@ impl Journal {
         file.write_all(&bytes)?;
         file.sync_all()?;
         fs::rename(&temporary, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            sync_dir(dir)?;
-        }
+        // From here on the old file is unlinked: appends must go to the new one.
         self.file = file;
+        self.file.seek(SeekFrom::End(0))?;
         self.records = records.len();
-        Ok(())
+        let synced = sync_dir(&self.dir);
+        self.latch(synced)
+    }
+
+    fn refuse_after_failure(&self) -> io::Result<()> {
+        match &self.failure {
+            None => Ok(()),
+            Some(failure) => Err(io::Error::other(format!(
+                "{} refuses changes after an earlier failure ({failure}); reopen the store",
+                self.path.display()
+            ))),
+        }
+    }
+
+    /// Passes `result` on, remembering a failure so that every later change is refused.
+    fn latch(&mut self, result: io::Result<()>) -> io::Result<()> {
+        if let Err(error) = &result {
+            tracing::error!(file = %self.path.display(), %error, "journal write failed; refusing changes until reopened");
+            self.failure = Some(error.to_string());
+        }
+        result
     }
 }
 
@@ -179,6 +224,10 @@ mod tests {
 
     const MAGIC: [u8; 8] = *b"TESTJRN1";
 
+    fn payloads(records: Vec<Record>) -> Vec<Vec<u8>> {
+        records.into_iter().map(|record| record.payload).collect()
+    }
+
     #[test]
     fn records_survive_reopen_and_a_torn_tail_is_cut() {
         let dir = tempfile::tempdir().unwrap();
@@ -192,10 +241,10 @@ mod tests {
         file.set_len(full - 1).unwrap();
         drop(file);
         let (mut journal, records) = Journal::open(&path, MAGIC).unwrap();
-        assert_eq!(records, vec![b"a".to_vec()]);
+        assert_eq!(payloads(records), vec![b"a".to_vec()]);
         journal.append(&[b"c".to_vec()]).unwrap();
         drop(journal);
-        let (_, records) = Journal::open(&path, MAGIC).unwrap();
+        let records = payloads(Journal::open(&path, MAGIC).unwrap().1);
         assert_eq!(records, vec![b"a".to_vec(), b"c".to_vec()]);
     }
 
@@ -208,9 +257,53 @@ mod tests {
         journal.rewrite(&[b"new".to_vec()]).unwrap();
         journal.append(&[b"newer".to_vec()]).unwrap();
         drop(journal);
-        let (_, records) = Journal::open(&path, MAGIC).unwrap();
+        let records = payloads(Journal::open(&path, MAGIC).unwrap().1);
         assert_eq!(records, vec![b"new".to_vec(), b"newer".to_vec()]);
         let error = Journal::open(&path, *b"OTHERJR1").unwrap_err();
         assert!(error.to_string().contains("at byte offset 0"), "{error}");
+    }
+
+    #[test]
+    fn after_a_failed_write_every_later_append_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.log");
+        let (mut journal, _) = Journal::open(&path, MAGIC).unwrap();
+        journal.append(&[b"kept".to_vec()]).unwrap();
+        // A read-only handle makes the next write fail with a real I/O error.
+        let writable = std::mem::replace(&mut journal.file, File::open(&path).unwrap());
+        assert!(journal.append(&[b"failed".to_vec()]).is_err());
+        // The disk "recovers": what reached it after a failure is unknown, so the journal
+        // still refuses (a later sync succeeding says nothing about the failed write).
+        journal.file = writable;
+        let error = journal.append(&[b"after".to_vec()]).unwrap_err();
+        assert!(error.to_string().contains("earlier failure"), "{error}");
+        assert!(journal.rewrite(&[b"rewritten".to_vec()]).is_err());
+        drop(journal);
+        let records = payloads(Journal::open(&path, MAGIC).unwrap().1);
+        assert_eq!(records, vec![b"kept".to_vec()]);
+    }
+
+    #[test]
+    fn a_rewrite_failing_after_its_rename_loses_no_acknowledged_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.log");
+        let (mut journal, _) = Journal::open(&path, MAGIC).unwrap();
+        journal.append(&[b"old".to_vec()]).unwrap();
+        // The rename succeeds, then syncing the (missing) directory fails.
+        journal.dir = dir.path().join("missing");
+        assert!(journal.rewrite(&[b"new".to_vec()]).is_err());
+        let later = journal.append(&[b"later".to_vec()]);
+        drop(journal);
+        let records = payloads(Journal::open(&path, MAGIC).unwrap().1);
+        if later.is_ok() {
+            assert!(
+                records.contains(&b"later".to_vec()),
+                "an acknowledged append is gone: {records:?}"
+            );
+        }
+        assert!(
+            later.is_err(),
+            "a journal whose rewrite may not be durable refuses appends"
+        );
     }
 }

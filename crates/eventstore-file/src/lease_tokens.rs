@@ -43,8 +43,8 @@ impl LeaseState {
         let path = dir.join(TOKENS_FILE);
         let (mut journal, records) = Journal::open(&path, MAGIC)?;
         let mut ceilings = HashMap::new();
-        for (number, record) in records.iter().enumerate() {
-            let mut decoder = Decoder::new(record);
+        for record in &records {
+            let mut decoder = Decoder::new(&record.payload);
             let decoded = decoder.str("the lease name").and_then(|name| {
                 let ceiling = decoder.u64("the token ceiling")?;
                 decoder.finish("the token record")?;
@@ -53,8 +53,8 @@ impl LeaseState {
             let (name, ceiling) = decoded.map_err(|error| {
                 Corruption::new(
                     &path,
-                    0,
-                    format!("token record {number} does not decode: {error}"),
+                    record.offset,
+                    format!("the token record does not decode: {error}"),
                 )
             })?;
             let known = ceilings.entry(name).or_insert(0);
