@@ -97,7 +97,7 @@ pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<E
     validate::validate_reader(reader)?;
     let failing = shared.settings.failing("read a bookmark");
     let row = sqlx::query(&format!(
-        "SELECT e.id, e.position, e.tx::text AS tx \
+        "SELECT e.id, e.position, e.tx::text AS tx_text \
          FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id WHERE b.reader = $1",
         bookmarks = shared.prefix.name("bookmarks"),
         events = shared.prefix.name("events"),
@@ -130,7 +130,7 @@ pub(crate) async fn remove(shared: &Shared, reader: &str) -> StorageResult<()> {
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
     let failing = shared.settings.failing("list bookmarks");
     let rows = sqlx::query(&format!(
-        "SELECT b.reader, b.tags, b.updated_at, e.id, e.position, e.tx::text AS tx \
+        "SELECT b.reader, b.tags, b.updated_at, e.id, e.position, e.tx::text AS tx_text \
          FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id \
          ORDER BY b.reader COLLATE \"C\"",
         bookmarks = shared.prefix.name("bookmarks"),

@@ -164,7 +164,7 @@ async fn check_criteria(
         return Ok(());
     }
     let mut query = QueryBuilder::<Postgres>::new(format!(
-        "SELECT position, tx::text AS tx, id FROM {events} WHERE true",
+        "SELECT position, tx::text AS tx_text, id FROM {events} WHERE true",
         events = shared.prefix.name("events")
     ));
     push_stream(&mut query, stream);
@@ -235,7 +235,7 @@ async fn insert(
               unnest($3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
               WITH ORDINALITY AS e(id, event_type, payload, tags, idempotency_key, ordinality) \
          ORDER BY e.ordinality \
-         RETURNING id, position, tx::text AS tx, stored_at",
+         RETURNING id, position, tx::text AS tx_text, stored_at",
         events = shared.prefix.name("events"),
         lock = stream_lock(shared, "$8"),
     ))

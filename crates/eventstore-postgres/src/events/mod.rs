@@ -14,7 +14,11 @@ pub(crate) use append::append;
 pub(crate) use read::{get_by_id, head, query};
 
 /// The columns [`decode_event`] reads.
-pub(crate) const EVENT_COLUMNS: &str = "position, tx::text AS tx, id, stream_context, \
+///
+/// The transaction id is read as text under a name of its own: were the alias `tx`, an
+/// `ORDER BY tx` would sort by that text (PostgreSQL resolves ORDER BY names to output
+/// columns first), putting transaction 10 before transaction 9.
+pub(crate) const EVENT_COLUMNS: &str = "position, tx::text AS tx_text, id, stream_context, \
      stream_purpose, event_type, payload, tags, idempotency_key, stored_at";
 
 /// Context and purpose of a stream validated as concrete.
@@ -25,10 +29,10 @@ pub(crate) fn concrete(stream: &EventStreamId) -> (&str, &str) {
     )
 }
 
-/// A reference from the `id`, `position` and `tx` (as text) columns.
+/// A reference from the `id`, `position` and `tx_text` (`tx::text`) columns.
 pub(crate) fn decode_reference(row: &PgRow) -> Result<EventReference, sqlx::Error> {
     let position: i64 = row.try_get("position")?;
-    let tx: String = row.try_get("tx")?;
+    let tx: String = row.try_get("tx_text")?;
     Ok(EventReference {
         id: EventId(row.try_get("id")?),
         position: u64::try_from(position)

@@ -77,7 +77,7 @@ pub(crate) async fn head(
 ) -> StorageResult<Option<EventReference>> {
     validate::validate_stream(stream)?;
     let mut query = QueryBuilder::<Postgres>::new(format!(
-        "SELECT position, tx::text AS tx, id FROM {events} WHERE {VISIBILITY_BARRIER}",
+        "SELECT position, tx::text AS tx_text, id FROM {events} WHERE {VISIBILITY_BARRIER}",
         events = shared.prefix.name("events")
     ));
     push_stream(&mut query, stream);

@@ -6,9 +6,12 @@
 mod common;
 
 mod contention;
+mod event_order;
 mod fenced_writes;
+mod index_use;
 mod init_modes;
 mod killed_connection;
+mod lease_contenders;
 mod least_privileges;
 mod lock_timeout;
 mod prefixes;

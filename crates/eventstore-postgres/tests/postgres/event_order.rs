@@ -1,0 +1,104 @@
+//! Events are ordered by `(tx, position)` as numbers: a transaction id with more digits comes
+//! later, although its text sorts first (`"10" < "9"`). Real servers cross such a boundary
+//! (transaction 9,999,999 to 10,000,000) in their first weeks.
+
+use eventstore_api::{
+    AppendCriteria, Direction, EventFilter, EventStorage, EventStorageError, EventStreamId,
+    EventToStore, Limit, StoredEvent,
+};
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::common;
+
+/// Stores an event of `orders/default` under the given transaction id, as a writer whose
+/// transaction had that id would have; both ids lie far below the visibility barrier.
+async fn store_with_tx(admin: &PgPool, prefix: &str, tx: u64, event_type: &str) {
+    sqlx::query(&format!(
+        "INSERT INTO {prefix}events (id, tx, stream_context, stream_purpose, event_type, payload, tags) \
+         VALUES (gen_random_uuid(), $1::text::xid8, 'orders', 'default', $2, '{{}}', '{{}}')"
+    ))
+    .bind(tx.to_string())
+    .bind(event_type)
+    .execute(admin)
+    .await
+    .expect("storing an event under a chosen transaction id");
+}
+
+fn types(events: &[StoredEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.event_type.as_str()).collect()
+}
+
+#[tokio::test]
+async fn transaction_ids_order_as_numbers_not_as_text() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    let stream = EventStreamId::for_context("orders");
+    // Written in this order, so that positions disagree with the transaction order too.
+    store_with_tx(&admin, &prefix, 10, "Second").await;
+    store_with_tx(&admin, &prefix, 9, "First").await;
+
+    let query = |direction, limit| {
+        let (storage, stream) = (&storage, &stream);
+        async move {
+            storage
+                .query(&EventFilter::match_all(), stream, None, limit, direction)
+                .await
+                .unwrap()
+        }
+    };
+    let forward = query(Direction::Forward, Limit::none()).await;
+    assert_eq!(types(&forward), ["First", "Second"]);
+    assert!(forward[0].reference < forward[1].reference);
+    assert_eq!(
+        types(&query(Direction::Forward, Limit::to(1)).await),
+        ["First"]
+    );
+    assert_eq!(
+        types(&query(Direction::Backward, Limit::none()).await),
+        ["Second", "First"]
+    );
+    assert_eq!(
+        types(&query(Direction::Backward, Limit::to(1)).await),
+        ["Second"]
+    );
+
+    assert_eq!(
+        storage.head(&stream).await.unwrap(),
+        Some(forward[1].reference)
+    );
+    assert_eq!(
+        storage.head(&EventStreamId::any()).await.unwrap(),
+        Some(forward[1].reference)
+    );
+    let after_first = storage
+        .query(
+            &EventFilter::match_all(),
+            &stream,
+            Some(&forward[0].reference),
+            Limit::to(1),
+            Direction::Forward,
+        )
+        .await
+        .unwrap();
+    assert_eq!(types(&after_first), ["Second"]);
+
+    // The conflict a conditional append reports is the first matching event in that order.
+    let refused = storage
+        .append(
+            AppendCriteria::of(EventFilter::match_all(), None),
+            &stream,
+            vec![EventToStore::new("Third", json!({}))],
+        )
+        .await;
+    match refused {
+        Err(EventStorageError::OptimisticLock { conflicting, .. }) => {
+            assert_eq!(conflicting, forward[0].reference)
+        }
+        other => panic!("expected OptimisticLock, got {other:?}"),
+    }
+    storage.close().await.unwrap();
+}
