@@ -61,7 +61,9 @@ CREATE TABLE IF NOT EXISTS __prefix__leases (
 -- Everyone else who asked for a lease, live while now() <= heartbeat_at + ttl. The holder is
 -- a contender through its lease row (same owner, priority, heartbeat and ttl), so a renewal
 -- writes one row; a holder's registration would lapse or be withdrawn exactly when its lease
--- does, so it needs no row of its own.
+-- does, so it needs no row of its own. Every registration and every change of holder
+-- forgets the lease's lapsed contenders, so a lease keeps no more rows than it had live
+-- contenders at its last registration.
 CREATE TABLE IF NOT EXISTS __prefix__lease_contenders (
     lease_name   text        NOT NULL,
     owner        text        NOT NULL,
@@ -140,7 +142,15 @@ BEGIN
                  WHERE c.lease_name = p_names[i]
                    AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now);
             ELSE
-                -- Someone else holds it live: register or refresh the caller as a contender.
+                -- Someone else holds it live: register or refresh the caller as a contender,
+                -- and forget this lease's lapsed contenders, so that instances which came
+                -- and went under identities of their own leave no rows behind while one
+                -- leader holds the lease for months.
+                WITH lapsed AS (
+                    DELETE FROM __prefix__lease_contenders AS c
+                     WHERE c.lease_name = p_names[i] AND c.owner <> p_owners[i]
+                       AND c.heartbeat_at + c.ttl < v_now
+                )
                 INSERT INTO __prefix__lease_contenders AS c
                     (lease_name, owner, priority, heartbeat_at, ttl)
                 VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
