@@ -1,35 +1,16 @@
 //! The leader elector on the in-memory backend: starting checks, who leads, hand-overs,
 //! step-downs, and self-demotion by the deadline while the storage hangs.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use eventstore_api::elector::{LeaderElector, Leadership};
-use eventstore_api::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, FencingToken, Lease,
-    LeaseRequest, LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
-};
+use eventstore_api::{EventStorage, EventStorageError, Fence, FencingToken};
 use eventstore_memory::MemoryEventStorage;
+use eventstore_tck::support::{eventually, DEADLINE};
+use eventstore_tck::wrappers::{EventsOnly, Hangable};
 
 const TTL: Duration = Duration::from_millis(300);
-const DEADLINE: Duration = Duration::from_secs(10);
-
-async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !condition().await {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 fn elector<S: EventStorage + 'static>(
     storage: &Arc<S>,
@@ -54,7 +35,7 @@ async fn leads(elector: &LeaderElector) -> FencingToken {
 
 #[tokio::test]
 async fn a_storage_without_leases_is_refused_at_start() {
-    let storage = Arc::new(EventsOnlyStorage::default());
+    let storage = Arc::new(EventsOnly::new(MemoryEventStorage::new()));
     let error = LeaderElector::builder(storage, "jobs").start().unwrap_err();
     assert!(
         matches!(error, EventStorageError::Unsupported { .. }),
@@ -215,10 +196,10 @@ async fn a_higher_priority_contender_gets_the_lease_once_the_work_acknowledges()
 
 #[tokio::test]
 async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
-    let storage = Arc::new(HangingStorage::default());
+    let storage = Arc::new(Hangable::new(MemoryEventStorage::new()));
     let a = elector(&storage, "a", 0);
     let token = leads(&a).await;
-    storage.hang_lease_requests(true);
+    storage.hang(true);
 
     // The hung request never answers, so only the deadline can demote; how promptly the
     // watch follows is scheduling, and the exact bound is checked by the test below.
@@ -230,7 +211,7 @@ async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
     assert!(!a.is_leader());
     assert_eq!(a.token(), None);
 
-    storage.hang_lease_requests(false);
+    storage.hang(false);
     let again = leads(&a).await;
     assert!(again >= token);
     a.shutdown().await.unwrap();
@@ -238,10 +219,10 @@ async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
 
 #[tokio::test]
 async fn is_leader_turns_false_at_the_deadline_without_the_task() {
-    let storage = Arc::new(HangingStorage::default());
+    let storage = Arc::new(Hangable::new(MemoryEventStorage::new()));
     let a = elector(&storage, "a", 0);
     leads(&a).await;
-    storage.hang_lease_requests(true);
+    storage.hang(true);
     let hung_at = Instant::now();
     let watch = a.watch();
     // is_leader() reads the deadline itself: whatever the task does, a ttl after the last
@@ -250,212 +231,4 @@ async fn is_leader_turns_false_at_the_deadline_without_the_task() {
     assert!(!watch.is_leader());
     assert_eq!(watch.fence(), None);
     drop(a);
-}
-
-/// The memory backend with its leases hidden: it forwards events, bookmarks and `close`, claims
-/// no capability, and so keeps the trait's default `Unsupported` lease methods.
-#[derive(Debug, Default)]
-struct EventsOnlyStorage {
-    inner: MemoryEventStorage,
-}
-
-#[async_trait]
-impl EventStorage for EventsOnlyStorage {
-    fn name(&self) -> &str {
-        "events-only"
-    }
-
-    fn supports(&self, _capability: Capability) -> bool {
-        false
-    }
-
-    async fn append(
-        &self,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner.append(criteria, stream, events).await
-    }
-
-    async fn query(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner
-            .query(filter, stream, after, limit, direction)
-            .await
-    }
-
-    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.inner.get_event_by_id(id).await
-    }
-
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.inner.head(stream).await
-    }
-
-    async fn bookmark(
-        &self,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner.bookmark(reader, reference, tags).await
-    }
-
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.inner.get_bookmark(reader).await
-    }
-
-    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        self.inner.remove_bookmark(reader).await
-    }
-
-    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.inner.get_bookmarks().await
-    }
-
-    async fn close(&self) -> StorageResult<()> {
-        self.inner.close().await
-    }
-}
-
-/// The memory backend whose lease requests, while switched on, never answer: a storage that
-/// hangs without failing, which only the elector's own deadline notices.
-#[derive(Debug, Default)]
-struct HangingStorage {
-    inner: MemoryEventStorage,
-    hang_lease_requests: AtomicBool,
-}
-
-impl HangingStorage {
-    fn hang_lease_requests(&self, hang: bool) {
-        self.hang_lease_requests.store(hang, Ordering::SeqCst);
-    }
-
-    async fn hang_while_switched_on(&self) {
-        if self.hang_lease_requests.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-#[async_trait]
-impl EventStorage for HangingStorage {
-    fn name(&self) -> &str {
-        "hanging"
-    }
-
-    fn supports(&self, capability: Capability) -> bool {
-        self.inner.supports(capability)
-    }
-
-    async fn append(
-        &self,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner.append(criteria, stream, events).await
-    }
-
-    async fn query(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner
-            .query(filter, stream, after, limit, direction)
-            .await
-    }
-
-    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.inner.get_event_by_id(id).await
-    }
-
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.inner.head(stream).await
-    }
-
-    async fn bookmark(
-        &self,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner.bookmark(reader, reference, tags).await
-    }
-
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.inner.get_bookmark(reader).await
-    }
-
-    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        self.inner.remove_bookmark(reader).await
-    }
-
-    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.inner.get_bookmarks().await
-    }
-
-    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
-        self.hang_while_switched_on().await;
-        self.inner.request_lease(request).await
-    }
-
-    async fn request_leases(
-        &self,
-        requests: Vec<LeaseRequest>,
-    ) -> StorageResult<Vec<LeaseResponse>> {
-        self.hang_while_switched_on().await;
-        self.inner.request_leases(requests).await
-    }
-
-    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        self.inner.release_lease(lease_name, owner).await
-    }
-
-    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-        self.inner.get_leases().await
-    }
-
-    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        self.inner.storage_time().await
-    }
-
-    async fn append_fenced(
-        &self,
-        fence: &Fence,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner
-            .append_fenced(fence, criteria, stream, events)
-            .await
-    }
-
-    async fn bookmark_fenced(
-        &self,
-        fence: &Fence,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner
-            .bookmark_fenced(fence, reader, reference, tags)
-            .await
-    }
-
-    async fn close(&self) -> StorageResult<()> {
-        self.inner.close().await
-    }
 }

@@ -9,10 +9,8 @@ use eventstore_api::{
     Bookmark, EventId, EventReference, EventStorage, EventStorageError, StoredEvent, Tags,
 };
 
-use crate::events::{
-    append, assert_invalid_input, expect_err, labelled, orders, tags, ClockWindow,
-};
-use crate::support::eventually;
+use crate::events::{append, labelled, orders, tags};
+use crate::support::{assert_invalid_input, eventually, expect_err, ClockWindow};
 use crate::StorageFactory;
 
 /// Appends `count` events to `orders` and returns them.

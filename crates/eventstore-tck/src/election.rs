@@ -11,26 +11,26 @@
 //! scenario proves that both fenced writes refuse with `Unsupported`.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWatch};
 use eventstore_api::projector::{
     BookmarkReading, ElectedProjector, Projection, ProjectionError, Projector, ProjectorError,
     ProjectorRun,
 };
 use eventstore_api::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, FencingToken, Lease,
-    LeaseRequest, LeaseResponse, Limit, StoredEvent, Tags,
+    AppendCriteria, Capability, Direction, EventFilter, EventId, EventReference, EventStorage,
+    EventStorageError, EventStreamId, EventToStore, Fence, FencingToken, Lease, LeaseRequest,
+    Limit, StoredEvent, Tags,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::support::{self, DEADLINE};
+use crate::wrappers::{EventsOnly, Hangable};
 use crate::StorageFactory;
 
 /// The ttl of the electors: short, so that a crash is taken over quickly.
@@ -63,8 +63,7 @@ fn stream() -> EventStreamId {
 /// `Unsupported` error that names the capability.
 pub async fn elector_refuses_a_storage_without_leases<F: StorageFactory>(factory: &F) {
     let storage: Arc<dyn EventStorage> = Arc::new(factory.create().await);
-    let without = Arc::new(SwitchableStorage::new(storage.clone()).without_leases());
-    assert_elector_refused(without).await;
+    assert_elector_refused(Arc::new(EventsOnly::new(storage.clone()))).await;
     if !storage.supports(Capability::Lease) {
         assert_elector_refused(storage).await;
     }
@@ -134,42 +133,35 @@ pub async fn graceful_shutdown_releases_the_lease<F: StorageFactory>(factory: &F
 pub async fn planned_release_hands_over_and_the_projection_misses_nothing<F: StorageFactory>(
     factory: &F,
 ) {
-    let Some(handles) = lease_handles(factory, 3).await else {
+    let Some(mut started) = ThreeInstances::start(factory, HANDOVER_TTL).await else {
         return;
     };
-    let projected = Projected::default();
-    let mut instances: Vec<Instance> = handles
-        .iter()
-        .enumerate()
-        .map(|(i, storage)| Instance::start(storage, i, 0, HANDOVER_TTL, &projected))
-        .collect();
-    let storage = &handles[0];
-    let mut appended = append_numbers(storage, 0..10).await;
-    let first = wait_for_the_leader(&instances).await;
-    projected.wait_for_all(storage, &appended).await;
-    let first_token = instances[first].watch.token().expect("leads");
+    let storage = &started.storage;
 
-    let leaver = instances.remove(first);
+    let leaver = started.instances.remove(started.leader);
     let released_at = Instant::now();
     leaver.stop_gracefully().await;
-    let second = wait_for_the_leader(&instances).await;
+    let second = wait_for_the_leader(&started.instances).await;
     let took = released_at.elapsed();
     assert!(
         took < HANDOVER_TTL,
         "a planned handover takes one request interval, not a ttl: took {took:?}"
     );
-    let second_token = instances[second].watch.token().expect("leads");
-    assert_eq!(second_token, first_token.next(), "the next tenure");
+    let second_token = started.instances[second].watch.token().expect("leads");
+    assert_eq!(second_token, started.token.next(), "the next tenure");
 
     let later = append_numbers(storage, 10..20).await;
-    appended.extend(&later);
-    projected.wait_for_all(storage, &appended).await;
+    started.appended.extend(&later);
+    started
+        .projected
+        .wait_for_all(storage, &started.appended)
+        .await;
     assert_eq!(
-        projected.ids_by(instances[second].owner()),
+        started.projected.ids_by(started.instances[second].owner()),
         later,
         "the new leader resumed from the bookmark and projected only what came after it"
     );
-    for instance in instances {
+    for instance in started.instances {
         instance.stop_gracefully().await;
     }
 }
@@ -179,41 +171,34 @@ pub async fn planned_release_hands_over_and_the_projection_misses_nothing<F: Sto
 pub async fn crashed_leader_is_taken_over_and_the_projection_misses_nothing<F: StorageFactory>(
     factory: &F,
 ) {
-    let Some(handles) = lease_handles(factory, 3).await else {
+    let Some(mut started) = ThreeInstances::start(factory, TTL).await else {
         return;
     };
-    let projected = Projected::default();
-    let mut instances: Vec<Instance> = handles
-        .iter()
-        .enumerate()
-        .map(|(i, storage)| Instance::start(storage, i, 0, TTL, &projected))
-        .collect();
-    let storage = &handles[0];
-    let mut appended = append_numbers(storage, 0..10).await;
-    let first = wait_for_the_leader(&instances).await;
-    projected.wait_for_all(storage, &appended).await;
-    let first_token = instances[first].watch.token().expect("leads");
+    let storage = &started.storage;
 
-    let crashed = instances.remove(first);
+    let crashed = started.instances.remove(started.leader);
     crashed.crash();
     let during_outage = append_numbers(storage, 10..15).await;
-    appended.extend(&during_outage);
+    started.appended.extend(&during_outage);
 
-    let second = wait_for_the_leader(&instances).await;
+    let second = wait_for_the_leader(&started.instances).await;
     assert_eq!(
-        instances[second].watch.token(),
-        Some(first_token.next()),
+        started.instances[second].watch.token(),
+        Some(started.token.next()),
         "the takeover has the next token"
     );
     let later = append_numbers(storage, 15..20).await;
-    appended.extend(&later);
-    projected.wait_for_all(storage, &appended).await;
-    let by_second = projected.ids_by(instances[second].owner());
+    started.appended.extend(&later);
+    started
+        .projected
+        .wait_for_all(storage, &started.appended)
+        .await;
+    let by_second = started.projected.ids_by(started.instances[second].owner());
     assert!(
-        !by_second.contains(&appended[0]),
+        !by_second.contains(&started.appended[0]),
         "the new leader resumed from the bookmark, not from the start: {by_second:?}"
     );
-    for instance in instances {
+    for instance in started.instances {
         instance.stop_gracefully().await;
     }
 }
@@ -363,16 +348,14 @@ pub async fn higher_priority_instance_takes_over_by_step_down_with_no_event_lost
 pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageFactory>(
     factory: &F,
 ) {
-    let storage: Arc<dyn EventStorage> = Arc::new(factory.create().await);
-    let switchable = Arc::new(SwitchableStorage::new(storage.clone()));
+    let storage = Arc::new(Hangable::new(factory.create().await));
     if !storage.supports(Capability::Lease) {
-        assert_elector_refused(switchable).await;
+        assert_elector_refused(storage).await;
         return;
     }
-    let dyn_switchable: Arc<dyn EventStorage> = switchable.clone();
     // A long interval leaves a wide gap between the deadline of the last confirmed request
     // and the timeout of the hung one, so the demotion is seen while that request hangs.
-    let elector = LeaderElector::builder(dyn_switchable, LEASE)
+    let elector = LeaderElector::builder(storage.clone(), LEASE)
         .owner("node-0")
         .ttl(HANG_TTL)
         .request_interval(HANG_TTL * 2 / 3)
@@ -381,7 +364,7 @@ pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageF
     let watch = elector.watch();
     wait_for_leader(&watch).await;
 
-    switchable.hang(true);
+    storage.hang(true);
     // Every request confirmed so far was sent before this instant.
     let hung_at = Instant::now();
     support::eventually("the elector to demote itself", || async {
@@ -389,7 +372,7 @@ pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageF
     })
     .await;
     assert!(
-        switchable.calls_in_flight() > 0,
+        storage.hung_calls() > 0,
         "the demotion came while a request still hung"
     );
     tokio::time::sleep_until((hung_at + HANG_TTL).into()).await;
@@ -399,7 +382,7 @@ pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageF
         watch.current()
     );
 
-    switchable.hang(false);
+    storage.hang(false);
     wait_for_leader(&watch).await;
     elector.shutdown().await.expect("shutdown releases");
 }
@@ -469,6 +452,47 @@ impl Instance {
     fn crash(self) {
         self.work.abort();
         self.elector.abort();
+    }
+}
+
+/// Three instances on three handles of one fresh storage, started with `ttl`, once the one
+/// that leads has projected a first ten events.
+struct ThreeInstances {
+    /// The first handle, for appending and checking.
+    storage: Arc<dyn EventStorage>,
+    projected: Projected,
+    instances: Vec<Instance>,
+    /// The ids of the events appended so far, in order.
+    appended: Vec<EventId>,
+    /// The index of the instance that leads.
+    leader: usize,
+    /// The leader's token.
+    token: FencingToken,
+}
+
+impl ThreeInstances {
+    /// `None` (having proved the elector refuses it) when the storage has no leases.
+    async fn start<F: StorageFactory>(factory: &F, ttl: Duration) -> Option<ThreeInstances> {
+        let handles = lease_handles(factory, 3).await?;
+        let projected = Projected::default();
+        let instances: Vec<Instance> = handles
+            .iter()
+            .enumerate()
+            .map(|(i, storage)| Instance::start(storage, i, 0, ttl, &projected))
+            .collect();
+        let storage = Arc::clone(&handles[0]);
+        let appended = append_numbers(&storage, 0..10).await;
+        let leader = wait_for_the_leader(&instances).await;
+        projected.wait_for_all(&storage, &appended).await;
+        let token = instances[leader].watch.token().expect("leads");
+        Some(ThreeInstances {
+            storage,
+            projected,
+            instances,
+            appended,
+            leader,
+            token,
+        })
     }
 }
 
@@ -674,20 +698,14 @@ async fn assert_fenced_writes_unsupported(storage: &Arc<dyn EventStorage>) {
     let appended = storage
         .append_fenced(&fence, AppendCriteria::none(), &stream(), vec![number(1)])
         .await;
-    assert!(
-        matches!(appended, Err(EventStorageError::Unsupported { .. })),
-        "append_fenced without FencedWrites: {appended:?}"
-    );
+    support::assert_unsupported(appended, "append_fenced without FencedWrites");
     let stored = append_numbers(storage, 0..1).await;
     let reference = first_reference(storage).await;
     assert_eq!(reference.id, stored[0], "only the unfenced append stored");
     let bookmarked = storage
         .bookmark_fenced(&fence, READER, &reference, Tags::none())
         .await;
-    assert!(
-        matches!(bookmarked, Err(EventStorageError::Unsupported { .. })),
-        "bookmark_fenced without FencedWrites: {bookmarked:?}"
-    );
+    support::assert_unsupported(bookmarked, "bookmark_fenced without FencedWrites");
 }
 
 fn assert_fenced<T: std::fmt::Debug>(
@@ -709,211 +727,6 @@ fn assert_fenced<T: std::fmt::Debug>(
             assert!(*live, "{operation}: the new leader's lease is live");
         }
         other => panic!("{operation} with a stale fence: expected Fenced, got {other:?}"),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// A storage that forwards to another and can be switched to hang or to hide leases
-// ---------------------------------------------------------------------------------------------
-
-/// Forwards every call to `inner`; while hanging, every call blocks forever (counted in
-/// `in_flight`), as on a storage whose connections stall.
-#[derive(Debug)]
-struct SwitchableStorage {
-    inner: Arc<dyn EventStorage>,
-    hanging: AtomicBool,
-    lease_capability: bool,
-    in_flight: AtomicUsize,
-}
-
-impl SwitchableStorage {
-    fn new(inner: Arc<dyn EventStorage>) -> SwitchableStorage {
-        SwitchableStorage {
-            inner,
-            hanging: AtomicBool::new(false),
-            lease_capability: true,
-            in_flight: AtomicUsize::new(0),
-        }
-    }
-
-    /// This storage, claiming neither leases nor fenced writes.
-    fn without_leases(mut self) -> SwitchableStorage {
-        self.lease_capability = false;
-        self
-    }
-
-    fn hang(&self, hanging: bool) {
-        self.hanging.store(hanging, Ordering::SeqCst);
-    }
-
-    fn calls_in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::SeqCst)
-    }
-
-    /// Blocks forever while hanging (a dropped call leaves the count).
-    async fn gate(&self) {
-        if self.hanging.load(Ordering::SeqCst) {
-            struct InFlight<'a>(&'a AtomicUsize);
-            impl Drop for InFlight<'_> {
-                fn drop(&mut self) {
-                    self.0.fetch_sub(1, Ordering::SeqCst);
-                }
-            }
-            self.in_flight.fetch_add(1, Ordering::SeqCst);
-            let _in_flight = InFlight(&self.in_flight);
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-#[async_trait]
-impl EventStorage for SwitchableStorage {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn supports(&self, capability: Capability) -> bool {
-        let lease_related = matches!(capability, Capability::Lease | Capability::FencedWrites);
-        (self.lease_capability || !lease_related) && self.inner.supports(capability)
-    }
-
-    async fn append(
-        &self,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> Result<Vec<StoredEvent>, EventStorageError> {
-        self.gate().await;
-        self.inner.append(criteria, stream, events).await
-    }
-
-    async fn query(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> Result<Vec<StoredEvent>, EventStorageError> {
-        self.gate().await;
-        self.inner
-            .query(filter, stream, after, limit, direction)
-            .await
-    }
-
-    async fn get_event_by_id(&self, id: EventId) -> Result<Option<StoredEvent>, EventStorageError> {
-        self.gate().await;
-        self.inner.get_event_by_id(id).await
-    }
-
-    async fn head(
-        &self,
-        stream: &EventStreamId,
-    ) -> Result<Option<EventReference>, EventStorageError> {
-        self.gate().await;
-        self.inner.head(stream).await
-    }
-
-    async fn bookmark(
-        &self,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> Result<(), EventStorageError> {
-        self.gate().await;
-        self.inner.bookmark(reader, reference, tags).await
-    }
-
-    async fn get_bookmark(
-        &self,
-        reader: &str,
-    ) -> Result<Option<EventReference>, EventStorageError> {
-        self.gate().await;
-        self.inner.get_bookmark(reader).await
-    }
-
-    async fn remove_bookmark(&self, reader: &str) -> Result<(), EventStorageError> {
-        self.gate().await;
-        self.inner.remove_bookmark(reader).await
-    }
-
-    async fn get_bookmarks(&self) -> Result<Vec<Bookmark>, EventStorageError> {
-        self.gate().await;
-        self.inner.get_bookmarks().await
-    }
-
-    async fn request_lease(
-        &self,
-        request: LeaseRequest,
-    ) -> Result<LeaseResponse, EventStorageError> {
-        if !self.lease_capability {
-            return Err(EventStorageError::unsupported("request_lease", self.name()));
-        }
-        self.gate().await;
-        self.inner.request_lease(request).await
-    }
-
-    async fn release_lease(&self, lease_name: &str, owner: &str) -> Result<(), EventStorageError> {
-        if !self.lease_capability {
-            return Err(EventStorageError::unsupported("release_lease", self.name()));
-        }
-        self.gate().await;
-        self.inner.release_lease(lease_name, owner).await
-    }
-
-    async fn get_leases(&self) -> Result<Vec<Lease>, EventStorageError> {
-        if !self.lease_capability {
-            return Err(EventStorageError::unsupported("get_leases", self.name()));
-        }
-        self.gate().await;
-        self.inner.get_leases().await
-    }
-
-    async fn storage_time(&self) -> Result<DateTime<Utc>, EventStorageError> {
-        if !self.lease_capability {
-            return Err(EventStorageError::unsupported("storage_time", self.name()));
-        }
-        self.gate().await;
-        self.inner.storage_time().await
-    }
-
-    async fn append_fenced(
-        &self,
-        fence: &Fence,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> Result<Vec<StoredEvent>, EventStorageError> {
-        if !self.lease_capability {
-            return Err(EventStorageError::unsupported("append_fenced", self.name()));
-        }
-        self.gate().await;
-        self.inner
-            .append_fenced(fence, criteria, stream, events)
-            .await
-    }
-
-    async fn bookmark_fenced(
-        &self,
-        fence: &Fence,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> Result<(), EventStorageError> {
-        if !self.lease_capability {
-            return Err(EventStorageError::unsupported(
-                "bookmark_fenced",
-                self.name(),
-            ));
-        }
-        self.gate().await;
-        self.inner
-            .bookmark_fenced(fence, reader, reference, tags)
-            .await
-    }
-
-    async fn close(&self) -> Result<(), EventStorageError> {
-        self.inner.close().await
     }
 }
 

@@ -9,15 +9,15 @@ use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use eventstore_api::validate::MAX_NAME_BYTES;
 use eventstore_api::{
-    AppendCriteria, Capability, Direction, EventFilter, EventId, EventReference, EventStorage,
+    AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorage,
     EventStorageError, EventStreamId, EventToStore, Limit, StorageResult, StoredEvent, Tags,
 };
 use serde_json::json;
 use tokio::sync::Barrier;
 
+use crate::support::{assert_invalid_input, expect_err, ClockWindow};
 use crate::StorageFactory;
 
 // ---------------------------------------------------------------------------------------
@@ -126,23 +126,6 @@ async fn query<S: EventStorage + ?Sized>(
         })
 }
 
-/// The error of `result`; panics naming `what` when it is `Ok`.
-pub(crate) fn expect_err<T: Debug>(result: StorageResult<T>, what: &str) -> EventStorageError {
-    match result {
-        Ok(value) => panic!("{what}: expected an error, got Ok({value:?})"),
-        Err(err) => err,
-    }
-}
-
-/// Asserts that `result` is `InvalidInput`.
-pub(crate) fn assert_invalid_input<T: Debug>(result: StorageResult<T>, what: &str) {
-    let err = expect_err(result, what);
-    assert!(
-        matches!(err, EventStorageError::InvalidInput { .. }),
-        "{what}: expected InvalidInput, got {err}"
-    );
-}
-
 /// Asserts that `result` is `OptimisticLock` reporting `conflicting` as the conflict.
 fn assert_optimistic_lock<T: Debug>(
     result: StorageResult<T>,
@@ -159,63 +142,6 @@ fn assert_optimistic_lock<T: Debug>(
             "{what}: OptimisticLock must name the first matching event after the expected last"
         ),
         other => panic!("{what}: expected OptimisticLock, got {other}"),
-    }
-}
-
-/// A span of the storage's clock, from when it was opened to when an instant is checked
-/// against it: storage-assigned times (event timestamps, bookmark `updated_at`) must fall
-/// inside.
-///
-/// The storage's clock is `storage_time` where the backend offers [`Capability::Lease`];
-/// otherwise the local clock stands in, widened by [`ClockWindow::LOCAL_SLACK_MILLIS`] on
-/// both sides because the backend's clock may be another machine's.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ClockWindow {
-    opened_at: DateTime<Utc>,
-}
-
-impl ClockWindow {
-    /// How far a backend without `storage_time` may stray from the local clock.
-    const LOCAL_SLACK_MILLIS: i64 = 1_000;
-
-    /// Opens a window now, on `storage`'s clock.
-    pub(crate) async fn open<S: EventStorage + ?Sized>(storage: &S) -> Self {
-        ClockWindow {
-            opened_at: Self::now(storage).await,
-        }
-    }
-
-    /// "Now" on `storage`'s clock, or on the local clock when it has none to offer.
-    pub(crate) async fn now<S: EventStorage + ?Sized>(storage: &S) -> DateTime<Utc> {
-        if storage.supports(Capability::Lease) {
-            storage
-                .storage_time()
-                .await
-                .unwrap_or_else(|err| panic!("storage_time failed: {err}"))
-        } else {
-            Utc::now()
-        }
-    }
-
-    /// Asserts that `instant` lies between the opening of the window and now.
-    pub(crate) async fn assert_contains<S: EventStorage + ?Sized>(
-        &self,
-        storage: &S,
-        what: &str,
-        instant: DateTime<Utc>,
-    ) {
-        let closed_at = Self::now(storage).await;
-        let slack = if storage.supports(Capability::Lease) {
-            chrono::Duration::zero()
-        } else {
-            chrono::Duration::milliseconds(Self::LOCAL_SLACK_MILLIS)
-        };
-        assert!(
-            self.opened_at - slack <= instant && instant <= closed_at + slack,
-            "{what} {instant} must lie on the storage's clock between {} and {closed_at} \
-             (slack {slack})",
-            self.opened_at
-        );
     }
 }
 

@@ -10,17 +10,14 @@
 //! short ttl and poll the storage's clock with a deadline, never a bare sleep.
 
 use std::collections::HashSet;
-use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use eventstore_api::{
-    EventStorage, EventStorageError, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus,
-};
+use eventstore_api::{EventStorage, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus};
 use tokio::sync::Barrier;
 
-use crate::support::{self, LONG_TTL, SHORT_TTL};
+use crate::support::{self, assert_closed, assert_invalid_input, LONG_TTL, SHORT_TTL};
 use crate::StorageFactory;
 
 /// How many requests race each other in the concurrency scenarios.
@@ -44,10 +41,9 @@ const MAX_NAME_BYTES: usize = 512;
 /// storage records the lease with the request's priority and ttl, acquired and heartbeat at
 /// one instant of the storage's own clock.
 pub async fn first_request_gets_token_one<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     let before = storage_time(&storage).await;
     let response = request(&storage, "orders", "node-a", 3, LONG_TTL).await;
     let after = storage_time(&storage).await;
@@ -74,10 +70,9 @@ pub async fn first_request_gets_token_one<F: StorageFactory>(factory: &F) {
 pub async fn renewal_keeps_token_and_acquired_at_and_moves_heartbeat<F: StorageFactory>(
     factory: &F,
 ) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let first = lease_named(&storage, "orders").await;
     wait_for_storage_time_after(&storage, first.heartbeat_at).await;
@@ -107,10 +102,9 @@ pub async fn renewal_keeps_token_and_acquired_at_and_moves_heartbeat<F: StorageF
 
 /// A renewal refreshes the priority and ttl the lease records to those of the latest request.
 pub async fn renewal_refreshes_priority_and_ttl<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "orders", "node-a", 1, LONG_TTL).await;
     let longer = LONG_TTL * 2;
     let response = request(&storage, "orders", "node-a", 7, longer).await;
@@ -127,11 +121,9 @@ pub async fn renewal_refreshes_priority_and_ttl<F: StorageFactory>(factory: &F) 
 /// A request while another owner holds the live lease answers `Standby`, carrying the
 /// holder's token and owner, and leaves the lease with the holder.
 pub async fn standby_carries_the_holders_token_and_owner<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let held = lease_named(&storage, "orders").await;
 
@@ -144,11 +136,9 @@ pub async fn standby_carries_the_holders_token_and_owner<F: StorageFactory>(fact
 /// A live lease is never revoked: however high a contender's priority and however often it
 /// asks, it stands by while the holder is asked to step down and keeps the lease.
 pub async fn a_live_lease_is_never_revoked<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     for attempt in 0..5 {
         let response = request(&other, "orders", "node-b", 100, LONG_TTL).await;
@@ -178,11 +168,9 @@ pub async fn a_live_lease_is_never_revoked<F: StorageFactory>(factory: &F) {
 /// Once the holder's ttl has lapsed on the storage's clock, the next request by another owner
 /// takes the lease over with the next token, acquired and heartbeat at once.
 pub async fn expired_lease_is_taken_over_with_the_next_token<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
     support::wait_until_expired(&storage, "orders").await;
     let expired = lease_named(&storage, "orders").await;
@@ -212,11 +200,9 @@ pub async fn expired_lease_is_taken_over_with_the_next_token<F: StorageFactory>(
 /// immediately, keeping its owner and token, and the next request takes it with token + 1
 /// without waiting out the ttl.
 pub async fn released_lease_is_acquirable_at_once<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     release(&storage, "orders", "node-a").await;
 
@@ -246,39 +232,38 @@ pub async fn released_lease_is_acquirable_at_once<F: StorageFactory>(factory: &F
 /// Releasing a lease one does not hold succeeds and changes nothing: the holder keeps its
 /// lease, token and heartbeat.
 pub async fn release_by_a_non_owner_changes_nothing<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let before = leases(&storage).await;
 
     release(&other, "orders", "node-b").await;
-    assert_eq!(
-        leases(&storage).await,
-        before,
-        "a release by a non-owner must not touch the lease"
-    );
+    assert_leases_unchanged(
+        &storage,
+        &before,
+        "a release by a non-owner must not touch the lease",
+    )
+    .await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     assert_response(&response, LeaseStatus::Leader, 1, "node-a", "holder after");
 }
 
 /// Releasing a lease that never existed succeeds, creates nothing and touches no other lease.
 pub async fn release_of_an_unknown_lease_changes_nothing<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let before = leases(&storage).await;
 
     release(&storage, "never-requested", "node-a").await;
-    assert_eq!(
-        leases(&storage).await,
-        before,
-        "releasing an unknown lease must change nothing"
-    );
+    assert_leases_unchanged(
+        &storage,
+        &before,
+        "releasing an unknown lease must change nothing",
+    )
+    .await;
 }
 
 /// An expired lease is not held, not even by its last owner: that owner's release changes
@@ -289,22 +274,21 @@ pub async fn release_of_an_unknown_lease_changes_nothing<F: StorageFactory>(fact
 pub async fn releasing_ones_own_expired_lease_changes_nothing<F: StorageFactory>(factory: &F) {
     const ROUNDS: usize = 10;
     const TTL: Duration = Duration::from_millis(30);
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     for round in 0..ROUNDS {
         let lease_name = format!("orders-{round}");
         request(&storage, &lease_name, "node-a", 0, TTL).await;
         let before = wait_until_just_expired(&storage, &lease_name).await;
 
         release(&storage, &lease_name, "node-a").await;
-        assert_eq!(
-            leases(&storage).await,
-            before,
-            "round {round}: releasing a lease that already expired must change nothing"
-        );
+        assert_leases_unchanged(
+            &storage,
+            &before,
+            &format!("round {round}: releasing a lease that already expired must change nothing"),
+        )
+        .await;
         let response = request(&other, &lease_name, "node-b", 0, LONG_TTL).await;
         assert_response(
             &response,
@@ -319,10 +303,9 @@ pub async fn releasing_ones_own_expired_lease_changes_nothing<F: StorageFactory>
 /// Leases that expired or were released stay listed with their last owner, priority, token
 /// and ttl, and `is_expired_at(storage_time)` tells them from live ones.
 pub async fn expired_leases_stay_listed_with_their_last_owner<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "expiring", "node-a", 3, SHORT_TTL).await;
     request(&storage, "released", "node-b", 4, LONG_TTL).await;
     request(&storage, "live", "node-c", 5, LONG_TTL).await;
@@ -364,11 +347,9 @@ pub async fn expired_leases_stay_listed_with_their_last_owner<F: StorageFactory>
 /// A live contender with a strictly higher priority turns the holder's renewal into
 /// `LeaderStepDownRequested`, with the holder's token kept.
 pub async fn higher_live_priority_asks_the_holder_to_step_down<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let response = request(&other, "orders", "node-b", 1, LONG_TTL).await;
     assert_response(&response, LeaseStatus::Standby, 1, "node-a", "contender");
@@ -386,11 +367,9 @@ pub async fn higher_live_priority_asks_the_holder_to_step_down<F: StorageFactory
 /// Contenders of equal or lower priority never ask the holder to step down, down to the
 /// extremes of the priority range.
 pub async fn equal_or_lower_priority_never_asks_for_step_down<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 5, LONG_TTL).await;
     for (owner, priority) in [("equal", 5), ("lower", 4), ("lowest", i64::MIN)] {
         let response = request(&other, "orders", owner, priority, LONG_TTL).await;
@@ -421,11 +400,9 @@ pub async fn equal_or_lower_priority_never_asks_for_step_down<F: StorageFactory>
 /// never a reason to step down, and a contender that lowers its priority withdraws its
 /// step-down request.
 pub async fn a_contender_is_judged_by_its_latest_priority<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 10, LONG_TTL).await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     assert_response(
@@ -460,11 +437,9 @@ pub async fn a_contender_is_judged_by_its_latest_priority<F: StorageFactory>(fac
 /// ttl has lapsed on the storage's clock without another request, the holder is `Leader`
 /// again, and it kept the lease throughout.
 pub async fn step_down_request_lapses_with_the_higher_contender<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let contender_registered_after = storage_time(&storage).await;
     request(&other, "orders", "node-b", 10, LAPSING_CONTENDER_TTL).await;
@@ -499,11 +474,9 @@ pub async fn step_down_request_lapses_with_the_higher_contender<F: StorageFactor
 /// lease: a waiting higher-priority contender that releases no longer asks the holder to step
 /// down, and a high-priority holder that releases does not ask its successor to.
 pub async fn release_withdraws_the_contender<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     request(&other, "orders", "node-b", 10, LONG_TTL).await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
@@ -534,11 +507,9 @@ pub async fn release_withdraws_the_contender<F: StorageFactory>(factory: &F) {
 /// Step-down is judged on acquisition too: an owner that acquires a lease while a live
 /// contender of strictly higher priority waits is told at once to step down.
 pub async fn step_down_is_judged_on_acquisition_too<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-x", 0, LONG_TTL).await;
     let response = request(&other, "orders", "node-high", 10, LONG_TTL).await;
     assert_eq!(response.status, LeaseStatus::Standby);
@@ -562,11 +533,9 @@ pub async fn planned_handover_passes_the_lease_to_the_higher_priority_contender<
 >(
     factory: &F,
 ) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-old", 0, LONG_TTL).await;
     request(&other, "orders", "node-new", 10, LONG_TTL).await;
     let response = request(&storage, "orders", "node-old", 0, LONG_TTL).await;
@@ -587,10 +556,9 @@ pub async fn planned_handover_passes_the_lease_to_the_higher_priority_contender<
 
 /// Re-acquiring one's own lease after it expired is a new tenure with a new token.
 pub async fn reacquiring_ones_own_expired_lease_gets_a_new_token<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
     support::wait_until_expired(&storage, "orders").await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
@@ -605,10 +573,9 @@ pub async fn reacquiring_ones_own_expired_lease_gets_a_new_token<F: StorageFacto
 
 /// Re-acquiring one's own lease after releasing it is a new tenure with a new token.
 pub async fn reacquiring_ones_own_released_lease_gets_a_new_token<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     release(&storage, "orders", "node-a").await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
@@ -627,11 +594,9 @@ pub async fn reacquiring_ones_own_released_lease_gets_a_new_token<F: StorageFact
 pub async fn a_lapsed_holder_that_requests_again_starts_a_new_tenure<F: StorageFactory>(
     factory: &F,
 ) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
     let first = lease_named(&storage, "orders").await;
     let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
@@ -671,11 +636,9 @@ pub async fn a_lapsed_holder_that_requests_again_starts_a_new_tenure<F: StorageF
 /// come back, every acquisition gets the previous token + 1: tokens strictly increase and
 /// never repeat.
 pub async fn tokens_strictly_increase_over_owners_and_never_repeat<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     // (owner, hands over by expiry rather than by release)
     let tenures = [
         ("node-a", false),
@@ -718,11 +681,9 @@ pub async fn tokens_strictly_increase_over_owners_and_never_repeat<F: StorageFac
 /// behind the new token, and the new holder's record (heartbeat, ttl, priority) stays as the
 /// new holder left it.
 pub async fn a_displaced_owner_never_renews_the_new_holders_lease<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
     support::wait_until_expired(&storage, "orders").await;
     request(&other, "orders", "node-b", 0, LONG_TTL).await;
@@ -749,11 +710,9 @@ pub async fn a_displaced_owner_never_renews_the_new_holders_lease<F: StorageFact
 /// Leases are independent: tokens count per lease, and a contender, release or expiry on one
 /// lease leaves every other lease as it was.
 pub async fn leases_are_independent<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "alpha", "node-a", 0, LONG_TTL).await;
     request(&storage, "alpha", "node-a", 0, LONG_TTL).await;
     release(&storage, "alpha", "node-a").await;
@@ -797,38 +756,24 @@ pub async fn leases_are_independent<F: StorageFactory>(factory: &F) {
 /// Many first requests for one lease at once, from several handles and tasks, elect exactly
 /// one leader with token 1; every other request stands by behind it.
 pub async fn concurrent_first_requests_elect_exactly_one<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     let handles = [Arc::new(storage), Arc::new(other)];
-    let responses = race_for_lease(&handles, "orders").await;
-    assert_exactly_one_leader(&responses, FencingToken(1));
-    let winner = &leader_of(&responses).current_owner;
-    let lease = lease_named(&*handles[0], "orders").await;
-    assert_eq!(&lease.owner, winner, "the recorded holder is the winner");
-    assert_eq!(lease.fencing_token, FencingToken(1));
+    assert_race_elects_exactly_one(&handles, &handles[0], FencingToken(1)).await;
 }
 
 /// Many requests racing for an expired lease elect exactly one new leader with the next
 /// token; every other request stands by behind it.
 pub async fn concurrent_takeover_after_expiry_elects_exactly_one<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     request(&storage, "orders", "node-old", 0, SHORT_TTL).await;
     support::wait_until_expired(&storage, "orders").await;
 
     let handles = [Arc::new(storage), Arc::new(other)];
-    let responses = race_for_lease(&handles, "orders").await;
-    assert_exactly_one_leader(&responses, FencingToken(2));
-    let winner = &leader_of(&responses).current_owner;
-    let lease = lease_named(&*handles[1], "orders").await;
-    assert_eq!(&lease.owner, winner, "the recorded holder is the winner");
-    assert_eq!(lease.fencing_token, FencingToken(2));
+    assert_race_elects_exactly_one(&handles, &handles[1], FencingToken(2)).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -839,21 +784,21 @@ pub async fn concurrent_takeover_after_expiry_elects_exactly_one<F: StorageFacto
 /// 1 ms or over 7 days) is refused with `InvalidInput` and changes nothing: no lease is
 /// created or renewed and no contender registered.
 pub async fn invalid_requests_are_refused_and_change_nothing<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let before = leases(&storage).await;
 
     for (what, invalid) in invalid_requests() {
         let result = storage.request_lease(invalid.clone()).await;
-        assert_invalid_input(&result, &format!("request_lease with {what}"));
-        assert_eq!(
-            leases(&storage).await,
-            before,
-            "a refused request with {what} must change nothing"
-        );
+        assert_invalid_input(result, &format!("request_lease with {what}"));
+        assert_leases_unchanged(
+            &storage,
+            &before,
+            &format!("a refused request with {what} must change nothing"),
+        )
+        .await;
     }
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     assert_response(
@@ -868,10 +813,9 @@ pub async fn invalid_requests_are_refused_and_change_nothing<F: StorageFactory>(
 /// Requests right at the limits are accepted: a 512-byte lease name, a 512-byte owner of
 /// two-byte characters, a ttl of exactly 1 ms and of exactly 7 days.
 pub async fn requests_at_the_limits_are_accepted<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     let long_name = "n".repeat(MAX_NAME_BYTES);
     let long_owner = "é".repeat(MAX_NAME_BYTES / 2);
     let cases = [
@@ -908,10 +852,9 @@ pub async fn requests_at_the_limits_are_accepted<F: StorageFactory>(factory: &F)
 /// `release_lease` with an invalid lease name or owner is refused with `InvalidInput` and
 /// changes nothing.
 pub async fn invalid_releases_are_refused_and_change_nothing<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let before = leases(&storage).await;
 
@@ -928,12 +871,13 @@ pub async fn invalid_releases_are_refused_and_change_nothing<F: StorageFactory>(
     ];
     for (what, lease_name, owner) in cases {
         let result = storage.release_lease(lease_name, owner).await;
-        assert_invalid_input(&result, &format!("release_lease with {what}"));
-        assert_eq!(
-            leases(&storage).await,
-            before,
-            "a refused release with {what} must change nothing"
-        );
+        assert_invalid_input(result, &format!("release_lease with {what}"));
+        assert_leases_unchanged(
+            &storage,
+            &before,
+            &format!("a refused release with {what} must change nothing"),
+        )
+        .await;
     }
 }
 
@@ -945,10 +889,9 @@ pub async fn invalid_releases_are_refused_and_change_nothing<F: StorageFactory>(
 /// leases behind, with several requests for one lease in the batch (acquire, stand by, be
 /// asked to step down) and a request against a lease held before the batch.
 pub async fn a_batch_answers_as_the_same_requests_one_by_one<F: StorageFactory>(factory: &F) {
-    let batched = factory.create().await;
-    if !support::leases_supported(&batched).await {
+    let Some(batched) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     let one_by_one = factory.create().await;
     for storage in [&batched, &one_by_one] {
         request(storage, "held", "node-x", 0, LONG_TTL).await;
@@ -962,15 +905,7 @@ pub async fn a_batch_answers_as_the_same_requests_one_by_one<F: StorageFactory>(
         LeaseRequest::new("other", "node-c", 2, LONG_TTL),
         LeaseRequest::new("fresh", "node-b", 5, LONG_TTL),
     ];
-    let answered = batched
-        .request_leases(requests.clone())
-        .await
-        .expect("request_leases");
-    let expected = one_by_one_answers(&one_by_one, requests).await;
-    assert_eq!(
-        answered, expected,
-        "batch answers against one-by-one answers"
-    );
+    let answered = assert_batch_answers_as_one_by_one(&batched, &one_by_one, requests).await;
 
     let status = |i: usize| answered[i].status;
     assert_eq!(status(0), LeaseStatus::Leader, "{answered:?}");
@@ -982,20 +917,15 @@ pub async fn a_batch_answers_as_the_same_requests_one_by_one<F: StorageFactory>(
     );
     assert_eq!(status(3), LeaseStatus::Standby, "{answered:?}");
     assert_eq!(status(4), LeaseStatus::Leader, "{answered:?}");
-    assert_eq!(
-        lease_shapes(&batched).await,
-        lease_shapes(&one_by_one).await
-    );
 }
 
 /// A batch that follows an expiry answers as one by one too: the first request for the
 /// expired lease takes it over with the next token, the old holder's request in the same
 /// batch stands by behind it.
 pub async fn a_batch_takes_over_an_expired_lease_as_one_by_one<F: StorageFactory>(factory: &F) {
-    let batched = factory.create().await;
-    if !support::leases_supported(&batched).await {
+    let Some(batched) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     let one_by_one = factory.create().await;
     for storage in [&batched, &one_by_one] {
         request(storage, "orders", "node-a", 0, SHORT_TTL).await;
@@ -1008,15 +938,7 @@ pub async fn a_batch_takes_over_an_expired_lease_as_one_by_one<F: StorageFactory
         LeaseRequest::new("orders", "node-a", 0, LONG_TTL),
         LeaseRequest::new("orders", "node-b", 0, LONG_TTL),
     ];
-    let answered = batched
-        .request_leases(requests.clone())
-        .await
-        .expect("request_leases");
-    let expected = one_by_one_answers(&one_by_one, requests).await;
-    assert_eq!(
-        answered, expected,
-        "batch answers against one-by-one answers"
-    );
+    let answered = assert_batch_answers_as_one_by_one(&batched, &one_by_one, requests).await;
     assert_response(&answered[0], LeaseStatus::Leader, 2, "node-b", "takeover");
     assert_response(
         &answered[1],
@@ -1026,19 +948,14 @@ pub async fn a_batch_takes_over_an_expired_lease_as_one_by_one<F: StorageFactory
         "old holder",
     );
     assert_response(&answered[2], LeaseStatus::Leader, 2, "node-b", "renewal");
-    assert_eq!(
-        lease_shapes(&batched).await,
-        lease_shapes(&one_by_one).await
-    );
 }
 
 /// A batch holding one invalid request is refused whole with `InvalidInput`: the valid
 /// requests before and after it change nothing either.
 pub async fn a_batch_with_one_invalid_request_changes_nothing<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "held", "node-x", 0, LONG_TTL).await;
     let before = leases(&storage).await;
 
@@ -1050,12 +967,13 @@ pub async fn a_batch_with_one_invalid_request_changes_nothing<F: StorageFactory>
             LeaseRequest::new("held", "node-y", 50, LONG_TTL),
         ];
         let result = storage.request_leases(batch).await;
-        assert_invalid_input(&result, &format!("a batch holding a request with {what}"));
-        assert_eq!(
-            leases(&storage).await,
-            before,
-            "a refused batch (request with {what}) must change nothing"
-        );
+        assert_invalid_input(result, &format!("a batch holding a request with {what}"));
+        assert_leases_unchanged(
+            &storage,
+            &before,
+            &format!("a refused batch (request with {what}) must change nothing"),
+        )
+        .await;
     }
     let response = request(&storage, "held", "node-x", 0, LONG_TTL).await;
     assert_response(
@@ -1069,10 +987,9 @@ pub async fn a_batch_with_one_invalid_request_changes_nothing<F: StorageFactory>
 
 /// An empty batch answers with an empty list and changes nothing.
 pub async fn an_empty_batch_returns_an_empty_list<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     request(&storage, "held", "node-x", 0, LONG_TTL).await;
     let before = leases(&storage).await;
     let answered = storage
@@ -1083,11 +1000,7 @@ pub async fn an_empty_batch_returns_an_empty_list<F: StorageFactory>(factory: &F
         answered.is_empty(),
         "an empty batch answers nothing: {answered:?}"
     );
-    assert_eq!(
-        leases(&storage).await,
-        before,
-        "an empty batch changes nothing"
-    );
+    assert_leases_unchanged(&storage, &before, "an empty batch changes nothing").await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1096,11 +1009,9 @@ pub async fn an_empty_batch_returns_an_empty_list<F: StorageFactory>(factory: &F
 
 /// `storage_time` never goes backwards, read in turn through two handles of one storage.
 pub async fn storage_time_does_not_go_backwards<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
         return;
-    }
-    let other = factory.another_handle(&storage).await;
+    };
     let mut previous = storage_time(&storage).await;
     for read in 0..200 {
         let handle = if read % 2 == 0 { &other } else { &storage };
@@ -1116,10 +1027,9 @@ pub async fn storage_time_does_not_go_backwards<F: StorageFactory>(factory: &F) 
 /// Once the storage is closed, every lease method refuses with `Closed`, through every
 /// handle, an empty batch included.
 pub async fn lease_methods_refuse_once_the_storage_is_closed<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
-    if !support::leases_supported(&storage).await {
+    let Some(storage) = storage_with_leases(factory).await else {
         return;
-    }
+    };
     let other = storage.clone();
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     storage.close().await.expect("close");
@@ -1127,23 +1037,40 @@ pub async fn lease_methods_refuse_once_the_storage_is_closed<F: StorageFactory>(
     for (which, handle) in [("the closed handle", &storage), ("a clone of it", &other)] {
         let one = || support::request("orders", "node-a");
         let r = handle.request_lease(one()).await;
-        assert_closed(&r, &format!("request_lease through {which}"));
+        assert_closed(r, &format!("request_lease through {which}"));
         let r = handle.request_leases(vec![one()]).await;
-        assert_closed(&r, &format!("request_leases through {which}"));
+        assert_closed(r, &format!("request_leases through {which}"));
         let r = handle.request_leases(Vec::new()).await;
-        assert_closed(&r, &format!("an empty request_leases through {which}"));
+        assert_closed(r, &format!("an empty request_leases through {which}"));
         let r = handle.release_lease("orders", "node-a").await;
-        assert_closed(&r, &format!("release_lease through {which}"));
+        assert_closed(r, &format!("release_lease through {which}"));
         let r = handle.get_leases().await;
-        assert_closed(&r, &format!("get_leases through {which}"));
+        assert_closed(r, &format!("get_leases through {which}"));
         let r = handle.storage_time().await;
-        assert_closed(&r, &format!("storage_time through {which}"));
+        assert_closed(r, &format!("storage_time through {which}"));
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // What the scenarios share
 // ---------------------------------------------------------------------------------------------
+
+/// A fresh storage, or `None` when it does not offer leases (having proved that every lease
+/// method then refuses with `Unsupported`).
+async fn storage_with_leases<F: StorageFactory>(factory: &F) -> Option<F::Storage> {
+    let storage = factory.create().await;
+    support::leases_supported(&storage).await.then_some(storage)
+}
+
+/// Two handles of a fresh storage, as two processes would hold them, or `None` as
+/// [`storage_with_leases`].
+async fn two_handles_with_leases<F: StorageFactory>(
+    factory: &F,
+) -> Option<(F::Storage, F::Storage)> {
+    let storage = storage_with_leases(factory).await?;
+    let other = factory.another_handle(&storage).await;
+    Some((storage, other))
+}
 
 /// Sends a request that must succeed.
 async fn request<S: EventStorage + ?Sized>(
@@ -1251,6 +1178,35 @@ async fn wait_until_just_expired<S: EventStorage + ?Sized>(
     }
 }
 
+/// Asserts that the storage lists exactly the leases `before`.
+async fn assert_leases_unchanged<S: EventStorage + ?Sized>(
+    storage: &S,
+    before: &[Lease],
+    context: &str,
+) {
+    assert_eq!(leases(storage).await, before, "{context}");
+}
+
+/// Sends `requests` to `batched` as one batch and to `one_by_one` one by one, asserts that
+/// both answer alike and leave alike leases behind, and returns the batch's answers.
+async fn assert_batch_answers_as_one_by_one<S: EventStorage + ?Sized>(
+    batched: &S,
+    one_by_one: &S,
+    requests: Vec<LeaseRequest>,
+) -> Vec<LeaseResponse> {
+    let answered = batched
+        .request_leases(requests.clone())
+        .await
+        .expect("request_leases");
+    let expected = one_by_one_answers(one_by_one, requests).await;
+    assert_eq!(
+        answered, expected,
+        "batch answers against one-by-one answers"
+    );
+    assert_eq!(lease_shapes(batched).await, lease_shapes(one_by_one).await);
+    answered
+}
+
 async fn one_by_one_answers<S: EventStorage + ?Sized>(
     storage: &S,
     requests: Vec<LeaseRequest>,
@@ -1275,20 +1231,6 @@ fn assert_response(
         current_owner: owner.to_owned(),
     };
     assert_eq!(response, &expected, "{context}");
-}
-
-fn assert_closed<T: Debug>(result: &Result<T, EventStorageError>, context: &str) {
-    assert!(
-        matches!(result, Err(EventStorageError::Closed)),
-        "{context}: expected Closed, got {result:?}"
-    );
-}
-
-fn assert_invalid_input<T: Debug>(result: &Result<T, EventStorageError>, context: &str) {
-    assert!(
-        matches!(result, Err(EventStorageError::InvalidInput { .. })),
-        "{context}: expected InvalidInput, got {result:?}"
-    );
 }
 
 /// One invalid request per input rule, each described. Requests whose lease name and owner are
@@ -1366,6 +1308,21 @@ async fn race_for_lease<S: EventStorage + 'static>(
         responses.push(response);
     }
     responses
+}
+
+/// Races [`CONTENDERS`] requests for `orders` over `handles`; asserts that exactly one leads,
+/// with `token`, and that `observer` records the winner as the holder with that token.
+async fn assert_race_elects_exactly_one<S: EventStorage + 'static>(
+    handles: &[Arc<S>],
+    observer: &S,
+    token: FencingToken,
+) {
+    let responses = race_for_lease(handles, "orders").await;
+    assert_exactly_one_leader(&responses, token);
+    let winner = &leader_of(&responses).current_owner;
+    let lease = lease_named(observer, "orders").await;
+    assert_eq!(&lease.owner, winner, "the recorded holder is the winner");
+    assert_eq!(lease.fencing_token, token);
 }
 
 fn leader_of(responses: &[LeaseResponse]) -> &LeaseResponse {

@@ -96,6 +96,13 @@
 //!   nothing written ([`election`]). Without it, those methods return `Unsupported`.
 //!
 //! A backend written before leases existed still passes the kit, by refusing them honestly.
+//!
+//! ## 4. Beyond the scenarios
+//!
+//! [`wrappers`] holds storages that wrap yours to stage what a healthy backend does not do on
+//! demand: [`wrappers::EventsOnly`] hides its capabilities, [`wrappers::Hangable`] stops
+//! answering at the flip of a switch. Use them in your own tests of code that runs on a
+//! storage; [`support`] has the polling and assertions the scenarios are written with.
 
 mod factory;
 pub mod support;
@@ -105,6 +112,7 @@ pub mod election;
 pub mod events;
 pub mod leases;
 pub mod lifecycle;
+pub mod wrappers;
 
 pub use factory::StorageFactory;
 

@@ -14,16 +14,8 @@ use eventstore_api::{
 use tokio::sync::Barrier;
 
 use crate::events::{append, labelled, orders, read_everything, tags};
-use crate::support::request;
+use crate::support::{assert_closed, request};
 use crate::StorageFactory;
-
-/// Asserts that `result` is `Closed`.
-fn assert_closed<T: Debug>(result: StorageResult<T>, call: &str) {
-    match result {
-        Err(EventStorageError::Closed) => {}
-        other => panic!("{call} on a closed storage must return Closed, got {other:?}"),
-    }
-}
 
 /// Asserts that `result` is `Closed`, or `Unsupported` for a capability the backend lacks.
 fn assert_closed_or_unsupported<T: Debug>(result: StorageResult<T>, call: &str) {

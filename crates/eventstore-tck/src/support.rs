@@ -1,9 +1,12 @@
-//! Small tools the scenarios share: polling with a deadline and capability checks.
+//! Small tools the scenarios share: polling with a deadline, the storage's clock, lease
+//! requests, and assertions on the errors the contract fixes.
 
+use std::fmt::Debug;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use eventstore_api::{Capability, EventStorage, EventStorageError, LeaseRequest};
+use chrono::{DateTime, Utc};
+use eventstore_api::{Capability, EventStorage, EventStorageError, LeaseRequest, StorageResult};
 
 /// How long a scenario waits for a condition that should become true (an expiry, say)
 /// before it fails. Generous, because CI machines are shared and slow.
@@ -68,17 +71,107 @@ pub async fn leases_supported<S: EventStorage + ?Sized>(storage: &S) -> bool {
 
 /// Asserts that every lease method of `storage` returns `Unsupported`.
 pub async fn assert_lease_methods_unsupported<S: EventStorage + ?Sized>(storage: &S) {
-    fn is_unsupported<T: std::fmt::Debug>(result: &Result<T, EventStorageError>) -> bool {
-        matches!(result, Err(EventStorageError::Unsupported { .. }))
+    assert_unsupported(
+        storage.request_lease(request("l", "o")).await,
+        "request_lease",
+    );
+    assert_unsupported(
+        storage.request_leases(vec![request("l", "o")]).await,
+        "request_leases",
+    );
+    assert_unsupported(storage.release_lease("l", "o").await, "release_lease");
+    assert_unsupported(storage.get_leases().await, "get_leases");
+    assert_unsupported(storage.storage_time().await, "storage_time");
+}
+
+/// A span of the storage's clock, from when it was opened to when an instant is checked
+/// against it: storage-assigned times (event timestamps, bookmark `updated_at`) must fall
+/// inside.
+///
+/// The storage's clock is `storage_time` where the backend offers [`Capability::Lease`];
+/// otherwise the local clock stands in, widened by [`ClockWindow::LOCAL_SLACK_MILLIS`] on
+/// both sides because the backend's clock may be another machine's.
+#[derive(Debug, Clone, Copy)]
+pub struct ClockWindow {
+    opened_at: DateTime<Utc>,
+}
+
+impl ClockWindow {
+    /// How far a backend without `storage_time` may stray from the local clock.
+    pub const LOCAL_SLACK_MILLIS: i64 = 1_000;
+
+    /// Opens a window now, on `storage`'s clock.
+    pub async fn open<S: EventStorage + ?Sized>(storage: &S) -> Self {
+        ClockWindow {
+            opened_at: Self::now(storage).await,
+        }
     }
-    let r = storage.request_lease(request("l", "o")).await;
-    assert!(is_unsupported(&r), "request_lease: {r:?}");
-    let r = storage.request_leases(vec![request("l", "o")]).await;
-    assert!(is_unsupported(&r), "request_leases: {r:?}");
-    let r = storage.release_lease("l", "o").await;
-    assert!(is_unsupported(&r), "release_lease: {r:?}");
-    let r = storage.get_leases().await;
-    assert!(is_unsupported(&r), "get_leases: {r:?}");
-    let r = storage.storage_time().await;
-    assert!(is_unsupported(&r), "storage_time: {r:?}");
+
+    /// "Now" on `storage`'s clock, or on the local clock when it has none to offer.
+    pub async fn now<S: EventStorage + ?Sized>(storage: &S) -> DateTime<Utc> {
+        if storage.supports(Capability::Lease) {
+            storage
+                .storage_time()
+                .await
+                .unwrap_or_else(|err| panic!("storage_time failed: {err}"))
+        } else {
+            Utc::now()
+        }
+    }
+
+    /// Asserts that `instant` lies between the opening of the window and now.
+    pub async fn assert_contains<S: EventStorage + ?Sized>(
+        &self,
+        storage: &S,
+        what: &str,
+        instant: DateTime<Utc>,
+    ) {
+        let closed_at = Self::now(storage).await;
+        let slack = if storage.supports(Capability::Lease) {
+            chrono::Duration::zero()
+        } else {
+            chrono::Duration::milliseconds(Self::LOCAL_SLACK_MILLIS)
+        };
+        assert!(
+            self.opened_at - slack <= instant && instant <= closed_at + slack,
+            "{what} {instant} must lie on the storage's clock between {} and {closed_at} \
+             (slack {slack})",
+            self.opened_at
+        );
+    }
+}
+
+/// The error of `result`; panics naming `what` when it is `Ok`.
+pub fn expect_err<T: Debug>(result: StorageResult<T>, what: &str) -> EventStorageError {
+    match result {
+        Ok(value) => panic!("{what}: expected an error, got Ok({value:?})"),
+        Err(err) => err,
+    }
+}
+
+/// Asserts that `result` is `InvalidInput`.
+pub fn assert_invalid_input<T: Debug>(result: StorageResult<T>, what: &str) {
+    let err = expect_err(result, what);
+    assert!(
+        matches!(err, EventStorageError::InvalidInput { .. }),
+        "{what}: expected InvalidInput, got {err}"
+    );
+}
+
+/// Asserts that `result` is `Closed`.
+pub fn assert_closed<T: Debug>(result: StorageResult<T>, what: &str) {
+    let err = expect_err(result, what);
+    assert!(
+        matches!(err, EventStorageError::Closed),
+        "{what}: expected Closed, got {err}"
+    );
+}
+
+/// Asserts that `result` is `Unsupported`.
+pub fn assert_unsupported<T: Debug>(result: StorageResult<T>, what: &str) {
+    let err = expect_err(result, what);
+    assert!(
+        matches!(err, EventStorageError::Unsupported { .. }),
+        "{what}: expected Unsupported, got {err}"
+    );
 }

@@ -1,0 +1,343 @@
+//! Storages that wrap a real storage to show code running on it a situation a healthy
+//! backend does not produce on demand: a backend without leases, or one that stops
+//! answering.
+//!
+//! The kit's own scenarios use them, and so can a backend's or an application's tests: wrap
+//! the storage under test and hand the wrapper to the elector, projector or service whose
+//! behaviour in that situation is the point.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use eventstore_api::{
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorage, EventStreamId, EventToStore, Fence, Lease, LeaseRequest, LeaseResponse, Limit,
+    StorageResult, StoredEvent, Tags,
+};
+
+/// A storage with the capabilities of the one it wraps hidden: events, bookmarks and `close`
+/// are forwarded, [`supports`](EventStorage::supports) answers `false` for every capability,
+/// and the trait's default bodies stay in place, so every lease method and fenced write
+/// returns `Unsupported`, as a backend written before leases existed would.
+///
+/// Wrapping a storage that does offer leases proves that code gates on the capability
+/// rather than on the backend: the kit runs every scenario through it to prove its lease
+/// scenarios pass on such a backend by checking the refusals.
+///
+/// Clones share the wrapped storage as clones of `S` do.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use eventstore_api::{Capability, EventStorage};
+/// use eventstore_memory::MemoryEventStorage;
+/// use eventstore_tck::wrappers::EventsOnly;
+///
+/// let storage = EventsOnly::new(MemoryEventStorage::new());
+/// assert!(storage.inner().supports(Capability::Lease));
+/// assert!(!storage.supports(Capability::Lease));
+/// eventstore_tck::support::assert_lease_methods_unsupported(&storage).await;
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct EventsOnly<S> {
+    inner: S,
+}
+
+impl<S> EventsOnly<S> {
+    /// Wraps `inner`, hiding its capabilities.
+    pub fn new(inner: S) -> Self {
+        EventsOnly { inner }
+    }
+
+    /// The wrapped storage, with its capabilities.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<S: EventStorage> EventStorage for EventsOnly<S> {
+    fn name(&self) -> &str {
+        "events-only"
+    }
+
+    fn supports(&self, _capability: Capability) -> bool {
+        false
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner.append(criteria, stream, events).await
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner
+            .query(filter, stream, after, limit, direction)
+            .await
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+        self.inner.get_event_by_id(id).await
+    }
+
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        self.inner.head(stream).await
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.inner.bookmark(reader, reference, tags).await
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        self.inner.get_bookmark(reader).await
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+        self.inner.remove_bookmark(reader).await
+    }
+
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+        self.inner.get_bookmarks().await
+    }
+
+    async fn close(&self) -> StorageResult<()> {
+        self.inner.close().await
+    }
+}
+
+/// A storage that forwards every call to the one it wraps until it is switched to hang:
+/// from then on every call but `name`, `supports` and `close` waits forever without failing,
+/// as on a backend whose connections stall or whose server stopped answering.
+///
+/// Nothing but the caller's own deadline notices such a hang, which is what an elector's
+/// self-demotion or a client's timeout is for. A call that hangs never completes, even after
+/// [`hang(false)`](Hangable::hang); dropping it (a timeout does) ends it. Calls made after
+/// `hang(false)` are forwarded again.
+///
+/// Put it behind an `Arc` to share one switch between handles.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+///
+/// use eventstore_api::EventStorage;
+/// use eventstore_memory::MemoryEventStorage;
+/// use eventstore_tck::support::request;
+/// use eventstore_tck::wrappers::Hangable;
+///
+/// let storage = Hangable::new(MemoryEventStorage::new());
+/// storage.hang(true);
+/// let call = storage.request_lease(request("jobs", "node-a"));
+/// let answered = tokio::time::timeout(Duration::from_millis(20), call).await;
+/// assert!(answered.is_err(), "a hanging storage never answers");
+/// assert_eq!(storage.hung_calls(), 0, "the timed-out call was dropped");
+///
+/// storage.hang(false);
+/// assert!(storage.request_lease(request("jobs", "node-a")).await.is_ok());
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct Hangable<S> {
+    inner: S,
+    hanging: AtomicBool,
+    hung_calls: AtomicUsize,
+}
+
+impl<S> Hangable<S> {
+    /// Wraps `inner`, answering as it does until [`hang`](Hangable::hang) is switched on.
+    pub fn new(inner: S) -> Self {
+        Hangable {
+            inner,
+            hanging: AtomicBool::new(false),
+            hung_calls: AtomicUsize::new(0),
+        }
+    }
+
+    /// The wrapped storage, which never hangs.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Switches the hang on or off for calls made from now on.
+    pub fn hang(&self, hanging: bool) {
+        self.hanging.store(hanging, Ordering::SeqCst);
+    }
+
+    /// Whether calls made now hang.
+    pub fn is_hanging(&self) -> bool {
+        self.hanging.load(Ordering::SeqCst)
+    }
+
+    /// How many calls are hanging right now (a dropped call no longer counts).
+    pub fn hung_calls(&self) -> usize {
+        self.hung_calls.load(Ordering::SeqCst)
+    }
+
+    /// Waits forever while the hang is on; returns at once otherwise.
+    async fn gate(&self) {
+        if !self.is_hanging() {
+            return;
+        }
+        /// Counts a hanging call for as long as it lives.
+        struct Hung<'a>(&'a AtomicUsize);
+        impl Drop for Hung<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.hung_calls.fetch_add(1, Ordering::SeqCst);
+        let _hung = Hung(&self.hung_calls);
+        std::future::pending::<()>().await;
+    }
+}
+
+#[async_trait]
+impl<S: EventStorage> EventStorage for Hangable<S> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn supports(&self, capability: Capability) -> bool {
+        self.inner.supports(capability)
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.gate().await;
+        self.inner.append(criteria, stream, events).await
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.gate().await;
+        self.inner
+            .query(filter, stream, after, limit, direction)
+            .await
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+        self.gate().await;
+        self.inner.get_event_by_id(id).await
+    }
+
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        self.gate().await;
+        self.inner.head(stream).await
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.gate().await;
+        self.inner.bookmark(reader, reference, tags).await
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        self.gate().await;
+        self.inner.get_bookmark(reader).await
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+        self.gate().await;
+        self.inner.remove_bookmark(reader).await
+    }
+
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+        self.gate().await;
+        self.inner.get_bookmarks().await
+    }
+
+    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
+        self.gate().await;
+        self.inner.request_lease(request).await
+    }
+
+    async fn request_leases(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseResponse>> {
+        self.gate().await;
+        self.inner.request_leases(requests).await
+    }
+
+    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+        self.gate().await;
+        self.inner.release_lease(lease_name, owner).await
+    }
+
+    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        self.gate().await;
+        self.inner.get_leases().await
+    }
+
+    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
+        self.gate().await;
+        self.inner.storage_time().await
+    }
+
+    async fn append_fenced(
+        &self,
+        fence: &Fence,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.gate().await;
+        self.inner
+            .append_fenced(fence, criteria, stream, events)
+            .await
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        fence: &Fence,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.gate().await;
+        self.inner
+            .bookmark_fenced(fence, reader, reference, tags)
+            .await
+    }
+
+    async fn close(&self) -> StorageResult<()> {
+        self.inner.close().await
+    }
+}
