@@ -101,7 +101,7 @@ impl Journal {
                 .map_err(OpenFailure::io("cannot read", path))?
             {
                 Scanned::Frame { offset, payload } => records.push(Record { offset, payload }),
-                Scanned::End { .. } => break,
+                Scanned::End => break,
                 Scanned::Torn { offset, reason } => {
                     tracing::warn!(
                         file = %path.display(),

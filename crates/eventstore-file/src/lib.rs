@@ -48,11 +48,14 @@
 
 mod bookmark_journal;
 mod codec;
+mod command;
 mod corruption;
 mod directory;
+mod event_ids;
 mod event_reader;
 mod event_record;
 mod frame;
+mod gathering;
 mod index;
 mod journal;
 mod lease_tokens;

@@ -164,6 +164,13 @@ impl SegmentWriter {
         result
     }
 
+    /// Puts `file` in place of the active segment's handle and returns the old one, so that a
+    /// test can make writes fail with a real I/O error (a read-only handle).
+    #[cfg(test)]
+    pub(crate) fn replace_file(&mut self, file: File) -> File {
+        std::mem::replace(&mut self.file, file)
+    }
+
     /// Read handles of the segments started since the last call, in order.
     pub(crate) fn take_opened(&mut self) -> Vec<Arc<File>> {
         std::mem::take(&mut self.opened)

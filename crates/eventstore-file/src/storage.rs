@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
@@ -17,18 +17,16 @@ use eventstore_api::{
     EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
     LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
 };
-use eventstore_memory::StorageClock;
 use tokio::sync::oneshot;
 
-use crate::bookmark_journal::BookmarkJournal;
+use crate::command::{Command, Reply};
 use crate::corruption::OpenFailure;
 use crate::directory::DirectoryLock;
 use crate::event_reader::read_events;
 use crate::index::Location;
 use crate::lease_tokens::LeaseState;
 use crate::options::FileStorageOptions;
-use crate::recovery::recover_log;
-use crate::writer::{Command, Reply, SharedState, Writer};
+use crate::writer::{SharedState, Writer};
 
 const BACKEND_NAME: &str = "file";
 
@@ -214,24 +212,8 @@ fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<Fi
             io => EventStorageError::backend(message, io),
         }
     };
-    let (index, segments) = recover_log(&dir, options.segment_bytes()).map_err(opened)?;
-    let (bookmark_journal, bookmarks) = BookmarkJournal::open(&dir).map_err(opened)?;
-    let leases = LeaseState::open(&dir).map_err(opened)?;
-    tracing::info!(dir = %dir.display(), events = index.len(), bookmarks = bookmarks.len(), "opened the event store");
-    let state = SharedState {
-        index: Arc::new(RwLock::new(index)),
-        bookmarks: Arc::new(RwLock::new(bookmarks)),
-        leases: Arc::new(tokio::sync::Mutex::new(leases)),
-        clock: Arc::new(StorageClock::new()),
-    };
-    let writer = Writer {
-        dir: dir.clone(),
-        segments,
-        bookmark_journal,
-        shared: state.clone(),
-        lock,
-        failure: None,
-    };
+    let writer = Writer::open(&dir, options, lock).map_err(opened)?;
+    let state = writer.shared.clone();
     let (sender, commands) = mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("eventstore-file-writer".to_owned())

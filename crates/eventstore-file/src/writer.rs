@@ -4,78 +4,37 @@
 //! at once as one group: it checks each (fence, idempotency, criteria) against the index plus
 //! the group's earlier commands, writes the group's frames with one write, syncs once, then
 //! publishes the group to the index and answers. So concurrent appenders share one sync (group
-//! commit), and nothing is visible or acknowledged before it is on disk.
+//! commit), and nothing is visible or acknowledged before it is on disk: not even an answer
+//! that only refers to an earlier member of the group (a conflict with it, a retry of it).
 //!
 //! A group holding a fenced command holds the lease lock from the fence check until the group
 //! is published, so no lease changes hands between the check and the write becoming visible.
 
 use std::collections::HashSet;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use eventstore_api::{
-    AppendCriteria, Bookmark, EventId, EventReference, EventStorageError, EventStreamId,
-    EventToStore, Fence, StoredEvent, Tags,
+    AppendCriteria, Bookmark, EventReference, EventStorageError, EventStreamId, EventToStore,
+    StoredEvent,
 };
 use eventstore_memory::StorageClock;
-use tokio::sync::oneshot;
 
 use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks};
+use crate::command::{Command, HeldAnswer, Reply};
+use crate::corruption::OpenFailure;
 use crate::directory::DirectoryLock;
+use crate::event_ids::EventIds;
 use crate::event_record::{encode_batch, EncodedBatch};
+use crate::gathering::GroupGathering;
 use crate::index::{EventIndex, IndexedEvent, Location};
 use crate::lease_tokens::LeaseState;
+use crate::options::FileStorageOptions;
+use crate::recovery::recover_log;
 use crate::segments::SegmentWriter;
-
-/// Where a command's answer goes.
-pub(crate) type Reply<T> = oneshot::Sender<Result<T, EventStorageError>>;
-
-/// The most commands one group takes, so that one group's write stays bounded.
-const MAX_GROUP: usize = 1024;
-
-/// A change for the writer to order and make durable.
-#[derive(Debug)]
-pub(crate) enum Command {
-    /// `append` or `append_fenced`.
-    Append {
-        fence: Option<Fence>,
-        criteria: AppendCriteria,
-        stream: EventStreamId,
-        events: Vec<EventToStore>,
-        reply: Reply<Vec<StoredEvent>>,
-    },
-    /// `bookmark` or `bookmark_fenced`.
-    Bookmark {
-        fence: Option<Fence>,
-        reader: String,
-        reference: EventReference,
-        tags: Tags,
-        reply: Reply<()>,
-    },
-    /// `remove_bookmark`.
-    RemoveBookmark { reader: String, reply: Reply<()> },
-}
-
-impl Command {
-    fn fence(&self) -> Option<&Fence> {
-        match self {
-            Command::Append { fence, .. } | Command::Bookmark { fence, .. } => fence.as_ref(),
-            Command::RemoveBookmark { .. } => None,
-        }
-    }
-
-    fn refuse(self, error: EventStorageError) {
-        match self {
-            Command::Append { reply, .. } => drop(reply.send(Err(error))),
-            Command::Bookmark { reply, .. } | Command::RemoveBookmark { reply, .. } => {
-                drop(reply.send(Err(error)))
-            }
-        }
-    }
-}
 
 /// What the writer shares with the storage handles.
 #[derive(Debug, Clone)]
@@ -89,59 +48,16 @@ pub(crate) struct SharedState {
 /// The writer thread's state. Dropping it releases the directory lock.
 #[derive(Debug)]
 pub(crate) struct Writer {
-    pub(crate) dir: PathBuf,
-    pub(crate) segments: SegmentWriter,
-    pub(crate) bookmark_journal: BookmarkJournal,
+    dir: PathBuf,
+    segments: SegmentWriter,
+    bookmark_journal: BookmarkJournal,
+    ids: EventIds,
+    /// The state the storage handles read.
     pub(crate) shared: SharedState,
-    pub(crate) lock: DirectoryLock,
+    lock: DirectoryLock,
     /// Set when a write or sync failed: what was on disk is unknown, so no later write is
     /// accepted until the store is reopened (and recovery has looked at the disk).
-    pub(crate) failure: Option<String>,
-}
-
-/// Decides how long a group waits for the commands of callers that are about to come back.
-///
-/// When the last group answered `n` callers, those callers usually send their next command
-/// within microseconds of each other; committing the first arrival alone would split them
-/// into a small group and a large one behind it. So a new group waits for up to as many
-/// commands as the last group had, but never longer than a fraction of the last commit's
-/// time. A lone appender (groups of one) never waits.
-#[derive(Debug, Default)]
-struct GroupGathering {
-    last_size: usize,
-    last_commit: Duration,
-}
-
-impl GroupGathering {
-    /// The most a group waits, however slow the commit.
-    const MAX_WAIT: Duration = Duration::from_millis(1);
-
-    fn gather(&self, first: Command, commands: &Receiver<Command>) -> Vec<Command> {
-        let mut group = vec![first];
-        let expected = self.last_size.min(MAX_GROUP);
-        let deadline = Instant::now() + (self.last_commit / 4).min(Self::MAX_WAIT);
-        while group.len() < expected {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                break;
-            };
-            match commands.recv_timeout(left) {
-                Ok(command) => group.push(command),
-                Err(_) => break,
-            }
-        }
-        while group.len() < MAX_GROUP {
-            match commands.try_recv() {
-                Ok(command) => group.push(command),
-                Err(_) => break,
-            }
-        }
-        group
-    }
-
-    fn committed(&mut self, size: usize, took: Duration) {
-        self.last_size = size;
-        self.last_commit = took;
-    }
+    failure: Option<String>,
 }
 
 /// An append that passed its checks, waiting for the group's sync.
@@ -158,26 +74,55 @@ struct GroupPlan {
     appends: Vec<PlannedAppend>,
     keys: HashSet<(EventStreamId, String)>,
     bookmarks: Vec<(BookmarkChange, Reply<()>)>,
-    /// Successful answers that store nothing (retries, empty batches): sent once the group
-    /// before them is durable, since a retry may refer to an append of this very group.
-    unwritten: Vec<Reply<Vec<StoredEvent>>>,
+    held: Vec<HeldAnswer>,
 }
 
 impl Writer {
+    /// Recovers the store in `dir`, which `lock` holds: the event log, the bookmarks and the
+    /// lease token ceilings.
+    ///
+    /// # Errors
+    /// I/O failure, or damage that a torn write cannot explain.
+    pub(crate) fn open(
+        dir: &Path,
+        options: &FileStorageOptions,
+        lock: DirectoryLock,
+    ) -> Result<Writer, OpenFailure> {
+        let (index, segments) = recover_log(dir, options.segment_bytes())?;
+        let (bookmark_journal, bookmarks) = BookmarkJournal::open(dir)?;
+        let leases = LeaseState::open(dir)?;
+        tracing::info!(dir = %dir.display(), events = index.len(), bookmarks = bookmarks.len(), "opened the event store");
+        Ok(Writer {
+            dir: dir.to_owned(),
+            segments,
+            bookmark_journal,
+            ids: EventIds::default(),
+            shared: SharedState {
+                index: Arc::new(RwLock::new(index)),
+                bookmarks: Arc::new(RwLock::new(bookmarks)),
+                leases: Arc::new(tokio::sync::Mutex::new(leases)),
+                clock: Arc::new(StorageClock::new()),
+            },
+            lock,
+            failure: None,
+        })
+    }
+
     /// Serves commands until every sender is gone, then releases the directory.
     pub(crate) fn run(mut self, commands: Receiver<Command>) {
-        let mut siblings = GroupGathering::default();
+        let mut gathering = GroupGathering::default();
         while let Ok(first) = commands.recv() {
-            let group = siblings.gather(first, &commands);
+            let group = gathering.gather(first, &commands);
             let started = Instant::now();
             let size = group.len();
             self.commit(group);
-            siblings.committed(size, started.elapsed());
+            gathering.committed(size, started.elapsed());
         }
         tracing::debug!(dir = %self.dir.display(), "event store writer stopped");
         drop(self.lock);
     }
 
+    /// Checks, writes, publishes and answers one group.
     fn commit(&mut self, group: Vec<Command>) {
         if let Some(failure) = &self.failure {
             for command in group {
@@ -190,12 +135,9 @@ impl Writer {
             .iter()
             .any(|command| command.fence().is_some())
             .then(|| leases.blocking_lock());
-        let mut plan = {
-            let index = self
-                .shared
-                .index
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
+        let index = Arc::clone(&self.shared.index);
+        let plan = {
+            let index = index.read().unwrap_or_else(PoisonError::into_inner);
             let mut plan = GroupPlan {
                 next_position: index.next_position(),
                 ..GroupPlan::default()
@@ -207,7 +149,7 @@ impl Writer {
                         .expect("locked for fenced groups")
                         .table();
                     if let Err(fenced) = table.check_fence(fence, self.shared.clock.now()) {
-                        command.refuse(fenced);
+                        plan.held.push(command.hold(fenced));
                         continue;
                     }
                 }
@@ -215,11 +157,11 @@ impl Writer {
             }
             plan
         };
-        self.write_and_publish(&mut plan);
+        self.write_and_publish(plan);
         drop(lease_guard);
     }
 
-    fn plan_command(&self, index: &EventIndex, plan: &mut GroupPlan, command: Command) {
+    fn plan_command(&mut self, index: &EventIndex, plan: &mut GroupPlan, command: Command) {
         match command {
             Command::Append {
                 criteria,
@@ -236,8 +178,8 @@ impl Writer {
                         reply,
                     });
                 }
-                Ok(None) => plan.unwritten.push(reply),
-                Err(error) => drop(reply.send(Err(error))),
+                Ok(None) => plan.held.push(HeldAnswer::Events(reply, Ok(Vec::new()))),
+                Err(error) => plan.held.push(HeldAnswer::Events(reply, Err(error))),
             },
             Command::Bookmark {
                 reader,
@@ -256,7 +198,10 @@ impl Writer {
                     plan.bookmarks
                         .push((BookmarkChange::Placed(bookmark), reply));
                 }
-                None => drop(reply.send(Err(EventStorageError::UnknownEvent { id: reference.id }))),
+                None => plan.held.push(HeldAnswer::Done(
+                    reply,
+                    Err(EventStorageError::UnknownEvent { id: reference.id }),
+                )),
             },
             Command::RemoveBookmark { reader, reply } => {
                 plan.bookmarks
@@ -268,7 +213,7 @@ impl Writer {
     /// Checks an append against the index and the group so far. `None`: nothing to write
     /// (an empty batch or a retry).
     fn plan_append(
-        &self,
+        &mut self,
         index: &EventIndex,
         plan: &mut GroupPlan,
         criteria: &AppendCriteria,
@@ -318,7 +263,7 @@ impl Writer {
             .map(|(event, position)| StoredEvent {
                 stream: stream.clone(),
                 event_type: event.event_type,
-                reference: EventReference::at(EventId::new(), position),
+                reference: EventReference::at(self.ids.next(timestamp), position),
                 payload: event.payload,
                 tags: event.tags,
                 timestamp,
@@ -335,25 +280,32 @@ impl Writer {
         Ok(Some((stored, encoded)))
     }
 
-    fn write_and_publish(&mut self, plan: &mut GroupPlan) {
-        let written = self.write_events(&plan.appends);
-        let appends = std::mem::take(&mut plan.appends);
-        match written {
+    /// Writes the group's events and bookmarks, publishes them, then sends every answer.
+    fn write_and_publish(&mut self, plan: GroupPlan) {
+        let GroupPlan {
+            appends,
+            bookmarks,
+            held,
+            ..
+        } = plan;
+        match self.write_events(&appends) {
             Ok(locations) => self.publish_events(appends, locations),
             Err(error) => {
                 let failure = self.fail("write events to", &error);
                 for append in appends {
                     drop(append.reply.send(Err(failure_error(&failure, &error))));
                 }
-                for reply in plan.unwritten.drain(..) {
-                    drop(reply.send(Err(failure_error(&failure, &error))));
+                for answer in held {
+                    answer.fail(failure_error(&failure, &error));
                 }
+                self.write_bookmarks(bookmarks);
+                return;
             }
         }
-        for reply in plan.unwritten.drain(..) {
-            drop(reply.send(Ok(Vec::new())));
+        self.write_bookmarks(bookmarks);
+        for answer in held {
+            answer.send();
         }
-        self.write_bookmarks(std::mem::take(&mut plan.bookmarks));
     }
 
     fn write_events(&mut self, appends: &[PlannedAppend]) -> io::Result<Vec<Vec<Location>>> {
@@ -444,7 +396,8 @@ impl Writer {
             replies.push(reply);
         }
         if let Err(error) = self.bookmark_journal.compact_if_worthwhile(&bookmarks) {
-            // The journal as it stands is still complete; compaction is retried later.
+            // Both the old journal and the rewritten one hold every change so far; the journal
+            // itself refuses further changes if it cannot tell which of them a crash keeps.
             tracing::warn!(dir = %self.dir.display(), %error, "cannot compact the bookmark journal");
         }
         drop(bookmarks);
@@ -471,7 +424,7 @@ fn failure_error(message: &str, error: &io::Error) -> EventStorageError {
     )
 }
 
-fn failed_earlier(dir: &std::path::Path, failure: &str) -> EventStorageError {
+fn failed_earlier(dir: &Path, failure: &str) -> EventStorageError {
     EventStorageError::backend(
         format!(
             "the event store in {} refuses writes after an earlier failure; reopen it to recover",
@@ -479,4 +432,135 @@ fn failed_earlier(dir: &std::path::Path, failure: &str) -> EventStorageError {
         ),
         io::Error::other(failure.to_owned()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eventstore_api::{EventFilter, EventStorageError, Tags};
+    use serde_json::json;
+    use std::fs::File;
+    use tokio::sync::oneshot;
+    use tokio::sync::oneshot::Receiver;
+
+    fn open(dir: &Path) -> Writer {
+        let lock = DirectoryLock::acquire(dir).unwrap();
+        Writer::open(dir, &FileStorageOptions::default(), lock).unwrap()
+    }
+
+    fn stream() -> EventStreamId {
+        EventStreamId::for_context("orders")
+    }
+
+    fn append(
+        criteria: AppendCriteria,
+        events: Vec<EventToStore>,
+    ) -> (
+        Command,
+        Receiver<Result<Vec<StoredEvent>, EventStorageError>>,
+    ) {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Append {
+            fence: None,
+            criteria,
+            stream: stream(),
+            events,
+            reply,
+        };
+        (command, answer)
+    }
+
+    fn placed(key: &str) -> EventToStore {
+        EventToStore::new("Placed", json!({ "key": key })).with_idempotency_key(key)
+    }
+
+    /// Makes the active segment's writes fail; returns the writable handle.
+    fn break_writes(writer: &mut Writer, dir: &Path) -> File {
+        let segment = crate::segments::list_segments(dir)
+            .unwrap()
+            .pop()
+            .unwrap()
+            .1;
+        writer.segments.replace_file(File::open(segment).unwrap())
+    }
+
+    fn is_backend<T: std::fmt::Debug>(answer: &Result<T, EventStorageError>) -> bool {
+        matches!(answer, Err(EventStorageError::Backend { .. }))
+    }
+
+    #[test]
+    fn after_a_failed_write_every_later_change_is_refused_until_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = open(dir.path());
+        let (kept, kept_answer) = append(AppendCriteria::none(), vec![placed("a")]);
+        writer.commit(vec![kept]);
+        let kept = kept_answer.blocking_recv().unwrap().unwrap();
+
+        let writable = break_writes(&mut writer, dir.path());
+        let (failed, failed_answer) = append(AppendCriteria::none(), vec![placed("b")]);
+        writer.commit(vec![failed]);
+        let failed = failed_answer.blocking_recv().unwrap();
+        assert!(is_backend(&failed), "{failed:?}");
+
+        // The disk works again, but what the failed write left there is unknown.
+        writer.segments.replace_file(writable);
+        let (later, later_answer) = append(AppendCriteria::none(), vec![placed("c")]);
+        let (reply, bookmark_answer) = oneshot::channel();
+        let bookmark = Command::Bookmark {
+            fence: None,
+            reader: "reader".to_owned(),
+            reference: kept[0].reference,
+            tags: Tags::none(),
+            reply,
+        };
+        writer.commit(vec![later, bookmark]);
+        let later = later_answer.blocking_recv().unwrap();
+        let message = format!("{later:?}");
+        assert!(
+            is_backend(&later) && message.contains("earlier failure"),
+            "{message}"
+        );
+        assert!(is_backend(&bookmark_answer.blocking_recv().unwrap()));
+        // Reads still see every acknowledged event.
+        let index = writer.shared.index.read().unwrap();
+        assert_eq!(index.len(), 1);
+        drop(index);
+
+        drop(writer);
+        let reopened = open(dir.path());
+        assert_eq!(reopened.shared.index.read().unwrap().len(), 1);
+        assert!(reopened.shared.bookmarks.read().unwrap().is_empty());
+    }
+
+    #[test]
+    fn answers_that_depend_on_earlier_members_of_a_group_wait_for_its_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = open(dir.path());
+        break_writes(&mut writer, dir.path());
+        let (first, first_answer) = append(AppendCriteria::none(), vec![placed("a")]);
+        // Conflicts with `first`, which the failed write never stores.
+        let (conditional, conditional_answer) = append(
+            AppendCriteria::of(EventFilter::match_all(), None),
+            vec![EventToStore::new("Other", json!({}))],
+        );
+        // A retry of `first`, and a batch mixing its key with a new one.
+        let (retry, retry_answer) = append(AppendCriteria::none(), vec![placed("a")]);
+        let (mixed, mixed_answer) =
+            append(AppendCriteria::none(), vec![placed("a"), placed("new")]);
+        writer.commit(vec![first, conditional, retry, mixed]);
+        for (what, answer) in [
+            ("the first append", first_answer.blocking_recv().unwrap()),
+            (
+                "the conditional append",
+                conditional_answer.blocking_recv().unwrap(),
+            ),
+            ("the retry", retry_answer.blocking_recv().unwrap()),
+            ("the mixed batch", mixed_answer.blocking_recv().unwrap()),
+        ] {
+            assert!(
+                is_backend(&answer),
+                "{what} must not be answered as if the failed append were stored: {answer:?}"
+            );
+        }
+    }
 }
