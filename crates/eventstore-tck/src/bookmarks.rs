@@ -53,6 +53,33 @@ async fn listed<S: EventStorage + ?Sized>(storage: &S) -> Vec<Bookmark> {
         .unwrap_or_else(|err| panic!("get_bookmarks failed: {err}"))
 }
 
+/// A fresh storage holding two events, with `projector`'s bookmark at the first (tagged
+/// `run:1`); returns it with its events and its bookmarks as listed then.
+async fn storage_with_a_bookmark<F: StorageFactory>(
+    factory: &F,
+) -> (F::Storage, Vec<StoredEvent>, Vec<Bookmark>) {
+    let storage = factory.create().await;
+    let events = append_events(&storage, 2).await;
+    place(
+        &storage,
+        "projector",
+        &events[0].reference,
+        tags(&[("run", "1")]),
+    )
+    .await;
+    let before = listed(&storage).await;
+    (storage, events, before)
+}
+
+/// Asserts that the storage lists exactly the bookmarks `before`.
+async fn assert_bookmarks_unchanged<S: EventStorage + ?Sized>(
+    storage: &S,
+    before: &[Bookmark],
+    context: &str,
+) {
+    assert_eq!(listed(storage).await, before, "{context}");
+}
+
 /// A bookmark is read back where it was placed, and a reader without one has none.
 pub async fn bookmark_is_read_back_where_it_was_placed<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
@@ -249,16 +276,7 @@ pub async fn replacing_a_bookmark_moves_its_update_time_forward<F: StorageFactor
 pub async fn bookmark_of_an_unknown_event_is_refused_and_the_old_one_stays<F: StorageFactory>(
     factory: &F,
 ) {
-    let storage = factory.create().await;
-    let events = append_events(&storage, 2).await;
-    place(
-        &storage,
-        "projector",
-        &events[0].reference,
-        tags(&[("run", "1")]),
-    )
-    .await;
-    let before = listed(&storage).await;
+    let (storage, events, before) = storage_with_a_bookmark(factory).await;
 
     let unknown = EventReference {
         id: EventId::new(),
@@ -276,11 +294,12 @@ pub async fn bookmark_of_an_unknown_event_is_refused_and_the_old_one_stays<F: St
             other => panic!("expected UnknownEvent, got {other}"),
         }
     }
-    assert_eq!(
-        listed(&storage).await,
-        before,
-        "a refused bookmark changes nothing, not even updated_at or tags"
-    );
+    assert_bookmarks_unchanged(
+        &storage,
+        &before,
+        "a refused bookmark changes nothing, not even updated_at or tags",
+    )
+    .await;
     assert_eq!(position_of(&storage, "newcomer").await, None);
 }
 
@@ -422,27 +441,14 @@ pub async fn invalid_reader_names_are_refused<F: StorageFactory>(factory: &F) {
             &format!("remove_bookmark of reader {shown}"),
         );
     }
-    assert_eq!(
-        listed(&storage).await,
-        before,
-        "refused calls change nothing"
-    );
+    assert_bookmarks_unchanged(&storage, &before, "refused calls change nothing").await;
 }
 
 /// A bookmark with invalid tags is `InvalidInput`, and the reader's bookmark stays.
 pub async fn bookmark_with_invalid_tags_is_refused_and_the_old_one_stays<F: StorageFactory>(
     factory: &F,
 ) {
-    let storage = factory.create().await;
-    let events = append_events(&storage, 2).await;
-    place(
-        &storage,
-        "projector",
-        &events[0].reference,
-        tags(&[("run", "1")]),
-    )
-    .await;
-    let before = listed(&storage).await;
+    let (storage, events, before) = storage_with_a_bookmark(factory).await;
 
     let too_long = "v".repeat(MAX_NAME_BYTES + 1);
     let invalid = [
@@ -462,11 +468,7 @@ pub async fn bookmark_with_invalid_tags_is_refused_and_the_old_one_stays<F: Stor
             &format!("a bookmark with {what}"),
         );
     }
-    assert_eq!(
-        listed(&storage).await,
-        before,
-        "refused bookmarks change nothing"
-    );
+    assert_bookmarks_unchanged(&storage, &before, "refused bookmarks change nothing").await;
 }
 
 /// The scenarios of this module, one `#[tokio::test]` each (used by [`crate::tck_tests`]).

@@ -126,6 +126,14 @@ async fn query<S: EventStorage + ?Sized>(
         })
 }
 
+/// `storage.get_event_by_id(id)`, panicking with the id when it fails.
+async fn event_by_id<S: EventStorage + ?Sized>(storage: &S, id: EventId) -> Option<StoredEvent> {
+    storage
+        .get_event_by_id(id)
+        .await
+        .unwrap_or_else(|err| panic!("get_event_by_id({id}) failed: {err}"))
+}
+
 /// Asserts that `result` is `OptimisticLock` reporting `conflicting` as the conflict.
 fn assert_optimistic_lock<T: Debug>(
     result: StorageResult<T>,
@@ -180,10 +188,7 @@ pub async fn appended_events_round_trip_every_field<F: StorageFactory>(factory: 
             stored.idempotency_key, sent.idempotency_key,
             "idempotency key of {sent:?}"
         );
-        let by_id = storage
-            .get_event_by_id(stored.reference.id)
-            .await
-            .unwrap_or_else(|err| panic!("get_event_by_id failed: {err}"));
+        let by_id = event_by_id(&storage, stored.reference.id).await;
         assert_eq!(
             by_id.as_ref(),
             Some(stored),
@@ -296,6 +301,51 @@ pub async fn references_strictly_increase_in_append_order_across_streams<F: Stor
 // DCB conditional appends.
 // ---------------------------------------------------------------------------------------
 
+/// A decision guarded by a DCB consistency boundary: the `Enrolled` events of course `c-1`,
+/// of which the deciding client has seen one.
+struct Enrolment {
+    course: Tags,
+    seen: EventReference,
+}
+
+impl Enrolment {
+    /// Appends the `Enrolled` event of the course that the decision has seen.
+    async fn seen<S: EventStorage + ?Sized>(storage: &S) -> Enrolment {
+        let course = tags(&[("course", "c-1")]);
+        let seen = append(
+            storage,
+            &orders(),
+            vec![labelled("Enrolled", "seen").with_tags(course.clone())],
+        )
+        .await;
+        Enrolment {
+            course,
+            seen: seen[0].reference,
+        }
+    }
+
+    /// An `Enrolled` event of the course, labelled `label`.
+    fn enrolled(&self, label: &str) -> EventToStore {
+        labelled("Enrolled", label).with_tags(self.course.clone())
+    }
+
+    /// Appends an `Enrolled` event labelled `label` on condition that no `Enrolled` event of
+    /// the course follows the one seen.
+    async fn decide<S: EventStorage + ?Sized>(
+        &self,
+        storage: &S,
+        label: &str,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        let criteria = AppendCriteria::of(
+            EventFilter::for_events(["Enrolled"], self.course.clone()),
+            Some(self.seen),
+        );
+        storage
+            .append(criteria, &orders(), vec![self.enrolled(label)])
+            .await
+    }
+}
+
 /// A conditional append fails with `OptimisticLock` when an event matching its filter lies
 /// after the expected last one, and names that event.
 pub async fn conditional_append_fails_when_a_matching_event_follows_the_expected_last<
@@ -304,35 +354,19 @@ pub async fn conditional_append_fails_when_a_matching_event_follows_the_expected
     factory: &F,
 ) {
     let storage = factory.create().await;
-    let course = tags(&[("course", "c-1")]);
-    let seen = append(
-        &storage,
-        &orders(),
-        vec![labelled("Enrolled", "seen").with_tags(course.clone())],
-    )
-    .await;
+    let enrolment = Enrolment::seen(&storage).await;
     let unseen = append(
         &storage,
         &orders(),
         vec![
             labelled("Unrelated", "noise"),
-            labelled("Enrolled", "unseen").with_tags(course.clone()),
-            labelled("Enrolled", "unseen-too").with_tags(course.clone()),
+            enrolment.enrolled("unseen"),
+            enrolment.enrolled("unseen-too"),
         ],
     )
     .await;
 
-    let criteria = AppendCriteria::of(
-        EventFilter::for_events(["Enrolled"], course.clone()),
-        Some(seen[0].reference),
-    );
-    let result = storage
-        .append(
-            criteria,
-            &orders(),
-            vec![labelled("Enrolled", "late").with_tags(course)],
-        )
-        .await;
+    let result = enrolment.decide(&storage, "late").await;
     assert_optimistic_lock(
         result,
         unseen[1].reference,
@@ -386,34 +420,20 @@ pub async fn conditional_append_succeeds_when_only_non_matching_events_follow_th
     factory: &F,
 ) {
     let storage = factory.create().await;
-    let course = tags(&[("course", "c-1")]);
-    let seen = append(
-        &storage,
-        &orders(),
-        vec![labelled("Enrolled", "seen").with_tags(course.clone())],
-    )
-    .await;
+    let enrolment = Enrolment::seen(&storage).await;
     append(
         &storage,
         &orders(),
         vec![
-            labelled("Dropped", "other type").with_tags(course.clone()),
+            labelled("Dropped", "other type").with_tags(enrolment.course.clone()),
             labelled("Enrolled", "other tag").with_tags(tags(&[("course", "c-2")])),
             labelled("Enrolled", "no tag"),
         ],
     )
     .await;
 
-    let criteria = AppendCriteria::of(
-        EventFilter::for_events(["Enrolled"], course.clone()),
-        Some(seen[0].reference),
-    );
-    let stored = storage
-        .append(
-            criteria,
-            &orders(),
-            vec![labelled("Enrolled", "accepted").with_tags(course)],
-        )
+    let stored = enrolment
+        .decide(&storage, "accepted")
         .await
         .unwrap_or_else(|err| panic!("no matching event follows the expected last: {err}"));
     assert_eq!(labels(&stored), ["accepted"]);
@@ -679,10 +699,7 @@ pub async fn events_written_through_one_handle_are_read_and_guarded_through_anot
 
     assert_eq!(read_everything(&other).await, stored);
     assert_eq!(
-        other
-            .get_event_by_id(stored[0].reference.id)
-            .await
-            .expect("get_event_by_id"),
+        event_by_id(&other, stored[0].reference.id).await,
         Some(stored[0].clone())
     );
     assert_eq!(
@@ -1443,31 +1460,16 @@ pub async fn backward_queries_return_newest_first_and_limit_from_the_newest<F: S
 /// `None` for an id the storage does not hold.
 pub async fn get_event_by_id_finds_stored_events_and_nothing_else<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
-    assert_eq!(
-        storage
-            .get_event_by_id(EventId::new())
-            .await
-            .expect("get_event_by_id on an empty storage"),
-        None
-    );
+    assert_eq!(event_by_id(&storage, EventId::new()).await, None);
     let mut stored = append_numbered(&storage, 3).await;
     stored.extend(append(&storage, &billing(), vec![labelled("Invoiced", "invoice")]).await);
     for event in &stored {
         assert_eq!(
-            storage
-                .get_event_by_id(event.reference.id)
-                .await
-                .expect("get_event_by_id"),
+            event_by_id(&storage, event.reference.id).await,
             Some(event.clone())
         );
     }
-    assert_eq!(
-        storage
-            .get_event_by_id(EventId::new())
-            .await
-            .expect("get_event_by_id of an unknown id"),
-        None
-    );
+    assert_eq!(event_by_id(&storage, EventId::new()).await, None);
 }
 
 /// `head` is `None` while nothing is stored, and stays so after empty and refused appends.
@@ -1613,10 +1615,7 @@ pub async fn unicode_types_tags_and_payloads_round_trip<F: StorageFactory>(facto
         "tags are compared as written, without Unicode normalisation"
     );
     assert_eq!(
-        storage
-            .get_event_by_id(event.reference.id)
-            .await
-            .expect("get_event_by_id"),
+        event_by_id(&storage, event.reference.id).await,
         Some(event.clone())
     );
 }
@@ -1647,10 +1646,8 @@ pub async fn large_payload_round_trips<F: StorageFactory>(factory: &F) {
         read_back[0].payload == payload,
         "query returned another payload"
     );
-    let by_id = storage
-        .get_event_by_id(stored[0].reference.id)
+    let by_id = event_by_id(&storage, stored[0].reference.id)
         .await
-        .expect("get_event_by_id")
         .expect("the large event is stored");
     assert!(
         by_id.payload == payload,

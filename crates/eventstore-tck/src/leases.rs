@@ -48,7 +48,7 @@ pub async fn first_request_gets_token_one<F: StorageFactory>(factory: &F) {
     let response = request(&storage, "orders", "node-a", 3, LONG_TTL).await;
     let after = storage_time(&storage).await;
 
-    assert_response(&response, LeaseStatus::Leader, 1, "node-a", "first request");
+    assert_eq!(response, leader(1, "node-a"), "first request");
     let lease = lease_named(&storage, "orders").await;
     assert_eq!(lease.owner, "node-a", "owner of the new lease: {lease:?}");
     assert_eq!(lease.priority, 3, "priority of the new lease: {lease:?}");
@@ -78,7 +78,7 @@ pub async fn renewal_keeps_token_and_acquired_at_and_moves_heartbeat<F: StorageF
     wait_for_storage_time_after(&storage, first.heartbeat_at).await;
 
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Leader, 1, "node-a", "renewal");
+    assert_eq!(response, leader(1, "node-a"), "renewal");
     let renewed = lease_named(&storage, "orders").await;
     assert_eq!(
         renewed.fencing_token, first.fencing_token,
@@ -108,7 +108,7 @@ pub async fn renewal_refreshes_priority_and_ttl<F: StorageFactory>(factory: &F) 
     request(&storage, "orders", "node-a", 1, LONG_TTL).await;
     let longer = LONG_TTL * 2;
     let response = request(&storage, "orders", "node-a", 7, longer).await;
-    assert_response(&response, LeaseStatus::Leader, 1, "node-a", "renewal");
+    assert_eq!(response, leader(1, "node-a"), "renewal");
 
     let lease = lease_named(&storage, "orders").await;
     assert_eq!(
@@ -128,7 +128,7 @@ pub async fn standby_carries_the_holders_token_and_owner<F: StorageFactory>(fact
     let held = lease_named(&storage, "orders").await;
 
     let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Standby, 1, "node-a", "contender");
+    assert_eq!(response, standby(1, "node-a"), "contender");
     let after = lease_named(&storage, "orders").await;
     assert_eq!(after, held, "a standby request must not touch the lease");
 }
@@ -142,21 +142,17 @@ pub async fn a_live_lease_is_never_revoked<F: StorageFactory>(factory: &F) {
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     for attempt in 0..5 {
         let response = request(&other, "orders", "node-b", 100, LONG_TTL).await;
-        assert_response(
-            &response,
-            LeaseStatus::Standby,
-            1,
-            "node-a",
-            &format!("higher-priority contender, attempt {attempt}"),
+        assert_eq!(
+            response,
+            standby(1, "node-a"),
+            "higher-priority contender, attempt {attempt}"
         );
     }
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::LeaderStepDownRequested,
-        1,
-        "node-a",
-        "holder with a higher-priority contender waiting",
+    assert_eq!(
+        response,
+        step_down_requested(1, "node-a"),
+        "holder with a higher-priority contender waiting"
     );
     assert_eq!(lease_named(&storage, "orders").await.owner, "node-a");
 }
@@ -176,7 +172,7 @@ pub async fn expired_lease_is_taken_over_with_the_next_token<F: StorageFactory>(
     let expired = lease_named(&storage, "orders").await;
 
     let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Leader, 2, "node-b", "takeover");
+    assert_eq!(response, leader(2, "node-b"), "takeover");
     let lease = lease_named(&storage, "orders").await;
     assert_eq!(lease.owner, "node-b", "new holder: {lease:?}");
     assert_eq!(
@@ -220,13 +216,7 @@ pub async fn released_lease_is_acquirable_at_once<F: StorageFactory>(factory: &F
     );
 
     let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        2,
-        "node-b",
-        "request after release",
-    );
+    assert_eq!(response, leader(2, "node-b"), "request after release");
 }
 
 /// Releasing a lease one does not hold succeeds and changes nothing: the holder keeps its
@@ -246,7 +236,7 @@ pub async fn release_by_a_non_owner_changes_nothing<F: StorageFactory>(factory: 
     )
     .await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Leader, 1, "node-a", "holder after");
+    assert_eq!(response, leader(1, "node-a"), "holder after");
 }
 
 /// Releasing a lease that never existed succeeds, creates nothing and touches no other lease.
@@ -290,12 +280,10 @@ pub async fn releasing_ones_own_expired_lease_changes_nothing<F: StorageFactory>
         )
         .await;
         let response = request(&other, &lease_name, "node-b", 0, LONG_TTL).await;
-        assert_response(
-            &response,
-            LeaseStatus::Leader,
-            2,
-            "node-b",
-            &format!("round {round}: takeover after the release"),
+        assert_eq!(
+            response,
+            leader(2, "node-b"),
+            "round {round}: takeover after the release"
         );
     }
 }
@@ -352,15 +340,13 @@ pub async fn higher_live_priority_asks_the_holder_to_step_down<F: StorageFactory
     };
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     let response = request(&other, "orders", "node-b", 1, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Standby, 1, "node-a", "contender");
+    assert_eq!(response, standby(1, "node-a"), "contender");
 
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::LeaderStepDownRequested,
-        1,
-        "node-a",
-        "holder with a contender of priority 1 over its 0",
+    assert_eq!(
+        response,
+        step_down_requested(1, "node-a"),
+        "holder with a contender of priority 1 over its 0"
     );
 }
 
@@ -373,26 +359,22 @@ pub async fn equal_or_lower_priority_never_asks_for_step_down<F: StorageFactory>
     request(&storage, "orders", "node-a", 5, LONG_TTL).await;
     for (owner, priority) in [("equal", 5), ("lower", 4), ("lowest", i64::MIN)] {
         let response = request(&other, "orders", owner, priority, LONG_TTL).await;
-        assert_response(&response, LeaseStatus::Standby, 1, "node-a", owner);
+        assert_eq!(response, standby(1, "node-a"), "{owner}");
     }
     let response = request(&storage, "orders", "node-a", 5, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        1,
-        "node-a",
-        "holder of priority 5 with contenders of 5, 4 and i64::MIN",
+    assert_eq!(
+        response,
+        leader(1, "node-a"),
+        "holder of priority 5 with contenders of 5, 4 and i64::MIN"
     );
 
     request(&storage, "top", "node-a", i64::MAX, LONG_TTL).await;
     request(&other, "top", "node-b", i64::MAX, LONG_TTL).await;
     let response = request(&storage, "top", "node-a", i64::MAX, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        1,
-        "node-a",
-        "holder of priority i64::MAX with a contender of the same",
+    assert_eq!(
+        response,
+        leader(1, "node-a"),
+        "holder of priority i64::MAX with a contender of the same"
     );
 }
 
@@ -405,31 +387,25 @@ pub async fn a_contender_is_judged_by_its_latest_priority<F: StorageFactory>(fac
     };
     request(&storage, "orders", "node-a", 10, LONG_TTL).await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        1,
-        "node-a",
-        "holder lowering its own priority (it is no contender of itself)",
+    assert_eq!(
+        response,
+        leader(1, "node-a"),
+        "holder lowering its own priority (it is no contender of itself)"
     );
 
     request(&other, "orders", "node-b", 20, LONG_TTL).await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::LeaderStepDownRequested,
-        1,
-        "node-a",
-        "holder with a contender of priority 20",
+    assert_eq!(
+        response,
+        step_down_requested(1, "node-a"),
+        "holder with a contender of priority 20"
     );
     request(&other, "orders", "node-b", 0, LONG_TTL).await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        1,
-        "node-a",
-        "holder after the contender lowered its priority to 0",
+    assert_eq!(
+        response,
+        leader(1, "node-a"),
+        "holder after the contender lowered its priority to 0"
     );
 }
 
@@ -444,12 +420,10 @@ pub async fn step_down_request_lapses_with_the_higher_contender<F: StorageFactor
     let contender_registered_after = storage_time(&storage).await;
     request(&other, "orders", "node-b", 10, LAPSING_CONTENDER_TTL).await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::LeaderStepDownRequested,
-        1,
-        "node-a",
-        "holder while the higher-priority contender is live",
+    assert_eq!(
+        response,
+        step_down_requested(1, "node-a"),
+        "holder while the higher-priority contender is live"
     );
 
     support::eventually("the step-down request to lapse", || async {
@@ -484,23 +458,19 @@ pub async fn release_withdraws_the_contender<F: StorageFactory>(factory: &F) {
 
     release(&other, "orders", "node-b").await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        1,
-        "node-a",
-        "holder after the higher-priority contender released",
+    assert_eq!(
+        response,
+        leader(1, "node-a"),
+        "holder after the higher-priority contender released"
     );
 
     request(&storage, "payments", "node-a", 10, LONG_TTL).await;
     release(&storage, "payments", "node-a").await;
     let response = request(&other, "payments", "node-b", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        2,
-        "node-b",
-        "successor of a priority-10 holder that released (and so withdrew)",
+    assert_eq!(
+        response,
+        leader(2, "node-b"),
+        "successor of a priority-10 holder that released (and so withdrew)"
     );
 }
 
@@ -516,12 +486,10 @@ pub async fn step_down_is_judged_on_acquisition_too<F: StorageFactory>(factory: 
     release(&storage, "orders", "node-x").await;
 
     let response = request(&storage, "orders", "node-low", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::LeaderStepDownRequested,
-        2,
-        "node-low",
-        "acquisition while a priority-10 contender is live",
+    assert_eq!(
+        response,
+        step_down_requested(2, "node-low"),
+        "acquisition while a priority-10 contender is live"
     );
 }
 
@@ -543,11 +511,11 @@ pub async fn planned_handover_passes_the_lease_to_the_higher_priority_contender<
 
     release(&storage, "orders", "node-old").await;
     let response = request(&other, "orders", "node-new", 10, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Leader, 2, "node-new", "handover");
+    assert_eq!(response, leader(2, "node-new"), "handover");
     let response = request(&storage, "orders", "node-old", 0, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Standby, 2, "node-new", "old holder");
+    assert_eq!(response, standby(2, "node-new"), "old holder");
     let response = request(&other, "orders", "node-new", 10, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Leader, 2, "node-new", "new holder");
+    assert_eq!(response, leader(2, "node-new"), "new holder");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -562,12 +530,10 @@ pub async fn reacquiring_ones_own_expired_lease_gets_a_new_token<F: StorageFacto
     request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
     support::wait_until_expired(&storage, "orders").await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        2,
-        "node-a",
-        "same owner after its lease expired",
+    assert_eq!(
+        response,
+        leader(2, "node-a"),
+        "same owner after its lease expired"
     );
 }
 
@@ -579,13 +545,7 @@ pub async fn reacquiring_ones_own_released_lease_gets_a_new_token<F: StorageFact
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     release(&storage, "orders", "node-a").await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        2,
-        "node-a",
-        "same owner after releasing",
-    );
+    assert_eq!(response, leader(2, "node-a"), "same owner after releasing");
 }
 
 /// A holder whose ttl lapsed is no longer the holder, even if nobody else took the lease:
@@ -600,16 +560,14 @@ pub async fn a_lapsed_holder_that_requests_again_starts_a_new_tenure<F: StorageF
     request(&storage, "orders", "node-a", 0, SHORT_TTL).await;
     let first = lease_named(&storage, "orders").await;
     let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
-    assert_response(&response, LeaseStatus::Standby, 1, "node-a", "contender");
+    assert_eq!(response, standby(1, "node-a"), "contender");
     support::wait_until_expired(&storage, "orders").await;
 
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        2,
-        "node-a",
-        "the lapsed holder, first to ask again",
+    assert_eq!(
+        response,
+        leader(2, "node-a"),
+        "the lapsed holder, first to ask again"
     );
     let second = lease_named(&storage, "orders").await;
     assert_eq!(
@@ -623,13 +581,7 @@ pub async fn a_lapsed_holder_that_requests_again_starts_a_new_tenure<F: StorageF
         second.acquired_at
     );
     let response = request(&other, "orders", "node-b", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Standby,
-        2,
-        "node-a",
-        "contender after",
-    );
+    assert_eq!(response, standby(2, "node-a"), "contender after");
 }
 
 /// Over a sequence of owners, handing over by release and by expiry and including owners that
@@ -692,12 +644,10 @@ pub async fn a_displaced_owner_never_renews_the_new_holders_lease<F: StorageFact
 
     for attempt in 0..10 {
         let response = request(&storage, "orders", "node-a", 1, LONG_TTL * 2).await;
-        assert_response(
-            &response,
-            LeaseStatus::Standby,
-            2,
-            "node-b",
-            &format!("displaced owner, attempt {attempt}"),
+        assert_eq!(
+            response,
+            standby(2, "node-b"),
+            "displaced owner, attempt {attempt}"
         );
     }
     assert_eq!(
@@ -719,22 +669,14 @@ pub async fn leases_are_independent<F: StorageFactory>(factory: &F) {
     request(&storage, "alpha", "node-a", 0, LONG_TTL).await;
 
     let response = request(&other, "beta", "node-b", 0, SHORT_TTL).await;
-    assert_response(&response, LeaseStatus::Leader, 1, "node-b", "beta's first");
+    assert_eq!(response, leader(1, "node-b"), "beta's first");
     let response = request(&other, "alpha", "node-c", 100, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Standby,
-        2,
-        "node-a",
-        "alpha contender",
-    );
+    assert_eq!(response, standby(2, "node-a"), "alpha contender");
     let response = request(&other, "beta", "node-b", 0, SHORT_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        1,
-        "node-b",
-        "beta's holder is not asked to step down by alpha's contender",
+    assert_eq!(
+        response,
+        leader(1, "node-b"),
+        "beta's holder is not asked to step down by alpha's contender"
     );
 
     let alpha = lease_named(&storage, "alpha").await;
@@ -801,12 +743,10 @@ pub async fn invalid_requests_are_refused_and_change_nothing<F: StorageFactory>(
         .await;
     }
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        1,
-        "node-a",
-        "holder after refused requests (none may have registered a contender)",
+    assert_eq!(
+        response,
+        leader(1, "node-a"),
+        "holder after refused requests (none may have registered a contender)"
     );
 }
 
@@ -843,7 +783,7 @@ pub async fn requests_at_the_limits_are_accepted<F: StorageFactory>(factory: &F)
             .request_lease(accepted)
             .await
             .unwrap_or_else(|error| panic!("a request with {what} must be accepted: {error}"));
-        assert_response(&response, LeaseStatus::Leader, 1, &owner, what);
+        assert_eq!(response, leader(1, &owner), "{what}");
         let lease = lease_named(&storage, &lease_name).await;
         assert_eq!(lease.owner, owner, "{what}: owner kept byte for byte");
     }
@@ -939,15 +879,9 @@ pub async fn a_batch_takes_over_an_expired_lease_as_one_by_one<F: StorageFactory
         LeaseRequest::new("orders", "node-b", 0, LONG_TTL),
     ];
     let answered = assert_batch_answers_as_one_by_one(&batched, &one_by_one, requests).await;
-    assert_response(&answered[0], LeaseStatus::Leader, 2, "node-b", "takeover");
-    assert_response(
-        &answered[1],
-        LeaseStatus::Standby,
-        2,
-        "node-b",
-        "old holder",
-    );
-    assert_response(&answered[2], LeaseStatus::Leader, 2, "node-b", "renewal");
+    assert_eq!(answered[0], leader(2, "node-b"), "takeover");
+    assert_eq!(answered[1], standby(2, "node-b"), "old holder");
+    assert_eq!(answered[2], leader(2, "node-b"), "renewal");
 }
 
 /// A batch holding one invalid request is refused whole with `InvalidInput`: the valid
@@ -976,12 +910,10 @@ pub async fn a_batch_with_one_invalid_request_changes_nothing<F: StorageFactory>
         .await;
     }
     let response = request(&storage, "held", "node-x", 0, LONG_TTL).await;
-    assert_response(
-        &response,
-        LeaseStatus::Leader,
-        1,
-        "node-x",
-        "holder after refused batches (none may have registered node-y)",
+    assert_eq!(
+        response,
+        leader(1, "node-x"),
+        "holder after refused batches (none may have registered node-y)"
     );
 }
 
@@ -1218,19 +1150,28 @@ async fn one_by_one_answers<S: EventStorage + ?Sized>(
     answers
 }
 
-fn assert_response(
-    response: &LeaseResponse,
-    status: LeaseStatus,
-    token: u64,
-    owner: &str,
-    context: &str,
-) {
-    let expected = LeaseResponse {
+/// The answer a request must get: `Leader`, with `token`, naming the caller `owner`.
+fn leader(token: u64, owner: &str) -> LeaseResponse {
+    lease_response(LeaseStatus::Leader, token, owner)
+}
+
+/// The answer a request must get: `Standby`, with the holder's `token` and name.
+fn standby(token: u64, holder: &str) -> LeaseResponse {
+    lease_response(LeaseStatus::Standby, token, holder)
+}
+
+/// The answer a request must get: `LeaderStepDownRequested`, with `token`, naming the caller
+/// `owner`.
+fn step_down_requested(token: u64, owner: &str) -> LeaseResponse {
+    lease_response(LeaseStatus::LeaderStepDownRequested, token, owner)
+}
+
+fn lease_response(status: LeaseStatus, token: u64, current_owner: &str) -> LeaseResponse {
+    LeaseResponse {
         status,
         fencing_token: FencingToken(token),
-        current_owner: owner.to_owned(),
-    };
-    assert_eq!(response, &expected, "{context}");
+        current_owner: current_owner.to_owned(),
+    }
 }
 
 /// One invalid request per input rule, each described. Requests whose lease name and owner are
