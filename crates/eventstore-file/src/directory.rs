@@ -95,6 +95,31 @@ impl Drop for DirectoryLock {
     }
 }
 
+/// Creates `dir` and its missing parents, syncing the parent of each directory it creates, so
+/// that the store's directory survives a crash as surely as the files synced inside it.
+///
+/// # Errors
+/// Creating or syncing a directory failed.
+pub(crate) fn create_dir_durably(dir: &Path) -> io::Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|ancestor| !ancestor.as_os_str().is_empty() && !ancestor.is_dir())
+        .collect();
+    std::fs::create_dir_all(dir)?;
+    for created in missing {
+        sync_dir(parent_of(created))?;
+    }
+    Ok(())
+}
+
+/// The directory holding `path`: its parent, or the working directory for a bare name.
+pub(crate) fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
 /// Syncs `dir` itself, so that entries created or renamed in it survive a crash.
 ///
 /// # Errors
@@ -131,5 +156,16 @@ mod tests {
         );
         drop(first);
         assert!(DirectoryLock::acquire(dir.path()).is_ok());
+    }
+
+    #[test]
+    fn missing_parents_are_created_and_a_bare_name_lives_in_the_working_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("a").join("b").join("store");
+        create_dir_durably(&nested).unwrap();
+        assert!(nested.is_dir());
+        create_dir_durably(&nested).unwrap();
+        assert_eq!(parent_of(Path::new("store")), Path::new("."));
+        assert_eq!(parent_of(&nested), dir.path().join("a").join("b"));
     }
 }

@@ -16,7 +16,7 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::corruption::{Corruption, OpenFailure};
-use crate::directory::sync_dir;
+use crate::directory::{parent_of, sync_dir};
 use crate::frame::{write_frame, FrameScanner, Scanned};
 
 /// Bytes of the file header: an 8-byte magic naming the file's kind and format version.
@@ -128,7 +128,7 @@ impl Journal {
     fn at(path: &Path, magic: [u8; MAGIC_LEN], file: File, records: usize) -> Journal {
         Journal {
             path: path.to_owned(),
-            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+            dir: parent_of(path).to_owned(),
             magic,
             file,
             records,

@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use crate::command::{Command, Reply};
 use crate::corruption::OpenFailure;
-use crate::directory::DirectoryLock;
+use crate::directory::{create_dir_durably, DirectoryLock};
 use crate::event_reader::read_events;
 use crate::index::Location;
 use crate::lease_tokens::LeaseState;
@@ -194,7 +194,7 @@ impl FileEventStorage {
 }
 
 fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<FileEventStorage> {
-    std::fs::create_dir_all(&dir).map_err(|error| {
+    create_dir_durably(&dir).map_err(|error| {
         EventStorageError::backend(
             format!("cannot create the event store directory {}", dir.display()),
             error,
