@@ -8,7 +8,7 @@ use eventstore_api::elector::{LeaderElector, Leadership};
 use eventstore_api::{EventStorage, EventStorageError, Fence, FencingToken};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
-use eventstore_tck::wrappers::{EventsOnly, Hangable};
+use eventstore_tck::wrappers::{EventsOnly, Unreliable};
 
 const TTL: Duration = Duration::from_millis(300);
 
@@ -196,7 +196,7 @@ async fn a_higher_priority_contender_gets_the_lease_once_the_work_acknowledges()
 
 #[tokio::test]
 async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
-    let storage = Arc::new(Hangable::new(MemoryEventStorage::new()));
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
     let a = elector(&storage, "a", 0);
     let token = leads(&a).await;
     storage.hang(true);
@@ -218,8 +218,38 @@ async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
 }
 
 #[tokio::test]
+async fn a_failed_request_demotes_at_once() {
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    // A deadline far beyond the polling deadline: only the failure itself can demote.
+    let a = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("a")
+        .ttl(Duration::from_secs(600))
+        .request_interval(Duration::from_millis(20))
+        .start()
+        .unwrap();
+    let token = leads(&a).await;
+    storage.fail(true);
+
+    let watch = a.watch();
+    eventually("demotion after a failed renewal", || async {
+        watch.current() == Leadership::Unknown
+    })
+    .await;
+    assert!(!a.is_leader(), "a failed renewal is no evidence of leading");
+    assert_eq!(a.token(), None);
+
+    storage.fail(false);
+    assert_eq!(
+        leads(&a).await,
+        token,
+        "the live lease is renewed, not re-acquired"
+    );
+    a.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn is_leader_turns_false_at_the_deadline_without_the_task() {
-    let storage = Arc::new(Hangable::new(MemoryEventStorage::new()));
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
     let a = elector(&storage, "a", 0);
     leads(&a).await;
     storage.hang(true);

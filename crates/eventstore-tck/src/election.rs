@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::support::{self, DEADLINE};
-use crate::wrappers::{EventsOnly, Hangable};
+use crate::wrappers::{EventsOnly, Unreliable};
 use crate::StorageFactory;
 
 /// The ttl of the electors: short, so that a crash is taken over quickly.
@@ -348,7 +348,7 @@ pub async fn higher_priority_instance_takes_over_by_step_down_with_no_event_lost
 pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageFactory>(
     factory: &F,
 ) {
-    let storage = Arc::new(Hangable::new(factory.create().await));
+    let storage = Arc::new(Unreliable::new(factory.create().await));
     if !storage.supports(Capability::Lease) {
         assert_elector_refused(storage).await;
         return;

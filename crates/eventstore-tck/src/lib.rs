@@ -100,7 +100,7 @@
 //! ## 4. Beyond the scenarios
 //!
 //! [`wrappers`] holds storages that wrap yours to stage what a healthy backend does not do on
-//! demand: [`wrappers::EventsOnly`] hides its capabilities, [`wrappers::Hangable`] stops
+//! demand: [`wrappers::EventsOnly`] hides its capabilities, [`wrappers::Unreliable`] stops
 //! answering at the flip of a switch. Use them in your own tests of code that runs on a
 //! storage; [`support`] has the polling and assertions the scenarios are written with.
 

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStreamId, EventToStore, Fence, Lease, LeaseRequest, LeaseResponse, Limit,
-    StorageResult, StoredEvent, Tags,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
+    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
 };
 
 /// A storage with the capabilities of the one it wraps hidden: events, bookmarks and `close`
@@ -125,14 +125,17 @@ impl<S: EventStorage> EventStorage for EventsOnly<S> {
     }
 }
 
-/// A storage that forwards every call to the one it wraps until it is switched to hang:
-/// from then on every call but `name`, `supports` and `close` waits forever without failing,
-/// as on a backend whose connections stall or whose server stopped answering.
+/// A storage that forwards every call to the one it wraps until it is switched to hang or to
+/// fail, as a backend whose connections stall, or whose server stopped answering or went away.
 ///
-/// Nothing but the caller's own deadline notices such a hang, which is what an elector's
-/// self-demotion or a client's timeout is for. A call that hangs never completes, even after
-/// [`hang(false)`](Hangable::hang); dropping it (a timeout does) ends it. Calls made after
-/// `hang(false)` are forwarded again.
+/// - [`hang(true)`](Unreliable::hang): every call but `name`, `supports` and `close` waits
+///   forever without failing. Nothing but the caller's own deadline notices such a hang, which
+///   is what an elector's self-demotion or a client's timeout is for. A call that hangs never
+///   completes, even after `hang(false)`; dropping it (a timeout does) ends it.
+/// - [`fail(true)`](Unreliable::fail): those calls return [`EventStorageError::Backend`] at
+///   once, as after a dropped connection, and change nothing.
+///
+/// Calls made after the switch is turned off are forwarded again.
 ///
 /// Put it behind an `Arc` to share one switch between handles.
 ///
@@ -146,9 +149,9 @@ impl<S: EventStorage> EventStorage for EventsOnly<S> {
 /// use eventstore_api::EventStorage;
 /// use eventstore_memory::MemoryEventStorage;
 /// use eventstore_tck::support::request;
-/// use eventstore_tck::wrappers::Hangable;
+/// use eventstore_tck::wrappers::Unreliable;
 ///
-/// let storage = Hangable::new(MemoryEventStorage::new());
+/// let storage = Unreliable::new(MemoryEventStorage::new());
 /// storage.hang(true);
 /// let call = storage.request_lease(request("jobs", "node-a"));
 /// let answered = tokio::time::timeout(Duration::from_millis(20), call).await;
@@ -160,18 +163,20 @@ impl<S: EventStorage> EventStorage for EventsOnly<S> {
 /// # }
 /// ```
 #[derive(Debug, Default)]
-pub struct Hangable<S> {
+pub struct Unreliable<S> {
     inner: S,
     hanging: AtomicBool,
+    failing: AtomicBool,
     hung_calls: AtomicUsize,
 }
 
-impl<S> Hangable<S> {
-    /// Wraps `inner`, answering as it does until [`hang`](Hangable::hang) is switched on.
+impl<S> Unreliable<S> {
+    /// Wraps `inner`, answering as it does until [`hang`](Unreliable::hang) is switched on.
     pub fn new(inner: S) -> Self {
-        Hangable {
+        Unreliable {
             inner,
             hanging: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
             hung_calls: AtomicUsize::new(0),
         }
     }
@@ -196,10 +201,26 @@ impl<S> Hangable<S> {
         self.hung_calls.load(Ordering::SeqCst)
     }
 
-    /// Waits forever while the hang is on; returns at once otherwise.
-    async fn gate(&self) {
+    /// Switches failing on or off for calls made from now on.
+    pub fn fail(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Whether calls made now fail.
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::SeqCst)
+    }
+
+    /// Fails while failing is on, waits forever while the hang is on; returns at once otherwise.
+    async fn gate(&self) -> StorageResult<()> {
+        if self.is_failing() {
+            return Err(EventStorageError::backend(
+                "the storage failed on purpose (Unreliable::fail)",
+                std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+            ));
+        }
         if !self.is_hanging() {
-            return;
+            return Ok(());
         }
         /// Counts a hanging call for as long as it lives.
         struct Hung<'a>(&'a AtomicUsize);
@@ -210,12 +231,12 @@ impl<S> Hangable<S> {
         }
         self.hung_calls.fetch_add(1, Ordering::SeqCst);
         let _hung = Hung(&self.hung_calls);
-        std::future::pending::<()>().await;
+        std::future::pending().await
     }
 }
 
 #[async_trait]
-impl<S: EventStorage> EventStorage for Hangable<S> {
+impl<S: EventStorage> EventStorage for Unreliable<S> {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -230,7 +251,7 @@ impl<S: EventStorage> EventStorage for Hangable<S> {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.append(criteria, stream, events).await
     }
 
@@ -242,19 +263,19 @@ impl<S: EventStorage> EventStorage for Hangable<S> {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner
             .query(filter, stream, after, limit, direction)
             .await
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.get_event_by_id(id).await
     }
 
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.head(stream).await
     }
 
@@ -264,27 +285,27 @@ impl<S: EventStorage> EventStorage for Hangable<S> {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.bookmark(reader, reference, tags).await
     }
 
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.get_bookmark(reader).await
     }
 
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.remove_bookmark(reader).await
     }
 
     async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.get_bookmarks().await
     }
 
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.request_lease(request).await
     }
 
@@ -292,22 +313,22 @@ impl<S: EventStorage> EventStorage for Hangable<S> {
         &self,
         requests: Vec<LeaseRequest>,
     ) -> StorageResult<Vec<LeaseResponse>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.request_leases(requests).await
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.release_lease(lease_name, owner).await
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.get_leases().await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner.storage_time().await
     }
 
@@ -318,7 +339,7 @@ impl<S: EventStorage> EventStorage for Hangable<S> {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        self.gate().await;
+        self.gate().await?;
         self.inner
             .append_fenced(fence, criteria, stream, events)
             .await
@@ -331,7 +352,7 @@ impl<S: EventStorage> EventStorage for Hangable<S> {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        self.gate().await;
+        self.gate().await?;
         self.inner
             .bookmark_fenced(fence, reader, reference, tags)
             .await

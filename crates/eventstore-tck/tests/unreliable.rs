@@ -1,6 +1,7 @@
-//! `Hangable`: while not hanging it is the storage it wraps, which the whole kit run through
-//! it proves (leases and fenced writes included); while hanging, every call but `name`,
-//! `supports` and `close` waits, counted, until it is dropped.
+//! `Unreliable`: while healthy it is the storage it wraps, which the whole kit run through it
+//! proves (leases and fenced writes included); while hanging, every call but `name`,
+//! `supports` and `close` waits, counted, until it is dropped; while failing, those calls fail
+//! at once and change nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use eventstore_api::{
 };
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, request};
-use eventstore_tck::wrappers::Hangable;
+use eventstore_tck::wrappers::Unreliable;
 use eventstore_tck::StorageFactory;
 
 /// Fresh memory storages behind a hang switch that stays off; another handle shares the
@@ -20,10 +21,10 @@ struct NeverHanging;
 
 #[async_trait]
 impl StorageFactory for NeverHanging {
-    type Storage = Arc<Hangable<MemoryEventStorage>>;
+    type Storage = Arc<Unreliable<MemoryEventStorage>>;
 
     async fn create(&self) -> Self::Storage {
-        Arc::new(Hangable::new(MemoryEventStorage::new()))
+        Arc::new(Unreliable::new(MemoryEventStorage::new()))
     }
 
     async fn another_handle(&self, storage: &Self::Storage) -> Self::Storage {
@@ -35,7 +36,7 @@ eventstore_tck::tck_tests!(NeverHanging);
 
 /// Starts `call` on its own task and waits until the storage counts it as hanging.
 async fn start_hanging<T: Send + 'static>(
-    storage: &Hangable<MemoryEventStorage>,
+    storage: &Unreliable<MemoryEventStorage>,
     call: impl std::future::Future<Output = StorageResult<T>> + Send + 'static,
 ) -> tokio::task::JoinHandle<StorageResult<T>> {
     let hung_before = storage.hung_calls();
@@ -49,7 +50,7 @@ async fn start_hanging<T: Send + 'static>(
 
 #[tokio::test]
 async fn a_hanging_storage_holds_every_call_until_it_is_dropped_and_answers_new_ones_after() {
-    let storage = Arc::new(Hangable::new(MemoryEventStorage::new()));
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
     storage.hang(true);
     assert!(storage.is_hanging());
     assert!(
@@ -98,4 +99,30 @@ async fn a_hanging_storage_holds_every_call_until_it_is_dropped_and_answers_new_
     .await;
     storage.hang(true);
     storage.close().await.expect("close never hangs");
+}
+
+#[tokio::test]
+async fn a_failing_storage_refuses_every_call_at_once_and_changes_nothing() {
+    let storage = Unreliable::new(MemoryEventStorage::new());
+    storage.fail(true);
+    assert!(storage.is_failing());
+    let refused = storage.request_lease(request("jobs", "node-a")).await;
+    assert!(
+        matches!(
+            refused,
+            Err(eventstore_api::EventStorageError::Backend { .. })
+        ),
+        "a failing storage answers Backend, got {refused:?}"
+    );
+    let event = EventToStore::new("Noted", serde_json::json!({}));
+    let stream = EventStreamId::for_context("notes");
+    let refused = storage
+        .append(AppendCriteria::none(), &stream, vec![event])
+        .await;
+    assert!(refused.is_err(), "append must fail too, got {refused:?}");
+
+    storage.fail(false);
+    assert!(storage.get_leases().await.expect("get_leases").is_empty());
+    let head = storage.head(&stream).await.expect("head");
+    assert_eq!(head, None, "the failed append stored nothing");
 }
