@@ -55,11 +55,25 @@ async fn main() {
     .await
     .unwrap();
 
+    sqlx::query(&format!(
+        "CREATE TABLE {prefix}append_floor (id bigserial PRIMARY KEY, n bigint NOT NULL)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+
+    let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
+    let runs = |part: &str| only.as_deref().is_none_or(|only| only == part);
     println!("# PostgreSQL benchmark (prefix {prefix}, {SAMPLES} samples per latency)\n");
-    lease_latencies(&storage, &pool, &prefix).await;
-    batch_renewal(&storage).await;
-    sustained(&storage, &pool, &prefix).await;
-    events(&storage).await;
+    if runs("leases") {
+        lease_latencies(&storage, &pool, &prefix).await;
+        batch_renewal(&storage).await;
+        sustained(&storage, &pool, &prefix).await;
+    }
+    if runs("events") {
+        appends(&storage, &pool, &prefix).await;
+        events(&storage).await;
+    }
     storage.close().await.unwrap();
 }
 
@@ -294,24 +308,120 @@ async fn sustained(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) 
     );
 }
 
+/// A typical event: a small payload and one tag out of fifty.
+fn measured_event(n: usize) -> EventToStore {
+    EventToStore::new(
+        "Measured",
+        json!({"n": n, "text": "an event of a typical size, with some words"}),
+    )
+    .with_tags(Tags::from_pairs([("sensor", format!("s-{}", n % 50))]))
+}
+
+/// The floor of an append: a one-row `INSERT … RETURNING` in autocommit.
+async fn floor_insert(pool: &PgPool, prefix: &str, n: usize) {
+    let _: i64 = sqlx::query_scalar(&format!(
+        "INSERT INTO {prefix}append_floor (n) VALUES ($1) RETURNING id"
+    ))
+    .bind(n as i64)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+}
+
+/// Appends of one event: latency beside the floor, one client, then sustained with
+/// `CLIENTS` clients each on a stream of its own, beside the floor's sustained inserts.
+async fn appends(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
+    let stream = EventStreamId::for_context("single");
+    let n = std::cell::Cell::new(0);
+    let (floor, append) = beside_floor_op(
+        || floor_insert(pool, prefix, n.get()),
+        || {
+            n.set(n.get() + 1);
+            storage.append(
+                AppendCriteria::none(),
+                &stream,
+                vec![measured_event(n.get())],
+            )
+        },
+    )
+    .await;
+    let floor_rate = {
+        let (pool, prefix) = (pool.clone(), prefix.to_owned());
+        per_second(move |client| {
+            let (pool, prefix) = (pool.clone(), prefix.clone());
+            async move { floor_insert(&pool, &prefix, client).await }
+        })
+        .await
+    };
+    let append_rate = {
+        let storage = storage.clone();
+        per_second(move |client| {
+            let storage = storage.clone();
+            async move {
+                let stream = EventStreamId::new("sustained", format!("client-{client}"));
+                storage
+                    .append(
+                        AppendCriteria::none(),
+                        &stream,
+                        vec![measured_event(client)],
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .await
+    };
+    println!("## Appends of one event\n");
+    println!("| what | p50 | p99 | per second | / floor |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| floor: one-row `INSERT … RETURNING`, one client | {} | {} | {:.0} | 1.00× |",
+        micros(floor.p50),
+        micros(floor.p99),
+        1.0 / floor.p50.as_secs_f64()
+    );
+    println!(
+        "| `append`, one client | {} | {} | {:.0} | {:.2}× |",
+        micros(append.p50),
+        micros(append.p99),
+        1.0 / append.p50.as_secs_f64(),
+        append.p50.as_secs_f64() / floor.p50.as_secs_f64()
+    );
+    println!("| floor, {CLIENTS} clients | | | {floor_rate:.0} | 1.00× |");
+    println!(
+        "| `append`, {CLIENTS} clients, a stream each | | | {append_rate:.0} | {:.2}× |\n",
+        append_rate / floor_rate
+    );
+}
+
+/// Latency percentiles of `SAMPLES` runs of `floor` and `op`, interleaved.
+async fn beside_floor_op<F, FFut, O, OFut, T>(mut floor: F, mut op: O) -> (Stats, Stats)
+where
+    F: FnMut() -> FFut,
+    FFut: std::future::Future<Output = ()>,
+    O: FnMut() -> OFut,
+    OFut: std::future::Future<Output = Result<T, eventstore_api::EventStorageError>>,
+{
+    for _ in 0..SAMPLES / 10 {
+        floor().await;
+        op().await.unwrap();
+    }
+    let mut floor_times = Vec::with_capacity(SAMPLES);
+    let mut op_times = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        floor().await;
+        floor_times.push(start.elapsed());
+        let start = Instant::now();
+        op().await.unwrap();
+        op_times.push(start.elapsed());
+    }
+    (Stats::of(floor_times), Stats::of(op_times))
+}
+
 async fn events(storage: &PostgresEventStorage) {
     let stream = EventStreamId::for_context("bench");
-    let event = |n: usize| {
-        EventToStore::new(
-            "Measured",
-            json!({"n": n, "text": "an event of a typical size, with some words"}),
-        )
-        .with_tags(Tags::from_pairs([("sensor", format!("s-{}", n % 50))]))
-    };
-    let start = Instant::now();
-    let singles = 2_000;
-    for n in 0..singles {
-        storage
-            .append(AppendCriteria::none(), &stream, vec![event(n)])
-            .await
-            .unwrap();
-    }
-    let single_rate = singles as f64 / start.elapsed().as_secs_f64();
+    let event = measured_event;
     let start = Instant::now();
     let batches = 200;
     for b in 0..batches {
@@ -354,7 +464,6 @@ async fn events(storage: &PostgresEventStorage) {
     println!("## Events (one client)\n");
     println!("| what | events per second |");
     println!("|---|---|");
-    println!("| append, batches of 1 | {single_rate:.0} |");
     println!("| append, batches of 100 | {batch_rate:.0} |");
     println!("| read forward in pages of 1,000 ({read} events) | {read_rate:.0} |");
     println!(

@@ -1,7 +1,6 @@
 //! Appends: all or nothing, checked and written under the stream's lock.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::{
@@ -11,7 +10,7 @@ use eventstore_api::{
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
-use super::{concrete, decode_reference};
+use super::{concrete, decode_reference, visibility};
 use crate::fencing;
 use crate::filter_sql::{push_after, push_filter, push_stream};
 use crate::storage::Shared;
@@ -34,7 +33,7 @@ pub(crate) async fn append(
     let reads_first = fence.is_some()
         || criteria.condition.is_some()
         || events.iter().any(|e| e.idempotency_key.is_some());
-    let stored = if reads_first {
+    let appended = if reads_first {
         let mut transaction = shared.begin(&operation).await?;
         let outcome = append_in(
             shared,
@@ -48,7 +47,7 @@ pub(crate) async fn append(
         .await;
         shared.finish(&operation, transaction, outcome).await?
     } else if events.is_empty() {
-        Vec::new()
+        Appended::nothing()
     } else {
         // Nothing to check: one statement in autocommit, which takes the stream lock itself.
         let mut connection = shared
@@ -58,10 +57,31 @@ pub(crate) async fn append(
             .map_err(|e| shared.settings.failing(&operation).map(e))?;
         insert(shared, &mut connection, stream, events, &operation).await?
     };
-    if let Some(last) = stored.last() {
-        wait_until_visible(shared, last.reference.tx).await;
+    if let Some(last) = appended.events.last() {
+        if !appended.visible_at_commit {
+            visibility::wait_until_visible(shared, last.reference.tx).await;
+        }
     }
-    Ok(stored)
+    Ok(appended.events)
+}
+
+/// What an append stored.
+struct Appended {
+    /// The stored events, in order.
+    events: Vec<StoredEvent>,
+    /// Whether no transaction older than the append's own was running when it wrote: then
+    /// the visibility barrier passes the events the moment they commit, with no need to ask.
+    visible_at_commit: bool,
+}
+
+impl Appended {
+    /// An append that stored nothing (an empty batch or a retry).
+    fn nothing() -> Self {
+        Appended {
+            events: Vec::new(),
+            visible_at_commit: true,
+        }
+    }
 }
 
 async fn append_in(
@@ -72,7 +92,7 @@ async fn append_in(
     stream: &EventStreamId,
     events: Vec<EventToStore>,
     operation: &str,
-) -> StorageResult<Vec<StoredEvent>> {
+) -> StorageResult<Appended> {
     let failing = shared.settings.failing(operation);
     if let Some(fence) = fence {
         fencing::hold(shared, connection, fence, operation).await?;
@@ -92,11 +112,11 @@ async fn append_in(
     .map_err(|e| failing.map(e))?;
 
     if is_retry(shared, connection, stream, &events, operation).await? {
-        return Ok(Vec::new());
+        return Ok(Appended::nothing());
     }
     check_criteria(shared, connection, criteria, stream, operation).await?;
     if events.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Appended::nothing());
     }
     insert(shared, connection, stream, events, operation).await
 }
@@ -211,7 +231,7 @@ async fn insert(
     stream: &EventStreamId,
     events: Vec<EventToStore>,
     operation: &str,
-) -> StorageResult<Vec<StoredEvent>> {
+) -> StorageResult<Appended> {
     let failing = shared.settings.failing(operation);
     let (context, purpose) = concrete(stream);
     let ids: Vec<Uuid> = events.iter().map(|_| EventId::new().0).collect();
@@ -235,7 +255,8 @@ async fn insert(
               unnest($3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
               WITH ORDINALITY AS e(id, event_type, payload, tags, idempotency_key, ordinality) \
          ORDER BY e.ordinality \
-         RETURNING id, position, tx::text AS tx_text, stored_at",
+         RETURNING id, position, tx::text AS tx_text, stored_at, \
+                   pg_snapshot_xmin(pg_current_snapshot()) = tx AS visible_at_commit",
         events = shared.prefix.name("events"),
         lock = stream_lock(shared, "$8"),
     ))
@@ -252,8 +273,15 @@ async fn insert(
     .await
     .map_err(|e| failing.map(e))?;
 
+    // The statement's snapshot was taken before the insert gave the transaction its id, so
+    // its xmin equals that id only when no older transaction was running, nor started in
+    // between: nothing can then hold the barrier below these events once they commit.
+    let mut visible_at_commit = true;
     let mut by_id = HashMap::with_capacity(rows.len());
     for row in &rows {
+        visible_at_commit &= row
+            .try_get::<bool, _>("visible_at_commit")
+            .map_err(|e| failing.map(e))?;
         by_id.insert(
             row.try_get::<Uuid, _>("id").map_err(|e| failing.map(e))?,
             row,
@@ -279,31 +307,8 @@ async fn insert(
         });
     }
     stored.sort_by_key(|event| event.reference);
-    Ok(stored)
-}
-
-/// Waits, up to the storage's visibility wait, until the barrier has passed transaction
-/// `tx`, so that the caller's next read sees what it appended. Only an older writing
-/// transaction still open anywhere in the cluster makes this wait at all.
-async fn wait_until_visible(shared: &Shared, tx: u64) {
-    let wait = shared.settings.visibility_wait;
-    if wait.is_zero() {
-        return;
-    }
-    let deadline = Instant::now() + wait;
-    let mut pause = std::time::Duration::from_millis(1);
-    loop {
-        let passed: Result<bool, _> =
-            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
-                .bind(tx.to_string())
-                .fetch_one(&shared.pool)
-                .await;
-        // The events are committed; a failure here only means the caller may not see them
-        // in its very next read.
-        if !matches!(passed, Ok(false)) || Instant::now() + pause > deadline {
-            return;
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_millis(20));
-    }
+    Ok(Appended {
+        events: stored,
+        visible_at_commit,
+    })
 }

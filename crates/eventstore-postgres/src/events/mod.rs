@@ -3,6 +3,7 @@
 
 mod append;
 mod read;
+mod visibility;
 
 use eventstore_api::{EventId, EventReference, EventStreamId, StoredEvent};
 use sqlx::postgres::PgRow;

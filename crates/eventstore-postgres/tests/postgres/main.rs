@@ -15,4 +15,5 @@ mod lease_contenders;
 mod least_privileges;
 mod lock_timeout;
 mod prefixes;
+mod read_your_writes;
 mod restart;

@@ -1,0 +1,43 @@
+//! Read-your-writes behind the visibility barrier: an append returns once readers see it.
+//!
+//! Reads stop below the oldest running transaction, so a committed append is not yet
+//! readable while a transaction older than its own is still running anywhere in the
+//! cluster. An append whose insert saw no such transaction is readable the moment it
+//! commits and asks nothing more (the insert reports this itself, see `append`). Only
+//! otherwise does it poll here, which costs one more round trip when the older writers
+//! have finished by then (the usual case among concurrent appends), and a bounded wait when
+//! one is still open.
+
+use std::time::{Duration, Instant};
+
+use crate::storage::Shared;
+
+/// The first pause between polls; pauses double up to [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(1);
+/// The longest pause between polls, so that a long wait costs a few dozen polls a second.
+const LONGEST_PAUSE: Duration = Duration::from_millis(20);
+
+/// Waits, up to the storage's visibility wait, until the barrier has passed transaction
+/// `tx`, so that any read that starts afterwards, from any process, sees what it appended.
+pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64) {
+    let wait = shared.settings.visibility_wait;
+    if wait.is_zero() {
+        return;
+    }
+    let deadline = Instant::now() + wait;
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let passed: Result<bool, _> =
+            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
+                .bind(tx.to_string())
+                .fetch_one(&shared.pool)
+                .await;
+        // The events are committed; a failure here only means the caller may not see them
+        // in its very next read.
+        if !matches!(passed, Ok(false)) || Instant::now() + pause > deadline {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LONGEST_PAUSE);
+    }
+}
