@@ -94,6 +94,14 @@ DECLARE
     v_step_down boolean;
     i integer;
 BEGIN
+    -- Every statement below must see what committed while the lock was awaited: under
+    -- REPEATABLE READ or SERIALIZABLE it would keep the snapshot taken before the lock.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '__prefix__request_leases needs READ COMMITTED isolation, not %',
+                current_setting('transaction_isolation')
+            USING ERRCODE = 'invalid_transaction_state',
+                  HINT = 'set default_transaction_isolation to read committed for this pool';
+    END IF;
     IF array_length(p_names, 1) = 1 THEN
         PERFORM pg_advisory_xact_lock(v_lock_space, hashtext(p_names[1]))
            FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
@@ -194,6 +202,14 @@ DECLARE
     v_now constant timestamptz := now();
     v_released boolean;
 BEGIN
+    -- Every statement below must see what committed while the lock was awaited: under
+    -- REPEATABLE READ or SERIALIZABLE it would keep the snapshot taken before the lock.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '__prefix__release_lease needs READ COMMITTED isolation, not %',
+                current_setting('transaction_isolation')
+            USING ERRCODE = 'invalid_transaction_state',
+                  HINT = 'set default_transaction_isolation to read committed for this pool';
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtext('__prefix__leases'), hashtext(p_name))
        FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
     DELETE FROM __prefix__lease_contenders AS c

@@ -226,7 +226,13 @@ impl PostgresEventStorageBuilder {
                     .min_connections(self.min_connections)
                     .acquire_timeout(self.acquire_timeout)
                     .idle_timeout(self.idle_timeout)
-                    .connect_with(options.application_name("eventstore"))
+                    .connect_with(
+                        options
+                            .application_name("eventstore")
+                            // Lease decisions and checks after a lock wait need a fresh
+                            // snapshot per statement, whatever the database's default.
+                            .options([("default_transaction_isolation", "read\\ committed")]),
+                    )
                     .await
                     .map_err(|error| settings.failing("connect").map(error))?;
                 (pool, true)

@@ -8,7 +8,7 @@ use sqlx::{Executor, PgConnection, PgPool};
 
 use crate::builder::DatabaseInitMode;
 use crate::prefix::TablePrefix;
-use crate::storage::Settings;
+use crate::storage::{Settings, BEGIN_READ_COMMITTED};
 
 /// The schema, with `__prefix__` where the prefix goes. Idempotent.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
@@ -140,7 +140,10 @@ async fn initialize_schema(
                     return Ok(());
                 }
             }
-            let mut transaction = pool.begin().await.map_err(|e| failing.map(e))?;
+            let mut transaction = pool
+                .begin_with(BEGIN_READ_COMMITTED)
+                .await
+                .map_err(|e| failing.map(e))?;
             // One creator per prefix at a time; the others wait here, then find it done.
             sqlx::query(
                 "SELECT pg_advisory_xact_lock(hashtext($1), 0) \

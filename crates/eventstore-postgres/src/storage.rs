@@ -19,6 +19,10 @@ use crate::errors::Failing;
 use crate::prefix::TablePrefix;
 use crate::{bookmarks, events, leases};
 
+/// How the storage starts every transaction of its own. Under `REPEATABLE READ` a
+/// transaction keeps the snapshot of its first statement, taken before its lock was granted.
+pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// Settings every operation consults.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -56,13 +60,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Starts a transaction for `operation`.
+    /// Starts a `READ COMMITTED` transaction for `operation`, whatever the connection's
+    /// default: every check after a lock wait must see what committed during the wait.
     pub(crate) async fn begin(
         &self,
         operation: &str,
     ) -> StorageResult<Transaction<'static, Postgres>> {
         self.pool
-            .begin()
+            .begin_with(BEGIN_READ_COMMITTED)
             .await
             .map_err(|e| self.settings.failing(operation).map(e))
     }

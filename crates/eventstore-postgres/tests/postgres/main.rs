@@ -10,6 +10,7 @@ mod event_order;
 mod fenced_writes;
 mod index_use;
 mod init_modes;
+mod isolation;
 mod killed_connection;
 mod lease_contenders;
 mod least_privileges;
