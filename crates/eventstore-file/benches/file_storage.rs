@@ -4,14 +4,16 @@
 //! cargo bench -p eventstore-file --bench file_storage
 //! ```
 //!
-//! Prints markdown tables: append throughput with sync beside the floor (the same bytes
-//! written and synced to a plain file the same way), read throughput, and open time.
-//! `EVENTSTORE_BENCH_OPEN_EVENTS` sets the size of the log whose open is timed (default
-//! 1 000 000).
+//! Prints markdown tables: append throughput with sync beside two floors (the same bytes
+//! written and synced to a plain file, appended to a growing file, and written into a
+//! zero-filled one), read throughput, and open time. `EVENTSTORE_BENCH_OPEN_EVENTS` sets the
+//! size of the log whose open is timed (default 1 000 000).
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,8 +35,8 @@ fn appends_per_run(batch: usize) -> usize {
     }
 }
 const READ_EVENTS: u64 = 100_000;
-/// Rounds of each append measurement; the median is reported.
-const ROUNDS: usize = 3;
+/// Rounds of each append measurement, storage and floors alternating; medians are reported.
+const ROUNDS: usize = 7;
 
 fn event(n: u64) -> EventToStore {
     EventToStore::new(
@@ -47,26 +49,9 @@ fn event(n: u64) -> EventToStore {
     ]))
 }
 
-fn log_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap())
-        .filter(|entry| entry.file_name().to_string_lossy().starts_with("events-"))
-        .map(|entry| entry.metadata().unwrap().len())
-        .sum()
-}
-
-struct AppendRun {
-    events_per_second: f64,
-    appends_per_second: f64,
-    bytes_per_append: usize,
-    /// The bytes the run appended to the log, for the floor to write again.
-    written: Vec<u8>,
-}
-
-/// Everything in the segments of `dir` after the first `skip` bytes of the log.
-fn log_content(dir: &Path, skip: u64) -> Vec<u8> {
-    let mut segments: Vec<_> = std::fs::read_dir(dir)
+/// The segments of the log in `dir`, in order.
+fn segments(dir: &Path) -> Vec<PathBuf> {
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| {
@@ -77,11 +62,43 @@ fn log_content(dir: &Path, skip: u64) -> Vec<u8> {
         })
         .collect();
     segments.sort();
+    segments
+}
+
+/// The bytes of the log in `dir`: every segment up to its last frame. The last segment is
+/// zero-filled past its last frame (preallocated space), and a frame never ends in a zero
+/// byte (its payload is JSON).
+fn log_content(dir: &Path) -> Vec<u8> {
     let mut content = Vec::new();
-    for segment in segments {
+    for segment in segments(dir) {
         content.extend(std::fs::read(segment).unwrap());
     }
-    content.split_off(skip as usize)
+    let end = content
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1);
+    content.truncate(end);
+    content
+}
+
+/// How many bytes the log in `dir` holds, preallocated zeros excluded.
+fn log_bytes(dir: &Path) -> u64 {
+    let segments = segments(dir);
+    let (last, sealed) = segments.split_last().expect("a log has a segment");
+    let sealed: u64 = sealed
+        .iter()
+        .map(|segment| std::fs::metadata(segment).unwrap().len())
+        .sum();
+    let last = std::fs::read(last).unwrap();
+    sealed + last.iter().rposition(|&b| b != 0).map_or(0, |end| end + 1) as u64
+}
+
+struct AppendRun {
+    events_per_second: f64,
+    appends_per_second: f64,
+    bytes_per_append: usize,
+    /// The bytes the run appended to the log, for the floors to write again.
+    written: Vec<u8>,
 }
 
 async fn append_run(batch: usize, appenders: usize) -> AppendRun {
@@ -121,7 +138,7 @@ async fn append_run(batch: usize, appenders: usize) -> AppendRun {
     let elapsed = start.elapsed().as_secs_f64();
     let appends = appends_each * appenders;
     let bytes = log_bytes(dir.path()) - before;
-    let written = log_content(dir.path(), before);
+    let written = log_content(dir.path()).split_off(before as usize);
     storage.close().await.unwrap();
     AppendRun {
         events_per_second: (appends * batch) as f64 / elapsed,
@@ -131,35 +148,66 @@ async fn append_run(batch: usize, appenders: usize) -> AppendRun {
     }
 }
 
-/// The floor: `appenders` threads writing the bytes the storage appended, in pieces of
-/// `bytes` and syncing after each, as often as the run appended, to one plain file opened for
-/// appending.
-fn floor_run(written: &[u8], bytes: usize, appenders: usize, appends: usize) -> f64 {
+/// How a floor run lays out its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// Appends to a file that grows with every write (`O_APPEND`).
+    Growing,
+    /// Writes into a file zero-filled and synced before the clock starts.
+    Preallocated,
+}
+
+/// A floor: `appenders` threads writing the bytes the storage appended, in pieces of `bytes`
+/// and syncing (`fdatasync`) after each, as often as the run appended, to one plain file.
+fn floor_run(written: &[u8], bytes: usize, appenders: usize, appends: usize, floor: Floor) -> f64 {
     let dir = tempfile::tempdir().unwrap();
-    let file = Arc::new(
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.path().join("floor.log"))
-            .unwrap(),
-    );
+    let path = dir.path().join("floor.log");
+    let file = match floor {
+        Floor::Growing => OpenOptions::new().create(true).append(true).open(&path),
+        Floor::Preallocated => OpenOptions::new().create_new(true).write(true).open(&path),
+    }
+    .unwrap();
     let each = appends / appenders;
+    if floor == Floor::Preallocated {
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = each * appenders * bytes + zeros.len();
+        while left > 0 {
+            let chunk = left.min(zeros.len());
+            (&file).write_all(&zeros[..chunk]).unwrap();
+            left -= chunk;
+        }
+        file.sync_all().unwrap();
+    }
+    let file = Arc::new(file);
+    let next_offset = AtomicU64::new(0);
     let pieces: Vec<&[u8]> = written.chunks(bytes).collect();
     let start = Instant::now();
     std::thread::scope(|scope| {
         for appender in 0..appenders {
-            let file = Arc::clone(&file);
-            let pieces = &pieces;
+            let file: Arc<File> = Arc::clone(&file);
+            let (pieces, next_offset) = (&pieces, &next_offset);
             scope.spawn(move || {
                 for round in 0..each {
                     let piece = pieces[(round * appenders + appender) % pieces.len()];
-                    (&*file).write_all(piece).unwrap();
+                    match floor {
+                        Floor::Growing => (&*file).write_all(piece).unwrap(),
+                        Floor::Preallocated => {
+                            let at = next_offset.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                            file.write_all_at(piece, at).unwrap();
+                        }
+                    }
                     file.sync_data().unwrap();
                 }
             });
         }
     });
     (each * appenders) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The middle value of `values`.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 async fn fill(storage: &FileEventStorage, events: u64, batch: u64) {
@@ -221,34 +269,52 @@ fn main() {
         .unwrap_or(1_000_000);
 
     println!("## Appends with sync\n");
-    println!("| batch | appenders | events/s | appends/s | bytes/append | floor appends/s | ratio to floor |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| batch | appenders | events/s | appends/s | bytes/append | floor appends/s | ratio to floor \
+         | preallocated floor appends/s | ratio to preallocated floor |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (batch, appenders) in [(1, 1), (100, 1), (1, 16), (100, 16)] {
-        // Storage and floor alternate, three rounds each; the medians are reported, so that
-        // a burst of disk activity elsewhere skews neither side alone.
+        // Storage and floors alternate, round after round; the medians are reported (the
+        // ratios are the medians of each round's ratio), so that a burst of disk activity
+        // elsewhere skews no side alone.
         let mut runs = Vec::new();
-        let mut floors = Vec::new();
+        let (mut floors, mut preallocated_floors) = (Vec::new(), Vec::new());
+        let (mut ratios, mut preallocated_ratios) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             let run = runtime.block_on(append_run(batch, appenders));
-            floors.push(floor_run(
+            let appends = appends_per_run(batch);
+            let floor = floor_run(
                 &run.written,
                 run.bytes_per_append,
                 appenders,
-                appends_per_run(batch),
-            ));
+                appends,
+                Floor::Growing,
+            );
+            let preallocated = floor_run(
+                &run.written,
+                run.bytes_per_append,
+                appenders,
+                appends,
+                Floor::Preallocated,
+            );
+            ratios.push(run.appends_per_second / floor);
+            preallocated_ratios.push(run.appends_per_second / preallocated);
+            floors.push(floor);
+            preallocated_floors.push(preallocated);
             runs.push(run);
         }
         runs.sort_by(|a, b| a.appends_per_second.total_cmp(&b.appends_per_second));
-        floors.sort_by(f64::total_cmp);
         let run = &runs[ROUNDS / 2];
-        let floor = floors[ROUNDS / 2];
         println!(
-            "| {batch} | {appenders} | {:.0} | {:.0} | {} | {:.0} | {:.2} |",
+            "| {batch} | {appenders} | {:.0} | {:.0} | {} | {:.0} | {:.2} | {:.0} | {:.2} |",
             run.events_per_second,
             run.appends_per_second,
             run.bytes_per_append,
-            floor,
-            run.appends_per_second / floor
+            median(floors),
+            median(ratios),
+            median(preallocated_floors),
+            median(preallocated_ratios),
         );
     }
 

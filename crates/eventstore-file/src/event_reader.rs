@@ -10,6 +10,7 @@ use eventstore_api::StoredEvent;
 use crate::codec::DecodeError;
 use crate::event_record::EventFields;
 use crate::index::Location;
+use crate::positioned_io::read_exact_at;
 
 /// Events this close together are fetched with one read (the bytes between are frame and
 /// length headers).
@@ -88,26 +89,4 @@ pub(crate) fn read_events(
         start = end;
     }
     Ok(events)
-}
-
-#[cfg(unix)]
-fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
-}
-
-#[cfg(windows)]
-fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
-    use std::os::windows::fs::FileExt;
-    while !buffer.is_empty() {
-        match file.seek_read(buffer, offset) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(read) => {
-                buffer = &mut buffer[read..];
-                offset += read as u64;
-            }
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
 }

@@ -5,6 +5,10 @@
 //! cut off). Scanning tells a torn tail (an unacknowledged write cut short by a crash) from
 //! corruption (anything else), and the caller decides what a torn record means where it was
 //! found.
+//!
+//! Zeros after the last frame are not data: a log preallocates zero-filled space ahead of its
+//! end, and a crash can leave a file longer than what was written. So the data ends where only
+//! zeros follow, and a damaged frame followed by nothing but zeros is torn, not corrupt.
 
 use std::io::{self, Read};
 
@@ -49,10 +53,13 @@ pub(crate) enum Scanned {
         /// The payload.
         payload: Vec<u8>,
     },
-    /// The end of the data, exactly at a frame boundary.
-    End,
-    /// A frame that a write cut short: incomplete, or the very last bytes of the file failing
-    /// their checksum, or a zero-filled tail.
+    /// The end of the data, at a frame boundary; the file holds only zeros after it.
+    End {
+        /// Where the data ends.
+        offset: u64,
+    },
+    /// A frame that a write cut short: incomplete, or failing its checksum with nothing but
+    /// zeros after it.
     Torn {
         /// Where the torn frame starts.
         offset: u64,
@@ -95,22 +102,32 @@ impl<R: Read> FrameScanner<R> {
         let offset = self.offset;
         let remaining = self.end - offset;
         if remaining == 0 {
-            return Ok(Scanned::End);
+            return Ok(Scanned::End { offset });
         }
-        if remaining < HEADER_LEN as u64 {
+        let mut header = [0u8; HEADER_LEN];
+        let header_len = HEADER_LEN.min(remaining as usize);
+        self.reader.read_exact(&mut header[..header_len])?;
+        if header.iter().all(|&b| b == 0) {
+            if self.rest_is_zero()? {
+                return Ok(Scanned::End { offset });
+            }
+            return Ok(Scanned::Corrupt {
+                offset,
+                problem: "zeros where a frame header belongs, and data after them".to_owned(),
+            });
+        }
+        if header_len < HEADER_LEN {
             return Ok(Scanned::Torn {
                 offset,
                 reason: "an incomplete frame header",
             });
         }
-        let mut header = [0u8; HEADER_LEN];
-        self.reader.read_exact(&mut header)?;
         let stored_header_crc = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
         if crc32c::crc32c(&header[0..8]) != stored_header_crc {
-            if header.iter().all(|&b| b == 0) && self.rest_is_zero()? {
+            if self.rest_is_zero()? {
                 return Ok(Scanned::Torn {
                     offset,
-                    reason: "a zero-filled tail",
+                    reason: "a partly written frame header",
                 });
             }
             return Ok(Scanned::Corrupt {
@@ -136,7 +153,7 @@ impl<R: Read> FrameScanner<R> {
         let mut payload = vec![0u8; length];
         self.reader.read_exact(&mut payload)?;
         if crc32c::crc32c(&payload) != payload_crc {
-            if frame_end == self.end {
+            if self.rest_is_zero()? {
                 return Ok(Scanned::Torn {
                     offset,
                     reason: "the last frame of the file failing its checksum",
@@ -153,6 +170,7 @@ impl<R: Read> FrameScanner<R> {
         Ok(Scanned::Frame { offset, payload })
     }
 
+    /// Whether every byte not read yet is zero; reads them all.
     fn rest_is_zero(&mut self) -> io::Result<bool> {
         let mut buffer = [0u8; 8192];
         loop {
@@ -198,7 +216,7 @@ mod tests {
         assert!(
             matches!(&found[1], Scanned::Frame { offset: 17, payload } if payload == b"second!")
         );
-        assert!(matches!(found[2], Scanned::End));
+        assert!(matches!(found[2], Scanned::End { offset: 36 }));
     }
 
     #[test]
@@ -228,13 +246,50 @@ mod tests {
     }
 
     #[test]
-    fn a_zero_filled_tail_is_torn() {
+    fn zeros_after_the_last_frame_end_the_data() {
         let mut bytes = two_frames();
-        bytes.extend_from_slice(&[0; 40]);
-        let found = scan_all(&bytes);
-        assert!(
-            matches!(found[2], Scanned::Torn { offset: 36, .. }),
-            "{found:?}"
-        );
+        for zeros in [1, 11, 12, 40, 20_000] {
+            let mut padded = bytes.clone();
+            padded.resize(bytes.len() + zeros, 0);
+            let found = scan_all(&padded);
+            assert!(
+                matches!(found[2], Scanned::End { offset: 36 }),
+                "{zeros} zeros: {found:?}"
+            );
+        }
+        bytes.truncate(17);
+        bytes.resize(100, 0);
+        assert!(matches!(scan_all(&bytes)[1], Scanned::End { offset: 17 }));
+    }
+
+    #[test]
+    fn every_cut_inside_the_last_frame_followed_by_zeros_is_torn() {
+        let bytes = two_frames();
+        for cut in 18..bytes.len() {
+            let mut padded = bytes[..cut].to_vec();
+            padded.resize(bytes.len() + 64, 0);
+            let found = scan_all(&padded);
+            assert!(
+                matches!(found[1], Scanned::Torn { offset: 17, .. }),
+                "cut at {cut}: {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn damage_followed_by_anything_but_zeros_is_corruption() {
+        let mut bytes = two_frames();
+        bytes.resize(bytes.len() + 64, 0);
+        // The second frame's payload, then its header, damaged; one stray byte further on.
+        for at in [30, 20] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x01;
+            damaged[90] = 1;
+            let found = scan_all(&damaged);
+            assert!(
+                matches!(found[1], Scanned::Corrupt { offset: 17, .. }),
+                "damage at {at}: {found:?}"
+            );
+        }
     }
 }

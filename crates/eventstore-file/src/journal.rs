@@ -101,17 +101,19 @@ impl Journal {
                 .map_err(OpenFailure::io("cannot read", path))?
             {
                 Scanned::Frame { offset, payload } => records.push(Record { offset, payload }),
-                Scanned::End => break,
-                Scanned::Torn { offset, reason } => {
-                    tracing::warn!(
-                        file = %path.display(),
+                Scanned::End { offset } if offset == length => break,
+                Scanned::End { offset } => {
+                    cut_tail(
+                        &file,
+                        path,
                         offset,
-                        reason,
-                        "cutting off a torn record at the end of the file"
-                    );
-                    file.set_len(offset)
-                        .and_then(|()| file.sync_data())
-                        .map_err(OpenFailure::io("cannot cut the torn tail of", path))?;
+                        "cutting off the zeros a crash left after the last record",
+                    )?;
+                    break;
+                }
+                Scanned::Torn { offset, reason } => {
+                    let why = format!("cutting off a torn record at the end of the file: {reason}");
+                    cut_tail(&file, path, offset, &why)?;
                     break;
                 }
                 Scanned::Corrupt { offset, problem } => {
@@ -209,6 +211,14 @@ impl Journal {
         }
         result
     }
+}
+
+/// Cuts the file at `offset`, durably, saying why.
+fn cut_tail(file: &File, path: &Path, offset: u64, why: &str) -> Result<(), OpenFailure> {
+    tracing::warn!(file = %path.display(), offset, "{why}");
+    file.set_len(offset)
+        .and_then(|()| file.sync_data())
+        .map_err(OpenFailure::io("cannot cut the tail of", path))
 }
 
 fn write_header(file: &mut File, magic: &[u8; MAGIC_LEN]) -> io::Result<()> {

@@ -24,27 +24,33 @@
 //! | file | holds |
 //! |---|---|
 //! | `LOCK` | the pid of the process that has the directory open, locked exclusively |
-//! | `events-<first position>.log` | segments of the event log: one checksummed frame per batch |
+//! | `events-<first position>.log` | segments of the event log: one checksummed frame per batch; the last segment is zero-filled a few MiB ahead of its last frame |
 //! | `bookmarks.log` | a journal of bookmark changes, rewritten atomically when mostly superseded |
 //! | `lease-tokens.log` | the highest fencing token reserved per lease, never a holder |
 //!
 //! # Guarantees
 //!
-//! - **Durable appends.** An append is answered only after its frame is synced. Appends that
-//!   arrive together share one write and one sync (group commit). A batch is one frame, so a
-//!   crash keeps all of it or none of it.
+//! - **Durable appends.** An append is answered only after its frame is synced (`fdatasync`).
+//!   Appends that arrive together share one write and one sync (group commit). A batch is one
+//!   frame, so a crash keeps all of it or none of it. The log is zero-filled ahead of its end
+//!   between groups, so that a sync writes data only, not a new file size as well.
 //! - **Recovery.** Opening scans the log once and keeps an index (positions, ids, streams,
-//!   types, tags, keys), not payloads; reads fetch payloads from disk. A torn frame at the end
-//!   of the log (a write cut short by a crash, never acknowledged) is cut off with a warning;
-//!   damage anywhere else fails the open with an error naming the file and offset. A flipped
-//!   byte inside the very last frame cannot be told from a torn write and is cut off too.
+//!   types, tags, keys), not payloads; reads fetch payloads from disk. The log ends where only
+//!   zeros follow. A torn frame at the end of the last segment (a write cut short by a crash,
+//!   never acknowledged: incomplete, or failing its checksum with only zeros after it) is cut
+//!   off with a warning; damage anywhere else, in a sealed segment or followed by data, fails
+//!   the open with an error naming the file and offset. A flipped byte inside the very last
+//!   frame cannot be told from a torn write and is cut off too.
 //! - **One process at a time.** The directory is locked while open; a second open, here or in
 //!   another process, fails naming the directory and the holder's pid. Share one storage
 //!   between tasks by cloning the handle.
 //! - **Leases in memory.** A reopened store lists no leases (their holders may be long gone),
 //!   but its fencing tokens continue above every token handed out before.
-//! - **Write failures.** If a write or sync fails, what reached the disk is unknown: the
-//!   storage refuses further writes until it is reopened and recovery has read the disk.
+//! - **Write failures.** If a write or sync fails, what reached the disk is unknown (and a later
+//!   sync that succeeds proves nothing about it): the storage refuses further appends and
+//!   bookmark changes, and the token journal further reservations, until the store is reopened
+//!   and recovery has read the disk. An append answered with such an error may or may not be
+//!   stored.
 
 mod bookmark_journal;
 mod codec;
@@ -61,6 +67,7 @@ mod journal;
 mod lease_tokens;
 mod names;
 mod options;
+mod positioned_io;
 mod recovery;
 mod segments;
 mod storage;

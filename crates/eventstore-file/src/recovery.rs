@@ -48,32 +48,53 @@ pub(crate) fn recover_log(
             )
             .into());
         }
-        let length = scan_segment(path, is_last, expected_first, number as u32, &mut index)?;
+        let extent = scan_segment(path, is_last, expected_first, number as u32, &mut index)?;
         let reader = File::open(path).map_err(OpenFailure::io("cannot open", path))?;
         index.add_segment(Arc::new(reader));
         if is_last {
-            tail = Some((path.clone(), number as u32, length));
+            tail = Some((path.clone(), number as u32, extent));
         }
     }
-    let (path, number, length) = tail.expect("there is at least one segment");
-    let mut file = OpenOptions::new()
+    let (path, number, extent) = tail.expect("there is at least one segment");
+    let file = OpenOptions::new()
         .write(true)
         .open(&path)
         .map_err(OpenFailure::io("cannot open for appending", &path))?;
-    file.seek(SeekFrom::Start(length))
-        .map_err(OpenFailure::io("cannot seek in", &path))?;
-    let writer = SegmentWriter::new(dir, max_segment_bytes, file, number, length);
+    let writer = SegmentWriter::new(
+        dir,
+        max_segment_bytes,
+        file,
+        number,
+        extent.frames_end,
+        extent.file_length,
+    );
     Ok((index, writer))
 }
 
-/// Indexes one segment's events; returns the segment's length after any repair.
+/// Where a scanned segment's frames end, and how long the file is (zero-filled after them).
+#[derive(Debug, Clone, Copy)]
+struct Extent {
+    frames_end: u64,
+    file_length: u64,
+}
+
+impl Extent {
+    fn exact(length: u64) -> Extent {
+        Extent {
+            frames_end: length,
+            file_length: length,
+        }
+    }
+}
+
+/// Indexes one segment's events; returns its extent after any repair.
 fn scan_segment(
     path: &Path,
     is_last: bool,
     expected_first: u64,
     number: u32,
     index: &mut EventIndex,
-) -> Result<u64, OpenFailure> {
+) -> Result<Extent, OpenFailure> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(is_last)
@@ -96,7 +117,7 @@ fn scan_segment(
         tracing::warn!(file = %path.display(), length, "rewriting an incomplete segment header");
         rewrite_header(&mut file, expected_first)
             .map_err(OpenFailure::io("cannot repair", path))?;
-        return Ok(SEGMENT_HEADER_LEN);
+        return Ok(Extent::exact(SEGMENT_HEADER_LEN));
     }
     let mut reader = BufReader::with_capacity(1 << 20, &file);
     let mut header = [0u8; SEGMENT_HEADER_LEN as usize];
@@ -123,7 +144,23 @@ fn scan_segment(
             Scanned::Frame { offset, payload } => {
                 index_frame(path, offset, &payload, number, index)?;
             }
-            Scanned::End => return Ok(length),
+            Scanned::End { offset } if is_last || offset == length => {
+                return Ok(Extent {
+                    frames_end: offset,
+                    file_length: length,
+                })
+            }
+            Scanned::End { offset } => {
+                return Err(Corruption::new(
+                    path,
+                    offset,
+                    format!(
+                        "a sealed segment holds {} zero bytes after its last frame",
+                        length - offset
+                    ),
+                )
+                .into())
+            }
             Scanned::Torn { offset, reason } if is_last => {
                 tracing::warn!(
                     file = %path.display(),
@@ -135,7 +172,7 @@ fn scan_segment(
                 file.set_len(offset)
                     .and_then(|()| file.sync_data())
                     .map_err(OpenFailure::io("cannot cut the torn tail of", path))?;
-                return Ok(offset);
+                return Ok(Extent::exact(offset));
             }
             Scanned::Torn { offset, reason } => {
                 return Err(Corruption::new(

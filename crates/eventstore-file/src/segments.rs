@@ -1,8 +1,13 @@
 //! The event log on disk: segment files `events-<first position>.log`, each a header and
 //! then batch frames, appended to one at a time.
 //!
-//! A segment is closed for writing ("sealed") once it is full and synced; only the last
-//! segment can end in a torn frame.
+//! A segment is closed for writing ("sealed") once it is full: cut to the end of its last
+//! frame and synced. Only the last segment can end in a torn frame.
+//!
+//! The last segment is zero-filled ahead of its last frame, a few MiB at a time, between
+//! groups. An append then overwrites blocks that already belong to the file, so its sync
+//! writes data only; appending to a growing file would also commit the new file size (a
+//! journal commit of the file system) with every sync. Recovery reads the zeros as the end.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -10,11 +15,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::directory::sync_dir;
+use crate::positioned_io::write_all_at;
 
 /// Bytes of a segment header: magic, first position, checksum of both.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 20;
 
 const MAGIC: &[u8; 8] = b"ESFLOG01";
+
+/// How far ahead of its last frame the last segment is zero-filled: as far as the segment is
+/// long, within these bounds, so that a small store stays small.
+const PREALLOCATION: std::ops::RangeInclusive<u64> = (64 << 10)..=(4 << 20);
+
+/// Zeros to fill preallocated space with.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 const PREFIX: &str = "events-";
 const SUFFIX: &str = ".log";
 
@@ -85,8 +98,7 @@ pub(crate) fn create_segment(dir: &Path, first_position: u64) -> io::Result<File
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .open(&path)?;
     file.write_all(&encode_header(first_position))?;
     file.sync_all()?;
@@ -104,21 +116,36 @@ pub(crate) struct SegmentWriter {
     max_bytes: u64,
     file: File,
     segment: u32,
-    /// Bytes of the active segment, buffered ones included.
+    /// Where the next frame goes: the end of the active segment's frames, buffered ones
+    /// included.
     length: u64,
+    /// Where the buffered frames go.
+    written: u64,
+    /// The file's size; the bytes from `length` to it are zeros.
+    allocated: u64,
     buffer: Vec<u8>,
     opened: Vec<Arc<File>>,
 }
 
 impl SegmentWriter {
-    /// A writer appending to `file`, segment number `segment`, `length` bytes long.
-    pub(crate) fn new(dir: &Path, max_bytes: u64, file: File, segment: u32, length: u64) -> Self {
+    /// A writer appending to `file`, segment number `segment`, whose frames end at `length`
+    /// and which is `allocated` bytes long (zeros after `length`).
+    pub(crate) fn new(
+        dir: &Path,
+        max_bytes: u64,
+        file: File,
+        segment: u32,
+        length: u64,
+        allocated: u64,
+    ) -> Self {
         SegmentWriter {
             dir: dir.to_owned(),
             max_bytes,
             file,
             segment,
             length,
+            written: length,
+            allocated: allocated.max(length),
             buffer: Vec::new(),
             opened: Vec::new(),
         }
@@ -133,9 +160,14 @@ impl SegmentWriter {
         let full = self.length + frame.len() as u64 > self.max_bytes;
         if full && self.length > SEGMENT_HEADER_LEN {
             self.sync()?;
+            // Sealed segments end with their last frame: no preallocated zeros stay behind.
+            self.file.set_len(self.length)?;
+            self.file.sync_all()?;
             self.file = create_segment(&self.dir, first_position)?;
             self.segment += 1;
             self.length = SEGMENT_HEADER_LEN;
+            self.written = SEGMENT_HEADER_LEN;
+            self.allocated = SEGMENT_HEADER_LEN;
             let reader = File::open(self.dir.join(segment_file_name(first_position)))?;
             self.opened.push(Arc::new(reader));
         }
@@ -153,15 +185,41 @@ impl SegmentWriter {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        let result = self
-            .file
-            .write_all(&self.buffer)
+        let result = write_all_at(&self.file, &self.buffer, self.written)
             .and_then(|()| self.file.sync_data());
+        self.written = self.length;
+        self.allocated = self.allocated.max(self.length);
         self.buffer.clear();
         if self.buffer.capacity() > 16 << 20 {
             self.buffer.shrink_to(1 << 20);
         }
         result
+    }
+
+    /// Zero-fills the active segment ahead of its last frame when less than half of the
+    /// [`PREALLOCATION`] it wants is left (never past the segment's size limit), so that the
+    /// next appends' syncs need not grow the file. Meant for the time between groups.
+    ///
+    /// # Errors
+    /// Writing or syncing the zeros failed.
+    pub(crate) fn preallocate(&mut self) -> io::Result<()> {
+        debug_assert!(self.buffer.is_empty(), "preallocate between groups");
+        let ahead = self
+            .length
+            .clamp(*PREALLOCATION.start(), *PREALLOCATION.end());
+        let target = (self.length + ahead).min(self.max_bytes);
+        if target <= self.allocated || self.allocated - self.length >= ahead / 2 {
+            return Ok(());
+        }
+        let mut at = self.allocated;
+        while at < target {
+            let chunk = (target - at).min(ZEROS.len() as u64) as usize;
+            write_all_at(&self.file, &ZEROS[..chunk], at)?;
+            at += chunk as u64;
+        }
+        self.file.sync_data()?;
+        self.allocated = target;
+        Ok(())
     }
 
     /// Puts `file` in place of the active segment's handle and returns the old one, so that a

@@ -117,9 +117,20 @@ impl Writer {
             let size = group.len();
             self.commit(group);
             gathering.committed(size, started.elapsed());
+            self.prepare_for_next_group();
         }
         tracing::debug!(dir = %self.dir.display(), "event store writer stopped");
         drop(self.lock);
+    }
+
+    /// Work that waits until a group is answered: zero-filling the log ahead of its end.
+    fn prepare_for_next_group(&mut self) {
+        if self.failure.is_some() {
+            return;
+        }
+        if let Err(error) = self.segments.preallocate() {
+            self.fail("preallocate space in", &error);
+        }
     }
 
     /// Checks, writes, publishes and answers one group.
@@ -530,6 +541,25 @@ mod tests {
         let reopened = open(dir.path());
         assert_eq!(reopened.shared.index.read().unwrap().len(), 1);
         assert!(reopened.shared.bookmarks.read().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_failed_preallocation_refuses_later_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = open(dir.path());
+        let (first, first_answer) = append(AppendCriteria::none(), vec![placed("a")]);
+        writer.commit(vec![first]);
+        assert!(first_answer.blocking_recv().unwrap().is_ok());
+        let writable = break_writes(&mut writer, dir.path());
+        writer.prepare_for_next_group();
+        writer.segments.replace_file(writable);
+        let (later, later_answer) = append(AppendCriteria::none(), vec![placed("b")]);
+        writer.commit(vec![later]);
+        let later = later_answer.blocking_recv().unwrap();
+        assert!(
+            is_backend(&later) && format!("{later:?}").contains("earlier failure"),
+            "{later:?}"
+        );
     }
 
     #[test]

@@ -57,6 +57,18 @@ fn segment_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// The bytes of `segment` up to the end of its last frame. The zeros after it are space the
+/// log preallocated; a frame never ends in a zero byte (its payload is JSON).
+fn frames_of(segment: &Path) -> Vec<u8> {
+    let mut bytes = std::fs::read(segment).unwrap();
+    let end = bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |last| last + 1);
+    bytes.truncate(end);
+    bytes
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reopen_keeps_every_event_and_bookmark_and_drops_leases() {
     let dir = tempfile::tempdir().unwrap();
@@ -170,7 +182,7 @@ async fn a_log_cut_at_every_byte_of_its_last_record_reopens_to_the_acknowledged_
     }
     let before_last = all_events(&storage).await;
     let segment = segment_files(dir.path()).pop().unwrap();
-    let intact_length = std::fs::metadata(&segment).unwrap().len();
+    let intact_length = frames_of(&segment).len();
     storage
         .append(
             AppendCriteria::none(),
@@ -181,23 +193,35 @@ async fn a_log_cut_at_every_byte_of_its_last_record_reopens_to_the_acknowledged_
         .unwrap();
     let everything = all_events(&storage).await;
     storage.close().await.unwrap();
-    let full = std::fs::read(&segment).unwrap();
-    assert!(full.len() as u64 > intact_length);
+    let full = frames_of(&segment);
+    let preallocated = std::fs::metadata(&segment).unwrap().len() as usize;
+    assert!(full.len() > intact_length);
+    assert!(preallocated > full.len(), "the log is zero-filled ahead");
 
-    for cut in intact_length..=full.len() as u64 {
-        std::fs::write(&segment, &full[..cut as usize]).unwrap();
-        let reopened = FileEventStorage::open(dir.path())
-            .await
-            .unwrap_or_else(|error| panic!("cut at byte {cut}: {error}"));
-        let found = all_events(&reopened).await;
-        if cut == full.len() as u64 {
-            assert_eq!(found, everything);
-        } else {
-            assert_eq!(found, before_last, "cut at byte {cut}");
-            // The torn tail is gone: the next append lands right after the intact events.
-            assert_eq!(append_one(&reopened, 99).await.reference.position, 6);
+    // A crash cuts the file short, or leaves the write's end unwritten in preallocated space.
+    for zero_filled in [false, true] {
+        for cut in intact_length..=full.len() {
+            let mut damaged = full[..cut].to_vec();
+            if zero_filled {
+                damaged.resize(preallocated, 0);
+            }
+            std::fs::write(&segment, &damaged).unwrap();
+            let reopened = FileEventStorage::open(dir.path())
+                .await
+                .unwrap_or_else(|error| panic!("cut at byte {cut}: {error}"));
+            let found = all_events(&reopened).await;
+            if cut == full.len() {
+                assert_eq!(found, everything);
+            } else {
+                assert_eq!(
+                    found, before_last,
+                    "cut at byte {cut}, zero-filled {zero_filled}"
+                );
+                // The torn tail is gone: the next append lands right after the intact events.
+                assert_eq!(append_one(&reopened, 99).await.reference.position, 6);
+            }
+            reopened.close().await.unwrap();
         }
-        reopened.close().await.unwrap();
     }
 }
 
@@ -211,7 +235,7 @@ async fn a_flipped_byte_in_the_middle_of_the_log_is_an_error_naming_file_and_off
     storage.close().await.unwrap();
     let segment = segment_files(dir.path()).pop().unwrap();
     let intact = std::fs::read(&segment).unwrap();
-    let middle = intact.len() / 2;
+    let middle = frames_of(&segment).len() / 2;
 
     for flipped in [middle, middle + 1, 25, 30] {
         let mut damaged = intact.clone();
@@ -449,6 +473,11 @@ async fn damage_to_a_sealed_segment_is_an_error_never_a_cut() {
     assert!(segments.len() >= 3);
     let sealed = &segments[1];
     let intact = std::fs::read(sealed).unwrap();
+    assert_eq!(
+        frames_of(sealed),
+        intact,
+        "a sealed segment is cut to its frames"
+    );
 
     let refuses = |what: &'static str| {
         let dir = dir.path().to_owned();
@@ -474,6 +503,12 @@ async fn damage_to_a_sealed_segment_is_an_error_never_a_cut() {
         intact.len() - 3,
         "not cut"
     );
+
+    // Sealed segments end with their last frame; zeros after it are no preallocation.
+    let mut padded = intact.clone();
+    padded.resize(intact.len() + 4096, 0);
+    std::fs::write(sealed, &padded).unwrap();
+    refuses("a sealed segment with zeros after its frames").await;
 
     // A damaged segment header.
     let mut damaged = intact.clone();

@@ -1,0 +1,65 @@
+//! Reads and writes at a given offset, with no shared cursor: readers run beside the writer,
+//! and the writer fills preallocated space without seeking.
+
+use std::fs::File;
+use std::io;
+
+/// Reads exactly `buffer.len()` bytes of `file` at `offset`.
+///
+/// # Errors
+/// The read failed or the file ends first.
+#[cfg(unix)]
+pub(crate) fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
+}
+
+/// Writes all of `bytes` to `file` at `offset`.
+///
+/// # Errors
+/// The write failed.
+#[cfg(unix)]
+pub(crate) fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
+}
+
+/// Reads exactly `buffer.len()` bytes of `file` at `offset`.
+///
+/// # Errors
+/// The read failed or the file ends first.
+#[cfg(windows)]
+pub(crate) fn read_exact_at(file: &File, mut buffer: &mut [u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buffer.is_empty() {
+        match file.seek_read(buffer, offset) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(read) => {
+                buffer = &mut buffer[read..];
+                offset += read as u64;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `bytes` to `file` at `offset`.
+///
+/// # Errors
+/// The write failed.
+#[cfg(windows)]
+pub(crate) fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !bytes.is_empty() {
+        match file.seek_write(bytes, offset) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => {
+                bytes = &bytes[written..];
+                offset += written as u64;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
