@@ -21,6 +21,8 @@ use crate::positioned_io::write_all_at;
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 20;
 
 const MAGIC: &[u8; 8] = b"ESFLOG01";
+const PREFIX: &str = "events-";
+const SUFFIX: &str = ".log";
 
 /// How far ahead of its last frame the last segment is zero-filled: as far as the segment is
 /// long, within these bounds, so that a small store stays small.
@@ -28,8 +30,6 @@ const PREALLOCATION: std::ops::RangeInclusive<u64> = (64 << 10)..=(4 << 20);
 
 /// Zeros to fill preallocated space with.
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-const PREFIX: &str = "events-";
-const SUFFIX: &str = ".log";
 
 /// The file name of the segment whose first event has `first_position`.
 pub(crate) fn segment_file_name(first_position: u64) -> String {
