@@ -154,3 +154,28 @@ impl BookmarkJournal {
         self.journal.rewrite(&records)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_that_does_not_decode_is_named_by_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(BOOKMARKS_FILE);
+        let (mut journal, _) = Journal::open(&path, MAGIC).unwrap();
+        let removed = BookmarkChange::Removed("reader".to_owned()).encode();
+        journal.append(&[removed.clone(), vec![9, 9, 9]]).unwrap();
+        drop(journal);
+        let error = BookmarkJournal::open(dir.path()).unwrap_err();
+        // The second frame starts after the 8-byte header and the first 12-byte frame header
+        // with its payload.
+        let offset = 8 + 12 + removed.len();
+        let message = error.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(
+            message.contains(&format!("at byte offset {offset}:")),
+            "{message}"
+        );
+    }
+}
