@@ -114,6 +114,10 @@ impl PostgresEventStorageBuilder {
 
     /// Uses the caller's pool. The storage never closes it, and the pool options of this
     /// builder do not apply to it.
+    ///
+    /// Its connections must default to `READ COMMITTED` (PostgreSQL's default): lease calls
+    /// on a connection whose `transaction_isolation` is another level are refused with an
+    /// error naming it. The storage's own transactions set `READ COMMITTED` themselves.
     pub fn pool(mut self, pool: PgPool) -> Self {
         self.source = Some(Source::Pool(pool));
         self
@@ -140,9 +144,10 @@ impl PostgresEventStorageBuilder {
     }
 
     /// How long an append waits, after it commits, for its events to pass the visibility
-    /// barrier, so that a read right after the append sees them (default 1 s). The wait only
-    /// happens while an older writing transaction is still open; [`Duration::ZERO`] returns
-    /// right after the commit.
+    /// barrier, so that a read right after the append, from any process, sees them (default
+    /// 1 s). An append whose insert saw no older transaction running returns right after its
+    /// commit; the others ask once more and wait only while an older writing transaction is
+    /// still open. [`Duration::ZERO`] always returns right after the commit.
     pub fn visibility_wait(mut self, visibility_wait: Duration) -> Self {
         self.visibility_wait = visibility_wait;
         self

@@ -27,14 +27,18 @@ pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64) {
     let deadline = Instant::now() + wait;
     let mut pause = FIRST_PAUSE;
     loop {
-        let passed: Result<bool, _> =
+        // Bounded as a whole: neither a pool without a free connection nor a server that
+        // stopped answering holds the caller beyond the deadline.
+        let passed = tokio::time::timeout_at(
+            deadline.into(),
             sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
                 .bind(tx.to_string())
-                .fetch_one(&shared.pool)
-                .await;
+                .fetch_one(&shared.pool),
+        )
+        .await;
         // The events are committed; a failure here only means the caller may not see them
         // in its very next read.
-        if !matches!(passed, Ok(false)) || Instant::now() + pause > deadline {
+        if !matches!(passed, Ok(Ok(false))) || Instant::now() + pause > deadline {
             return;
         }
         tokio::time::sleep(pause).await;
