@@ -57,7 +57,6 @@ mod codec;
 mod command;
 mod corruption;
 mod directory;
-mod event_ids;
 mod event_reader;
 mod event_record;
 mod frame;

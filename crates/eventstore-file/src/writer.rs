@@ -18,8 +18,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
 use eventstore_api::{
-    AppendCriteria, Bookmark, EventReference, EventStorageError, EventStreamId, EventToStore,
-    StoredEvent,
+    AppendCriteria, Bookmark, EventId, EventReference, EventStorageError, EventStreamId,
+    EventToStore, StoredEvent,
 };
 use eventstore_memory::StorageClock;
 
@@ -27,7 +27,6 @@ use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks};
 use crate::command::{Command, HeldAnswer, Reply};
 use crate::corruption::OpenFailure;
 use crate::directory::DirectoryLock;
-use crate::event_ids::EventIds;
 use crate::event_record::{encode_batch, EncodedBatch};
 use crate::gathering::GroupGathering;
 use crate::index::{EventIndex, IndexedEvent, Location};
@@ -51,7 +50,6 @@ pub(crate) struct Writer {
     dir: PathBuf,
     segments: SegmentWriter,
     bookmark_journal: BookmarkJournal,
-    ids: EventIds,
     /// The state the storage handles read.
     pub(crate) shared: SharedState,
     lock: DirectoryLock,
@@ -96,7 +94,6 @@ impl Writer {
             dir: dir.to_owned(),
             segments,
             bookmark_journal,
-            ids: EventIds::default(),
             shared: SharedState {
                 index: Arc::new(RwLock::new(index)),
                 bookmarks: Arc::new(RwLock::new(bookmarks)),
@@ -274,7 +271,7 @@ impl Writer {
             .map(|(event, position)| StoredEvent {
                 stream: stream.clone(),
                 event_type: event.event_type,
-                reference: EventReference::at(self.ids.next(timestamp), position),
+                reference: EventReference::at(EventId::new(), position),
                 payload: event.payload,
                 tags: event.tags,
                 timestamp,
