@@ -18,3 +18,4 @@ mod lock_timeout;
 mod prefixes;
 mod read_your_writes;
 mod restart;
+mod session_locks;
