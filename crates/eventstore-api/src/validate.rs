@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::{EventStorageError, EventStreamId, EventToStore, LeaseRequest, Tags};
+use crate::{EventStorageError, EventStreamId, EventToStore, Fence, LeaseRequest, Tags};
 
 /// The longest name accepted anywhere (lease names, owners, readers, stream parts, event
 /// types, tag keys and values, idempotency keys), in bytes of UTF-8.
@@ -146,6 +146,23 @@ pub fn validate_append_stream(stream: &EventStreamId) -> Result {
         ));
     }
     validate_stream(stream)
+}
+
+/// Checks an append: a concrete stream and a valid batch ([`validate_events`]).
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] for the first problem.
+pub fn validate_append(stream: &EventStreamId, events: &[EventToStore]) -> Result {
+    validate_append_stream(stream)?;
+    validate_events(events)
+}
+
+/// Checks a fence: its lease name is a valid lease name.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] when it is not.
+pub fn validate_fence(fence: &Fence) -> Result {
+    validate_name("fence lease name", &fence.lease_name)
 }
 
 /// Checks tags: non-empty keys without `:`, and no NUL or over-long key or value.

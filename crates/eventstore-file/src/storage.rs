@@ -264,8 +264,7 @@ impl EventStorage for FileEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        validate::validate_append_stream(stream)?;
-        validate::validate_events(&events)?;
+        validate::validate_append(stream, &events)?;
         self.ensure_open()?;
         self.submit(|reply| Command::Append {
             fence: None,
@@ -394,8 +393,8 @@ impl EventStorage for FileEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        validate::validate_append_stream(stream)?;
-        validate::validate_events(&events)?;
+        validate::validate_fence(fence)?;
+        validate::validate_append(stream, &events)?;
         self.ensure_open()?;
         self.submit(|reply| Command::Append {
             fence: Some(fence.clone()),
@@ -414,6 +413,7 @@ impl EventStorage for FileEventStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
+        validate::validate_fence(fence)?;
         validate::validate_reader(reader)?;
         validate::validate_tags(&tags)?;
         self.ensure_open()?;

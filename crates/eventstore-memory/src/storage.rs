@@ -131,8 +131,7 @@ impl EventStorage for MemoryEventStorage {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let shared = self.open()?;
-        validate::validate_append_stream(stream)?;
-        validate::validate_events(&events)?;
+        validate::validate_append(stream, &events)?;
         shared.append(&criteria, stream, events)
     }
 
@@ -237,9 +236,8 @@ impl EventStorage for MemoryEventStorage {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let shared = self.open()?;
-        validate::validate_name("fence lease name", &fence.lease_name)?;
-        validate::validate_append_stream(stream)?;
-        validate::validate_events(&events)?;
+        validate::validate_fence(fence)?;
+        validate::validate_append(stream, &events)?;
         // Holding the lease table across the write keeps the lease from changing hands between
         // the check and the append.
         let leases = lock(&shared.leases);
@@ -255,7 +253,7 @@ impl EventStorage for MemoryEventStorage {
         tags: Tags,
     ) -> StorageResult<()> {
         let shared = self.open()?;
-        validate::validate_name("fence lease name", &fence.lease_name)?;
+        validate::validate_fence(fence)?;
         validate::validate_reader(reader)?;
         validate::validate_tags(&tags)?;
         let leases = lock(&shared.leases);

@@ -57,5 +57,5 @@ pub(crate) async fn hold(
 
 /// Checks the fence's lease name as every lease name is checked.
 pub(crate) fn validate(fence: &Fence) -> StorageResult<()> {
-    eventstore_api::validate::validate_name("fence lease name", &fence.lease_name)
+    eventstore_api::validate::validate_fence(fence)
 }

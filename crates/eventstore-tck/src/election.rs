@@ -283,6 +283,63 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
     new.stop_gracefully().await;
 }
 
+/// A fence whose lease name is not a valid lease name (blank, NUL, over-long) is refused with
+/// `InvalidInput` by both fenced writes, and nothing is written: invalid input is refused the
+/// same way everywhere, never mistaken for a stale token.
+pub async fn fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_nothing<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let stored = storage
+        .append(AppendCriteria::none(), &stream(), vec![number(1)])
+        .await
+        .expect("append");
+    let reference = stored[0].reference;
+    if !storage.supports(Capability::FencedWrites) {
+        let fence = Fence::new(LEASE, FencingToken(1));
+        let refused = storage
+            .append_fenced(&fence, AppendCriteria::none(), &stream(), vec![number(2)])
+            .await;
+        support::assert_unsupported(refused, "append_fenced");
+        let refused = storage
+            .bookmark_fenced(&fence, READER, &reference, Tags::none())
+            .await;
+        support::assert_unsupported(refused, "bookmark_fenced");
+        return;
+    }
+    for lease_name in [
+        String::new(),
+        " ".to_owned(),
+        "lease\0".to_owned(),
+        "l".repeat(513),
+    ] {
+        let fence = Fence::new(lease_name.clone(), FencingToken(1));
+        let refused = storage
+            .append_fenced(&fence, AppendCriteria::none(), &stream(), vec![number(2)])
+            .await;
+        support::assert_invalid_input(refused, &format!("append_fenced with lease {lease_name:?}"));
+        let refused = storage
+            .bookmark_fenced(&fence, READER, &reference, Tags::none())
+            .await;
+        support::assert_invalid_input(
+            refused,
+            &format!("bookmark_fenced with lease {lease_name:?}"),
+        );
+    }
+    assert_eq!(
+        storage.head(&stream()).await.expect("head"),
+        Some(reference),
+        "refused fenced appends store nothing"
+    );
+    assert_eq!(
+        storage.get_bookmark(READER).await.expect("get_bookmark"),
+        None,
+        "refused fenced bookmarks place nothing"
+    );
+}
+
 /// A leader asked to step down by a higher-priority instance finishes its batch, releases and
 /// stands by; the higher-priority instance leads with the next token and, with events
 /// arriving throughout, the projection loses none.
@@ -736,6 +793,11 @@ fn assert_fenced<T: std::fmt::Debug>(
 macro_rules! __tck_election_tests {
     ($factory:expr) => {
         $crate::__tck_test!($factory, election, elector_refuses_a_storage_without_leases);
+        $crate::__tck_test!(
+            $factory,
+            election,
+            fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_nothing
+        );
         $crate::__tck_test!(
             $factory,
             election,

@@ -24,8 +24,7 @@ pub(crate) async fn append(
     stream: &EventStreamId,
     events: Vec<EventToStore>,
 ) -> StorageResult<Vec<StoredEvent>> {
-    validate::validate_append_stream(stream)?;
-    validate::validate_events(&events)?;
+    validate::validate_append(stream, &events)?;
     if let Some(fence) = fence {
         fencing::validate(fence)?;
     }
