@@ -41,7 +41,7 @@ pub(crate) async fn place(
             .await
         }
         Some(fence) => {
-            fencing::validate(fence)?;
+            eventstore_api::validate::validate_fence(fence)?;
             let mut transaction = shared.begin(&operation).await?;
             let outcome = async {
                 fencing::hold(shared, &mut transaction, fence, &operation).await?;

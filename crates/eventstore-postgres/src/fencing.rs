@@ -54,8 +54,3 @@ pub(crate) async fn hold(
     };
     fence.check(lease.as_ref(), now)
 }
-
-/// Checks the fence's lease name as every lease name is checked.
-pub(crate) fn validate(fence: &Fence) -> StorageResult<()> {
-    eventstore_api::validate::validate_fence(fence)
-}

@@ -26,7 +26,7 @@ pub(crate) async fn append(
 ) -> StorageResult<Vec<StoredEvent>> {
     validate::validate_append(stream, &events)?;
     if let Some(fence) = fence {
-        fencing::validate(fence)?;
+        validate::validate_fence(fence)?;
     }
     let operation = format!("append to stream {stream}");
     let reads_first = fence.is_some()

@@ -24,6 +24,16 @@ async fn open(
     common::builder(prefix).init_mode(mode).build().await
 }
 
+/// Creates the prefix's schema with `Ensure`, then lets the storage go.
+async fn create_schema(prefix: &str) {
+    open(prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure")
+        .close()
+        .await
+        .unwrap();
+}
+
 fn assert_schema_error<T: std::fmt::Debug>(
     result: Result<T, EventStorageError>,
     object: &str,
@@ -61,12 +71,7 @@ async fn ensure_creates_the_schema_that_validate_accepts() {
         return;
     };
     let prefix = common::unique_prefix();
-    open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure")
-        .close()
-        .await
-        .unwrap();
+    create_schema(&prefix).await;
     for table in ["events", "bookmarks", "leases", "lease_contenders"] {
         assert!(
             common::table_exists(&pool, &format!("{prefix}{table}")).await,
@@ -135,12 +140,7 @@ async fn validate_names_each_kind_of_drift() {
     ];
     for (drift, object, problem) in drifts {
         let prefix = common::unique_prefix();
-        open(&prefix, DatabaseInitMode::Ensure)
-            .await
-            .expect("ensure")
-            .close()
-            .await
-            .unwrap();
+        create_schema(&prefix).await;
         pool.execute(drift.replace("{p}", &prefix).as_str())
             .await
             .expect(drift);
@@ -158,12 +158,7 @@ async fn ensure_repairs_what_is_missing_but_not_what_differs() {
         return;
     };
     let prefix = common::unique_prefix();
-    open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure")
-        .close()
-        .await
-        .unwrap();
+    create_schema(&prefix).await;
     pool.execute(format!("DROP INDEX {prefix}events_stream_idx; DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text); CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").as_str())
         .await
         .unwrap();
