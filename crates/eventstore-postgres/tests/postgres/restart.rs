@@ -193,7 +193,7 @@ async fn fencing_tokens_and_events_survive_a_server_crash_and_restart() {
             panic!("a throwaway PostgreSQL cluster is required (CI=true): {why}")
         }
         Err(why) => {
-            eprintln!("skipping: {why}");
+            common::skip(&why);
             return;
         }
     };
