@@ -1,6 +1,6 @@
 //! Leases in memory, with their fencing tokens made durable so that they never repeat.
 //!
-//! The lease rules are the memory backend's [`LeaseTable`]. What this module adds is a
+//! The lease rules are [`eventstore_api::in_process`]'s [`LeaseTable`]. What this module adds is a
 //! persisted *ceiling* per lease: before a grant uses a token above the ceiling, a block of
 //! tokens is reserved by writing a new ceiling durably, so most grants need no I/O. After a
 //! reopen every lease starts above its persisted ceiling, higher than any token handed out
@@ -11,8 +11,8 @@ use std::io;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
+use eventstore_api::in_process::LeaseTable;
 use eventstore_api::{FencingToken, LeaseRequest, LeaseResponse};
-use eventstore_memory::LeaseTable;
 
 use crate::codec::{put_str, put_u64, Decoder};
 use crate::corruption::{Corruption, OpenFailure};

@@ -35,6 +35,7 @@ mod capability;
 mod error;
 mod event;
 mod filter;
+pub mod in_process;
 mod lease;
 mod reference;
 mod storage;

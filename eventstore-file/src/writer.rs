@@ -17,11 +17,11 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
+use eventstore_api::in_process::StorageClock;
 use eventstore_api::{
     AppendCriteria, Bookmark, EventId, EventReference, EventStorageError, EventStreamId,
     EventToStore, StoredEvent,
 };
-use eventstore_memory::StorageClock;
 
 use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks};
 use crate::command::{Command, HeldAnswer, Reply};

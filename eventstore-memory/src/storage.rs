@@ -14,7 +14,7 @@ use eventstore_api::{
 };
 
 use crate::event_log::EventLog;
-use crate::{LeaseTable, StorageClock};
+use eventstore_api::in_process::{LeaseTable, StorageClock};
 
 /// An event storage held entirely in memory, leases included.
 ///

@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use eventstore_api::{
+use crate::{
     EventStorageError, Fence, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus,
 };
+use chrono::{DateTime, Utc};
 
 /// How far `release` backdates the heartbeat past the ttl, so that the released lease is
 /// expired at once on the storage's clock.
