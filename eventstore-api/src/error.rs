@@ -50,11 +50,10 @@ pub enum EventStorageError {
         conflicting: EventReference,
     },
 
-    /// A batch mixed idempotency keys that are stored already with keys that are new.
-    #[error(
-        "idempotency conflict on stream {stream}: keys {stored:?} are stored already but {new:?} are new; \
-         a retried batch must be identical"
-    )]
+    /// A batch reused idempotency keys the stream holds, but is not a retry of what it stored:
+    /// it mixes stored keys with new keys or keyless events, or a stored key now comes with a
+    /// different event. Nothing was written.
+    #[error("idempotency conflict on stream {stream}: {}", describe_idempotency_conflict(.stored, .new, .changed))]
     IdempotencyConflict {
         /// The stream appended to.
         stream: String,
@@ -62,6 +61,8 @@ pub enum EventStorageError {
         stored: Vec<String>,
         /// Keys of the batch that the stream does not hold.
         new: Vec<String>,
+        /// Stored keys whose stored event differs (type, payload or tags) from the one given.
+        changed: Vec<String>,
     },
 
     /// A reference named an event this storage does not hold.
@@ -107,9 +108,12 @@ pub enum EventStorageError {
     },
 
     /// The backend failed (I/O, connection, corruption); the source says how.
+    ///
+    /// The message says what the storage was doing and never repeats its source, so that a
+    /// report of the whole chain (`source()` after `source()`) shows each text once.
     #[error("{message}")]
     Backend {
-        /// What the storage was doing.
+        /// What the storage was doing, without the source's text.
         message: String,
         /// The underlying error.
         #[source]
@@ -147,6 +151,20 @@ impl EventStorageError {
         }
     }
 
+    /// This error's message followed by the message of each source in its chain, joined by
+    /// `: `, for a log line that tells the whole story. Each text appears once: no message
+    /// repeats its source.
+    pub fn report(&self) -> String {
+        let mut report = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            report.push_str(": ");
+            report.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        report
+    }
+
     /// Builds an [`EventStorageError::Backend`] that keeps `source`.
     pub fn backend(
         message: impl Into<String>,
@@ -157,6 +175,23 @@ impl EventStorageError {
             source: source.into(),
         }
     }
+}
+
+fn describe_idempotency_conflict(stored: &[String], new: &[String], changed: &[String]) -> String {
+    if !changed.is_empty() {
+        return format!(
+            "keys {changed:?} are stored with a different event; a retried batch must repeat the same events"
+        );
+    }
+    if new.is_empty() {
+        return format!(
+            "keys {stored:?} are stored already, but the batch also holds events without a key; \
+             a retried batch must be identical"
+        );
+    }
+    format!(
+        "keys {stored:?} are stored already but {new:?} are new; a retried batch must be identical"
+    )
 }
 
 fn display_reference(reference: &Option<EventReference>) -> String {

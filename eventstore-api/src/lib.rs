@@ -6,7 +6,9 @@
 //!   optional, and the one error type [`EventStorageError`].
 //! - **Leases**: [`LeaseRequest`], [`LeaseResponse`], [`Lease`], [`FencingToken`] and
 //!   [`Fence`], for leader election where exactly one instance processes a stream.
-//! - **Input rules** shared by every backend: [`validate`].
+//! - **For backend authors**: the input rules and the order calls are answered in
+//!   ([`admission`], [`validate`]), the idempotency rule ([`idempotency`]) and the lease rules
+//!   for in-process backends ([`in_process`]).
 //!
 //! # Leases in one call
 //!
@@ -30,11 +32,13 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 mod bookmark;
 mod capability;
 mod error;
 mod event;
 mod filter;
+pub mod idempotency;
 pub mod in_process;
 mod lease;
 mod reference;

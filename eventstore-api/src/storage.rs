@@ -18,6 +18,15 @@ pub type StorageResult<T> = Result<T, EventStorageError>;
 /// trait says so; the conformance kit (`eventstore-tck`) proves it. Methods of a
 /// [`Capability`] the backend lacks return [`EventStorageError::Unsupported`]; their default
 /// bodies do exactly that.
+///
+/// # The order of refusals
+///
+/// Every backend answers a call in one order: a closed storage answers
+/// [`EventStorageError::Closed`] to every call but `name`, whatever its input; an open one
+/// then refuses invalid input with [`EventStorageError::InvalidInput`] and changes nothing;
+/// only then does it look at what it stores. Backends get both steps from one call,
+/// [`Admission::admit`](crate::admission::Admission::admit), which applies the rules of
+/// [`validate`](crate::validate) for each method.
 #[async_trait]
 pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// The backend's name, for messages and metrics (e.g. `memory`, `postgres`).
@@ -33,13 +42,17 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// still checked).
     ///
     /// Idempotency keys are unique per stream. A batch in which every event carries a key the
-    /// stream holds already is a retry: it returns an empty list, stores nothing, and is not
-    /// checked against the criteria (the first attempt was). A batch that mixes stored keys
-    /// with new keys or keyless events is an `IdempotencyConflict`.
+    /// stream holds with the same event (type, payload and tags) is a retry: it stores nothing,
+    /// is not checked against the criteria (the first attempt was), and returns the events
+    /// stored the first time, in the order of the batch. A stored key given with a different
+    /// event, or stored keys mixed with new keys or keyless events, is an
+    /// `IdempotencyConflict`. [`idempotency::judge`](crate::idempotency::judge) decides this
+    /// for every backend.
     ///
     /// # Errors
     /// `InvalidInput` (wildcard stream, invalid event, a key twice in the batch),
-    /// `OptimisticLock` (criteria violated), `IdempotencyConflict` (stored and new keys mixed),
+    /// `OptimisticLock` (criteria violated), `IdempotencyConflict` (a stored key reused by
+    /// another event, or stored and new keys mixed),
     /// `Closed`, `Backend`.
     async fn append(
         &self,
@@ -131,7 +144,20 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
                 self.name(),
             ));
         }
-        crate::validate::validate_lease_requests(&requests)?;
+        if let Err(invalid) = crate::validate::validate_lease_requests(&requests) {
+            // The refusal comes in the trait's order: a closed storage says `Closed` first.
+            // Asking `request_lease` with a refused request gets exactly that from the backend,
+            // and changes nothing, since the request is invalid.
+            let refused = requests
+                .into_iter()
+                .find(|request| crate::validate::validate_lease_request(request).is_err());
+            if let Some(request) = refused {
+                if let Err(EventStorageError::Closed) = self.request_lease(request).await {
+                    return Err(EventStorageError::Closed);
+                }
+            }
+            return Err(invalid);
+        }
         let mut responses = Vec::with_capacity(requests.len());
         for request in requests {
             responses.push(self.request_lease(request).await?);

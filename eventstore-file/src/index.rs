@@ -166,10 +166,15 @@ impl EventIndex {
         Some(self.locate(position))
     }
 
-    /// Whether `stream` holds an event with idempotency key `key`.
-    pub(crate) fn has_key(&self, stream: &EventStreamId, key: &str) -> bool {
-        self.stream_number(stream)
-            .is_some_and(|stream| self.stream_keys[stream as usize].contains_key(key))
+    /// Where the event of `stream` stored with idempotency key `key` lies, if there is one.
+    pub(crate) fn locate_key(
+        &self,
+        stream: &EventStreamId,
+        key: &str,
+    ) -> Option<(Arc<File>, Location)> {
+        let stream = self.stream_number(stream)?;
+        let position = *self.stream_keys[stream as usize].get(key)?;
+        Some(self.locate(position))
     }
 
     /// The first event of `stream` that breaks `condition`, if any.

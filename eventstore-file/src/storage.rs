@@ -4,14 +4,13 @@
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use eventstore_api::validate;
+use eventstore_api::admission::{Admission, Operation};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
@@ -44,14 +43,14 @@ struct Inner {
     state: SharedState,
     commands: Mutex<Option<Sender<Command>>>,
     writer: tokio::sync::Mutex<Option<JoinHandle<()>>>,
-    closed: AtomicBool,
+    admission: Admission,
 }
 
 impl fmt::Debug for FileEventStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FileEventStorage")
             .field("dir", &self.inner.dir)
-            .field("closed", &self.inner.closed.load(Ordering::Acquire))
+            .field("closed", &self.inner.admission.is_closed())
             .finish_non_exhaustive()
     }
 }
@@ -86,12 +85,9 @@ impl FileEventStorage {
         &self.inner.dir
     }
 
-    fn ensure_open(&self) -> StorageResult<()> {
-        if self.inner.closed.load(Ordering::Acquire) {
-            Err(EventStorageError::Closed)
-        } else {
-            Ok(())
-        }
+    /// Admits `operation`: `Closed` first, then its input rules.
+    fn admit(&self, operation: Operation<'_>) -> StorageResult<()> {
+        self.inner.admission.admit(operation)
     }
 
     /// Hands a command to the writer and waits for its answer.
@@ -162,7 +158,7 @@ impl FileEventStorage {
     /// Locks the lease state, refusing when the storage is closed.
     async fn leases(&self) -> StorageResult<tokio::sync::OwnedMutexGuard<LeaseState>> {
         let guard = Arc::clone(&self.inner.state.leases).lock_owned().await;
-        self.ensure_open()?;
+        self.admit(Operation::Read)?;
         Ok(guard)
     }
 
@@ -200,13 +196,14 @@ fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<Fi
             error,
         )
     })?;
-    let lock = DirectoryLock::acquire(&dir)
-        .map_err(|failure| EventStorageError::backend(failure.to_string(), failure))?;
+    let lock = DirectoryLock::acquire(&dir).map_err(|failure| {
+        EventStorageError::backend(
+            format!("cannot lock the event store directory {}", dir.display()),
+            failure,
+        )
+    })?;
     let opened = |failure: OpenFailure| {
-        let message = format!(
-            "cannot open the event store in {}: {failure}",
-            dir.display()
-        );
+        let message = format!("cannot open the event store in {}", dir.display());
         match failure {
             OpenFailure::Corrupt(corruption) => EventStorageError::backend(message, corruption),
             io => EventStorageError::backend(message, io),
@@ -227,7 +224,7 @@ fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<Fi
             state,
             commands: Mutex::new(Some(sender)),
             writer: tokio::sync::Mutex::new(Some(thread)),
-            closed: AtomicBool::new(false),
+            admission: Admission::new(),
         }),
     })
 }
@@ -264,8 +261,10 @@ impl EventStorage for FileEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        validate::validate_append(stream, &events)?;
-        self.ensure_open()?;
+        self.admit(Operation::Append {
+            stream,
+            events: &events,
+        })?;
         self.submit(|reply| Command::Append {
             fence: None,
             criteria,
@@ -284,14 +283,13 @@ impl EventStorage for FileEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        validate::validate_stream(stream)?;
-        self.ensure_open()?;
+        self.admit(Operation::Query { stream })?;
         let locations = self.index().select(filter, stream, after, limit, direction);
         self.fetch(locations, direction).await
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.ensure_open()?;
+        self.admit(Operation::Read)?;
         let Some(location) = self.index().locate_id(id) else {
             return Ok(None);
         };
@@ -299,8 +297,7 @@ impl EventStorage for FileEventStorage {
     }
 
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        validate::validate_stream(stream)?;
-        self.ensure_open()?;
+        self.admit(Operation::Head { stream })?;
         Ok(self.index().head(stream))
     }
 
@@ -310,9 +307,10 @@ impl EventStorage for FileEventStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        validate::validate_reader(reader)?;
-        validate::validate_tags(&tags)?;
-        self.ensure_open()?;
+        self.admit(Operation::Bookmark {
+            reader,
+            tags: &tags,
+        })?;
         self.submit(|reply| Command::Bookmark {
             fence: None,
             reader: reader.to_owned(),
@@ -324,8 +322,7 @@ impl EventStorage for FileEventStorage {
     }
 
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        validate::validate_reader(reader)?;
-        self.ensure_open()?;
+        self.admit(Operation::Reader { reader })?;
         let bookmarks = self
             .inner
             .state
@@ -336,8 +333,7 @@ impl EventStorage for FileEventStorage {
     }
 
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        validate::validate_reader(reader)?;
-        self.ensure_open()?;
+        self.admit(Operation::Reader { reader })?;
         self.submit(|reply| Command::RemoveBookmark {
             reader: reader.to_owned(),
             reply,
@@ -346,7 +342,7 @@ impl EventStorage for FileEventStorage {
     }
 
     async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.ensure_open()?;
+        self.admit(Operation::Read)?;
         let bookmarks = self
             .inner
             .state
@@ -357,7 +353,7 @@ impl EventStorage for FileEventStorage {
     }
 
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
-        validate::validate_lease_request(&request)?;
+        self.admit(Operation::RequestLease { request: &request })?;
         let mut responses = self.answer_lease_requests(vec![request]).await?;
         Ok(responses.remove(0))
     }
@@ -366,12 +362,14 @@ impl EventStorage for FileEventStorage {
         &self,
         requests: Vec<LeaseRequest>,
     ) -> StorageResult<Vec<LeaseResponse>> {
-        validate::validate_lease_requests(&requests)?;
+        self.admit(Operation::RequestLeases {
+            requests: &requests,
+        })?;
         self.answer_lease_requests(requests).await
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        validate::validate_release(lease_name, owner)?;
+        self.admit(Operation::ReleaseLease { lease_name, owner })?;
         let mut leases = self.leases().await?;
         leases.release(lease_name, owner, self.inner.state.clock.now());
         Ok(())
@@ -382,7 +380,7 @@ impl EventStorage for FileEventStorage {
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        self.ensure_open()?;
+        self.admit(Operation::Read)?;
         Ok(self.inner.state.clock.now())
     }
 
@@ -393,9 +391,11 @@ impl EventStorage for FileEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        validate::validate_fence(fence)?;
-        validate::validate_append(stream, &events)?;
-        self.ensure_open()?;
+        self.admit(Operation::AppendFenced {
+            fence,
+            stream,
+            events: &events,
+        })?;
         self.submit(|reply| Command::Append {
             fence: Some(fence.clone()),
             criteria,
@@ -413,10 +413,11 @@ impl EventStorage for FileEventStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        validate::validate_fence(fence)?;
-        validate::validate_reader(reader)?;
-        validate::validate_tags(&tags)?;
-        self.ensure_open()?;
+        self.admit(Operation::BookmarkFenced {
+            fence,
+            reader,
+            tags: &tags,
+        })?;
         self.submit(|reply| Command::Bookmark {
             fence: Some(fence.clone()),
             reader: reader.to_owned(),
@@ -430,7 +431,7 @@ impl EventStorage for FileEventStorage {
     async fn close(&self) -> StorageResult<()> {
         // Under the lease lock, so that no lease operation runs on after the close.
         let leases = self.inner.state.leases.lock().await;
-        self.inner.closed.store(true, Ordering::Release);
+        self.inner.admission.close();
         drop(leases);
         let mut writer = self.inner.writer.lock().await;
         drop(

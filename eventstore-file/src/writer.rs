@@ -10,13 +10,14 @@
 //! A group holding a fenced command holds the lease lock from the fence check until the group
 //! is published, so no lease changes hands between the check and the write becoming visible.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
+use eventstore_api::idempotency::{self, Idempotency};
 use eventstore_api::in_process::StorageClock;
 use eventstore_api::{
     AppendCriteria, Bookmark, EventId, EventReference, EventStorageError, EventStreamId,
@@ -27,6 +28,7 @@ use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks};
 use crate::command::{Command, HeldAnswer, Reply};
 use crate::corruption::OpenFailure;
 use crate::directory::DirectoryLock;
+use crate::event_reader::read_events;
 use crate::event_record::{encode_batch, EncodedBatch};
 use crate::gathering::GroupGathering;
 use crate::index::{EventIndex, IndexedEvent, Location};
@@ -55,7 +57,7 @@ pub(crate) struct Writer {
     lock: DirectoryLock,
     /// Set when a write or sync failed: what was on disk is unknown, so no later write is
     /// accepted until the store is reopened (and recovery has looked at the disk).
-    failure: Option<String>,
+    failure: Option<WriteFailure>,
 }
 
 /// An append that passed its checks, waiting for the group's sync.
@@ -65,12 +67,21 @@ struct PlannedAppend {
     reply: Reply<Vec<StoredEvent>>,
 }
 
+/// What the writer does with one append.
+enum AppendPlan {
+    /// Write these events, encoded.
+    Write(Vec<StoredEvent>, EncodedBatch),
+    /// Write nothing and answer these events (an empty batch, or a retry's stored events).
+    Answer(Vec<StoredEvent>),
+}
+
 /// What one group will write, and the answers that wait for the write.
 #[derive(Default)]
 struct GroupPlan {
     next_position: u64,
     appends: Vec<PlannedAppend>,
-    keys: HashSet<(EventStreamId, String)>,
+    /// The events of the group's appends that carry an idempotency key, by stream and key.
+    keys: HashMap<(EventStreamId, String), StoredEvent>,
     bookmarks: Vec<(BookmarkChange, Reply<()>)>,
     held: Vec<HeldAnswer>,
 }
@@ -126,7 +137,7 @@ impl Writer {
             return;
         }
         if let Err(error) = self.segments.preallocate() {
-            self.fail("preallocate space in", &error);
+            self.fail("preallocate space in", error);
         }
     }
 
@@ -134,7 +145,7 @@ impl Writer {
     fn commit(&mut self, group: Vec<Command>) {
         if let Some(failure) = &self.failure {
             for command in group {
-                command.refuse(failed_earlier(&self.dir, failure));
+                command.refuse(failure.refusal());
             }
             return;
         }
@@ -178,7 +189,7 @@ impl Writer {
                 reply,
                 ..
             } => match self.plan_append(index, plan, &criteria, stream, events) {
-                Ok(Some((events, encoded))) => {
+                Ok(AppendPlan::Write(events, encoded)) => {
                     plan.next_position += events.len() as u64;
                     plan.appends.push(PlannedAppend {
                         events,
@@ -186,7 +197,9 @@ impl Writer {
                         reply,
                     });
                 }
-                Ok(None) => plan.held.push(HeldAnswer::Events(reply, Ok(Vec::new()))),
+                Ok(AppendPlan::Answer(events)) => {
+                    plan.held.push(HeldAnswer::Events(reply, Ok(events)));
+                }
                 Err(error) => plan.held.push(HeldAnswer::Events(reply, Err(error))),
             },
             Command::Bookmark {
@@ -218,8 +231,7 @@ impl Writer {
         }
     }
 
-    /// Checks an append against the index and the group so far. `None`: nothing to write
-    /// (an empty batch or a retry).
+    /// Checks an append against the index and the group so far.
     fn plan_append(
         &mut self,
         index: &EventIndex,
@@ -227,23 +239,10 @@ impl Writer {
         criteria: &AppendCriteria,
         stream: EventStreamId,
         events: Vec<EventToStore>,
-    ) -> Result<Option<(Vec<StoredEvent>, EncodedBatch)>, EventStorageError> {
-        let is_stored = |key: &str| {
-            index.has_key(&stream, key) || plan.keys.contains(&(stream.clone(), key.to_owned()))
-        };
-        let (stored, new): (Vec<&str>, Vec<&str>) = events
-            .iter()
-            .filter_map(|event| event.idempotency_key.as_deref())
-            .partition(|key| is_stored(key));
-        if !stored.is_empty() {
-            if stored.len() == events.len() {
-                return Ok(None);
-            }
-            return Err(EventStorageError::IdempotencyConflict {
-                stream: stream.to_string(),
-                stored: stored.into_iter().map(str::to_owned).collect(),
-                new: new.into_iter().map(str::to_owned).collect(),
-            });
+    ) -> Result<AppendPlan, EventStorageError> {
+        let stored = self.stored_under_keys(index, plan, &stream, &events)?;
+        if let Idempotency::Retry(stored) = idempotency::judge(&stream, &events, &stored)? {
+            return Ok(AppendPlan::Answer(stored));
         }
         if let Some(condition) = &criteria.condition {
             let conflicting = index.first_violation(&stream, condition).or_else(|| {
@@ -262,7 +261,7 @@ impl Writer {
             }
         }
         if events.is_empty() {
-            return Ok(None);
+            return Ok(AppendPlan::Answer(Vec::new()));
         }
         let timestamp = self.shared.clock.now();
         let stored: Vec<StoredEvent> = events
@@ -279,13 +278,47 @@ impl Writer {
             })
             .collect();
         let encoded = encode_batch(&stored)?;
-        for key in stored
-            .iter()
-            .filter_map(|event| event.idempotency_key.as_ref())
-        {
-            plan.keys.insert((stream.clone(), key.clone()));
+        for event in &stored {
+            if let Some(key) = &event.idempotency_key {
+                plan.keys
+                    .insert((stream.clone(), key.clone()), event.clone());
+            }
         }
-        Ok(Some((stored, encoded)))
+        Ok(AppendPlan::Write(stored, encoded))
+    }
+
+    /// The events of `stream` stored under the batch's idempotency keys, in the log (read from
+    /// disk: only retries and conflicts find any) or earlier in this group.
+    fn stored_under_keys(
+        &self,
+        index: &EventIndex,
+        plan: &GroupPlan,
+        stream: &EventStreamId,
+        events: &[EventToStore],
+    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+        let mut in_log = Vec::new();
+        let mut stored = Vec::new();
+        for key in idempotency::keys(events) {
+            if let Some(location) = index.locate_key(stream, key) {
+                in_log.push(location);
+            } else if let Some(event) = plan.keys.get(&(stream.clone(), key.to_owned())) {
+                stored.push(event.clone());
+            }
+        }
+        if !in_log.is_empty() {
+            in_log.sort_by_key(|(_, location)| (location.segment, location.offset));
+            let read = read_events(&in_log).map_err(|failure| {
+                EventStorageError::backend(
+                    format!(
+                        "cannot read the events stored under the batch's idempotency keys in {}",
+                        self.dir.display()
+                    ),
+                    failure,
+                )
+            })?;
+            stored.extend(read);
+        }
+        Ok(stored)
     }
 
     /// Writes the group's events and bookmarks, publishes them, then sends every answer.
@@ -299,12 +332,12 @@ impl Writer {
         match self.write_events(&appends) {
             Ok(locations) => self.publish_events(appends, locations),
             Err(error) => {
-                let failure = self.fail("write events to", &error);
+                let failure = self.fail("write events to", error);
                 for append in appends {
-                    drop(append.reply.send(Err(failure_error(&failure, &error))));
+                    drop(append.reply.send(Err(failure.error())));
                 }
                 for answer in held {
-                    answer.fail(failure_error(&failure, &error));
+                    answer.fail(failure.error());
                 }
                 self.write_bookmarks(bookmarks);
                 return;
@@ -380,16 +413,16 @@ impl Writer {
         }
         if let Some(failure) = &self.failure {
             for (_, reply) in changes {
-                drop(reply.send(Err(failed_earlier(&self.dir, failure))));
+                drop(reply.send(Err(failure.refusal())));
             }
             return;
         }
         let records: Vec<BookmarkChange> =
             changes.iter().map(|(change, _)| change.clone()).collect();
         if let Err(error) = self.bookmark_journal.record(&records) {
-            let failure = self.fail("write bookmarks to", &error);
+            let failure = self.fail("write bookmarks to", error);
             for (_, reply) in changes {
-                drop(reply.send(Err(failure_error(&failure, &error))));
+                drop(reply.send(Err(failure.error())));
             }
             return;
         }
@@ -414,32 +447,43 @@ impl Writer {
         }
     }
 
-    fn fail(&mut self, action: &str, error: &io::Error) -> String {
-        let failure = format!(
-            "cannot {action} the event store in {}: {error}",
-            self.dir.display()
-        );
-        tracing::error!(dir = %self.dir.display(), %error, "{failure}; refusing writes until reopened");
+    /// Records the first failed write: what is on disk is unknown from here on.
+    fn fail(&mut self, action: &str, error: io::Error) -> WriteFailure {
+        let failure = WriteFailure {
+            action: format!("{action} the event store in {}", self.dir.display()),
+            cause: Arc::new(error),
+        };
+        tracing::error!(error = %failure.cause, "cannot {}; refusing writes until reopened", failure.action);
         self.failure = Some(failure.clone());
         failure
     }
 }
 
-fn failure_error(message: &str, error: &io::Error) -> EventStorageError {
-    EventStorageError::backend(
-        message.to_owned(),
-        io::Error::new(error.kind(), error.to_string()),
-    )
+/// A write, sync or space reservation that failed, named in its own error and in every later
+/// refusal.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot {action}")]
+struct WriteFailure {
+    /// What failed, e.g. `write events to the event store in /srv/events`.
+    action: String,
+    /// The OS error.
+    #[source]
+    cause: Arc<io::Error>,
 }
 
-fn failed_earlier(dir: &Path, failure: &str) -> EventStorageError {
-    EventStorageError::backend(
-        format!(
-            "the event store in {} refuses writes after an earlier failure; reopen it to recover",
-            dir.display()
-        ),
-        io::Error::other(failure.to_owned()),
-    )
+impl WriteFailure {
+    /// The error of the changes that were being written when it failed.
+    fn error(&self) -> EventStorageError {
+        EventStorageError::backend(self.to_string(), Arc::clone(&self.cause))
+    }
+
+    /// The error of every later change: refused, naming this failure as its source.
+    fn refusal(&self) -> EventStorageError {
+        EventStorageError::backend(
+            "the event store refuses writes after an earlier failure; reopen it to recover",
+            self.clone(),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -527,6 +571,16 @@ mod tests {
         assert!(
             is_backend(&later) && message.contains("earlier failure"),
             "{message}"
+        );
+        let first_failure = later
+            .as_ref()
+            .err()
+            .and_then(std::error::Error::source)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        assert!(
+            first_failure.starts_with("cannot write events to the event store in"),
+            "the refusal names the first failure as its source, got {first_failure:?}"
         );
         assert!(is_backend(&bookmark_answer.blocking_recv().unwrap()));
         // Reads still see every acknowledged event.

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use eventstore_api::idempotency::{self, Idempotency};
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorageError,
     EventStreamId, EventToStore, Limit, StoredEvent,
@@ -29,8 +30,8 @@ impl EventLog {
         events: Vec<EventToStore>,
         now: DateTime<Utc>,
     ) -> Result<Vec<StoredEvent>, EventStorageError> {
-        if self.is_retry(stream, &events)? {
-            return Ok(Vec::new());
+        if let Idempotency::Retry(stored) = self.judge_keys(stream, &events)? {
+            return Ok(stored);
         }
         self.check(criteria, stream)?;
 
@@ -64,31 +65,19 @@ impl EventLog {
         Ok(stored)
     }
 
-    /// Whether the batch repeats one already stored: every event carries a key the stream
-    /// holds. A batch mixing stored keys with new ones is a conflict.
-    fn is_retry(
+    /// Judges the batch's idempotency keys against the events `stream` stores under them.
+    fn judge_keys(
         &self,
         stream: &EventStreamId,
         events: &[EventToStore],
-    ) -> Result<bool, EventStorageError> {
-        let known = self.keys.get(stream);
-        let (stored, new): (Vec<_>, Vec<_>) = events
-            .iter()
-            .map(|event| event.idempotency_key.as_deref())
-            .partition(|key| {
-                key.is_some_and(|key| known.is_some_and(|known| known.contains_key(key)))
-            });
-        if stored.is_empty() {
-            return Ok(false);
-        }
-        if new.is_empty() {
-            return Ok(true);
-        }
-        Err(EventStorageError::IdempotencyConflict {
-            stream: stream.to_string(),
-            stored: stored.into_iter().flatten().map(str::to_owned).collect(),
-            new: new.into_iter().flatten().map(str::to_owned).collect(),
-        })
+    ) -> Result<Idempotency, EventStorageError> {
+        let stored: Vec<StoredEvent> = self.keys.get(stream).map_or_else(Vec::new, |known| {
+            idempotency::keys(events)
+                .filter_map(|key| known.get(key))
+                .map(|&index| StoredEvent::clone(&self.events[index]))
+                .collect()
+        });
+        idempotency::judge(stream, events, &stored)
     }
 
     /// Fails when an event of `stream` after the expected last one matches the criteria.

@@ -1,12 +1,11 @@
 //! `MemoryEventStorage`: the handle and its `EventStorage` implementation.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use eventstore_api::validate;
+use eventstore_api::admission::{Admission, Operation};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
@@ -45,7 +44,7 @@ pub struct MemoryEventStorage {
 /// The storage all handles share. Locks are taken in the order leases, log, bookmarks.
 #[derive(Debug, Default)]
 struct Shared {
-    closed: AtomicBool,
+    admission: Admission,
     clock: StorageClock,
     leases: Mutex<LeaseTable>,
     log: RwLock<EventLog>,
@@ -58,12 +57,10 @@ impl MemoryEventStorage {
         MemoryEventStorage::default()
     }
 
-    fn open(&self) -> StorageResult<&Shared> {
-        if self.shared.closed.load(Ordering::Acquire) {
-            Err(EventStorageError::Closed)
-        } else {
-            Ok(&self.shared)
-        }
+    /// The shared storage, once `operation` is admitted (open, valid input).
+    fn admit(&self, operation: Operation<'_>) -> StorageResult<&Shared> {
+        self.shared.admission.admit(operation)?;
+        Ok(&self.shared)
     }
 }
 
@@ -130,8 +127,10 @@ impl EventStorage for MemoryEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        let shared = self.open()?;
-        validate::validate_append(stream, &events)?;
+        let shared = self.admit(Operation::Append {
+            stream,
+            events: &events,
+        })?;
         shared.append(&criteria, stream, events)
     }
 
@@ -143,20 +142,18 @@ impl EventStorage for MemoryEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        let shared = self.open()?;
-        validate::validate_stream(stream)?;
+        let shared = self.admit(Operation::Query { stream })?;
         Ok(shared
             .read_log()
             .query(filter, stream, after, limit, direction))
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        Ok(self.open()?.read_log().get(id).cloned())
+        Ok(self.admit(Operation::Read)?.read_log().get(id).cloned())
     }
 
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        let shared = self.open()?;
-        validate::validate_stream(stream)?;
+        let shared = self.admit(Operation::Head { stream })?;
         Ok(shared.read_log().head(stream))
     }
 
@@ -166,34 +163,35 @@ impl EventStorage for MemoryEventStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        let shared = self.open()?;
-        validate::validate_reader(reader)?;
-        validate::validate_tags(&tags)?;
+        let shared = self.admit(Operation::Bookmark {
+            reader,
+            tags: &tags,
+        })?;
         shared.bookmark(reader, reference, tags)
     }
 
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        let shared = self.open()?;
-        validate::validate_reader(reader)?;
+        let shared = self.admit(Operation::Reader { reader })?;
         Ok(lock(&shared.bookmarks)
             .get(reader)
             .map(|bookmark| bookmark.reference))
     }
 
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        let shared = self.open()?;
-        validate::validate_reader(reader)?;
+        let shared = self.admit(Operation::Reader { reader })?;
         lock(&shared.bookmarks).remove(reader);
         Ok(())
     }
 
     async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        Ok(lock(&self.open()?.bookmarks).values().cloned().collect())
+        Ok(lock(&self.admit(Operation::Read)?.bookmarks)
+            .values()
+            .cloned()
+            .collect())
     }
 
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
-        let shared = self.open()?;
-        validate::validate_lease_request(&request)?;
+        let shared = self.admit(Operation::RequestLease { request: &request })?;
         let mut leases = lock(&shared.leases);
         Ok(leases.request(&request, shared.clock.now()))
     }
@@ -202,8 +200,9 @@ impl EventStorage for MemoryEventStorage {
         &self,
         requests: Vec<LeaseRequest>,
     ) -> StorageResult<Vec<LeaseResponse>> {
-        let shared = self.open()?;
-        validate::validate_lease_requests(&requests)?;
+        let shared = self.admit(Operation::RequestLeases {
+            requests: &requests,
+        })?;
         let mut leases = lock(&shared.leases);
         let now = shared.clock.now();
         Ok(requests
@@ -213,19 +212,18 @@ impl EventStorage for MemoryEventStorage {
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        let shared = self.open()?;
-        validate::validate_release(lease_name, owner)?;
+        let shared = self.admit(Operation::ReleaseLease { lease_name, owner })?;
         let mut leases = lock(&shared.leases);
         leases.release(lease_name, owner, shared.clock.now());
         Ok(())
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-        Ok(lock(&self.open()?.leases).leases())
+        Ok(lock(&self.admit(Operation::Read)?.leases).leases())
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        Ok(self.open()?.clock.now())
+        Ok(self.admit(Operation::Read)?.clock.now())
     }
 
     async fn append_fenced(
@@ -235,9 +233,11 @@ impl EventStorage for MemoryEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        let shared = self.open()?;
-        validate::validate_fence(fence)?;
-        validate::validate_append(stream, &events)?;
+        let shared = self.admit(Operation::AppendFenced {
+            fence,
+            stream,
+            events: &events,
+        })?;
         // Holding the lease table across the write keeps the lease from changing hands between
         // the check and the append.
         let leases = lock(&shared.leases);
@@ -252,17 +252,18 @@ impl EventStorage for MemoryEventStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        let shared = self.open()?;
-        validate::validate_fence(fence)?;
-        validate::validate_reader(reader)?;
-        validate::validate_tags(&tags)?;
+        let shared = self.admit(Operation::BookmarkFenced {
+            fence,
+            reader,
+            tags: &tags,
+        })?;
         let leases = lock(&shared.leases);
         leases.check_fence(fence, shared.clock.now())?;
         shared.bookmark(reader, reference, tags)
     }
 
     async fn close(&self) -> StorageResult<()> {
-        self.shared.closed.store(true, Ordering::Release);
+        self.shared.admission.close();
         Ok(())
     }
 }

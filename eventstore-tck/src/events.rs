@@ -724,9 +724,11 @@ pub async fn events_written_through_one_handle_are_read_and_guarded_through_anot
 // Idempotency keys.
 // ---------------------------------------------------------------------------------------
 
-/// Appending a batch whose idempotency keys are all stored already is a retry: it returns an
-/// empty list and stores nothing, through any handle.
-pub async fn retry_of_a_stored_batch_returns_nothing_and_stores_nothing<F: StorageFactory>(
+/// Appending again a batch whose events are all stored under their idempotency keys is a
+/// retry: it stores nothing and answers the events stored the first time, through any handle.
+pub async fn retry_of_a_stored_batch_answers_the_stored_events_and_stores_nothing<
+    F: StorageFactory,
+>(
     factory: &F,
 ) {
     let storage = factory.create().await;
@@ -742,17 +744,26 @@ pub async fn retry_of_a_stored_batch_returns_nothing_and_stores_nothing<F: Stora
             .append(AppendCriteria::none(), &orders(), batch.clone())
             .await
             .unwrap_or_else(|err| panic!("a retry through {name} must succeed: {err}"));
-        assert!(
-            retried.is_empty(),
-            "a retry through {name} must return an empty list, got {retried:?}"
+        assert_eq!(
+            retried, first,
+            "a retry through {name} must answer the events stored the first time"
         );
     }
-    // A retry of part of the batch is a retry too: all its keys are stored.
+    // A retry of part of the batch, in another order, is a retry too: all its events are
+    // stored under their keys, and the answer follows the order of the retried batch.
     let partial = storage
-        .append(AppendCriteria::none(), &orders(), batch[1..].to_vec())
+        .append(
+            AppendCriteria::none(),
+            &orders(),
+            vec![batch[1].clone(), batch[0].clone()],
+        )
         .await
-        .unwrap_or_else(|err| panic!("a retry of part of a stored batch: {err}"));
-    assert!(partial.is_empty(), "got {partial:?}");
+        .unwrap_or_else(|err| panic!("a retry of a stored batch in another order: {err}"));
+    assert_eq!(
+        partial,
+        vec![first[1].clone(), first[0].clone()],
+        "a retry answers the stored events in the order of the retried batch"
+    );
 
     assert_eq!(
         read_everything(&storage).await,
@@ -761,15 +772,15 @@ pub async fn retry_of_a_stored_batch_returns_nothing_and_stores_nothing<F: Stora
     );
 }
 
-/// A retry is not checked against its criteria (the first attempt was): it returns an empty
-/// list even when the criteria would now fail.
+/// A retry is not checked against its criteria (the first attempt was): it answers the stored
+/// events even when the criteria would now fail.
 pub async fn retry_of_a_stored_batch_is_not_checked_against_its_criteria<F: StorageFactory>(
     factory: &F,
 ) {
     let storage = factory.create().await;
     let criteria = AppendCriteria::of(EventFilter::for_types(["Registered"]), None);
     let batch = vec![labelled("Registered", "ada").with_idempotency_key("register-ada")];
-    storage
+    let first = storage
         .append(criteria.clone(), &orders(), batch.clone())
         .await
         .unwrap_or_else(|err| panic!("the first attempt on an empty stream: {err}"));
@@ -779,8 +790,47 @@ pub async fn retry_of_a_stored_batch_is_not_checked_against_its_criteria<F: Stor
         .append(criteria, &orders(), batch)
         .await
         .unwrap_or_else(|err| panic!("a retry must not be checked against its criteria: {err}"));
-    assert!(retried.is_empty(), "got {retried:?}");
+    assert_eq!(retried, first, "a retry answers the stored event");
     assert_eq!(labels(&read_everything(&storage).await), ["ada", "bob"]);
+}
+
+/// A stored idempotency key given again with a different event (another payload, type or
+/// tags) is not a retry: it is an `IdempotencyConflict` naming the key, and stores nothing.
+pub async fn stored_idempotency_key_with_a_different_event_is_a_conflict<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let charge = labelled("Charged", "charge").with_idempotency_key("charge");
+    let first = append(&storage, &orders(), vec![charge.clone()]).await;
+
+    let changed = [
+        (
+            "another payload",
+            labelled("Charged", "twice").with_idempotency_key("charge"),
+        ),
+        (
+            "another type",
+            labelled("Refunded", "charge").with_idempotency_key("charge"),
+        ),
+        (
+            "other tags",
+            charge.clone().with_tags(tags(&[("payment", "1")])),
+        ),
+    ];
+    for (what, event) in changed {
+        let result = storage
+            .append(AppendCriteria::none(), &orders(), vec![event])
+            .await;
+        match expect_err(result, &format!("a stored key with {what}")) {
+            EventStorageError::IdempotencyConflict { changed, .. } => assert_eq!(
+                changed,
+                ["charge"],
+                "a stored key with {what}: the conflict names the changed key"
+            ),
+            other => panic!("a stored key with {what}: expected IdempotencyConflict, got {other}"),
+        }
+    }
+    assert_eq!(read_everything(&storage).await, first, "nothing is stored");
 }
 
 /// A batch mixing idempotency keys the stream holds with new keys (or keyless events) is an
@@ -867,20 +917,25 @@ pub async fn idempotency_key_twice_in_one_batch_is_invalid_input<F: StorageFacto
 pub async fn same_idempotency_key_in_two_streams_is_stored_in_both<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
     let event = || labelled("Imported", "import").with_idempotency_key("import-2024-01");
+    let mut stored_in = Vec::new();
     for stream in [orders(), orders_eu(), billing()] {
         let stored = append(&storage, &stream, vec![event()]).await;
         assert_eq!(stored[0].idempotency_key.as_deref(), Some("import-2024-01"));
+        stored_in.push(stored);
     }
     let retried = storage
         .append(AppendCriteria::none(), &orders_eu(), vec![event()])
         .await
         .unwrap_or_else(|err| panic!("a retry in one stream: {err}"));
-    assert!(retried.is_empty(), "got {retried:?}");
+    assert_eq!(
+        retried, stored_in[1],
+        "a retry answers the event stored in its own stream"
+    );
     assert_eq!(read_everything(&storage).await.len(), 3);
 }
 
-/// One keyed batch appended by several tasks at once, on two handles, is stored once: one
-/// append returns the events, every other returns an empty list.
+/// One keyed batch appended by several tasks at once, on two handles, is stored once: every
+/// append answers the same stored events, and the log holds them once.
 pub async fn concurrent_retries_of_one_batch_store_it_once<F: StorageFactory>(factory: &F) {
     const RETRIES: usize = 8;
     let first = Arc::new(factory.create().await);
@@ -903,23 +958,27 @@ pub async fn concurrent_retries_of_one_batch_store_it_once<F: StorageFactory>(fa
                 .await
         }));
     }
-    let mut storing = 0;
+    let mut answers = Vec::with_capacity(RETRIES);
     for racer in racers {
-        let stored = racer
-            .await
-            .expect("a racing append panicked")
-            .unwrap_or_else(|err| panic!("a concurrent retry must succeed: {err}"));
-        match stored.len() {
-            0 => {}
-            2 => storing += 1,
-            _ => panic!("a retry stores all of its batch or none of it, got {stored:?}"),
-        }
+        answers.push(
+            racer
+                .await
+                .expect("a racing append panicked")
+                .unwrap_or_else(|err| panic!("a concurrent retry must succeed: {err}")),
+        );
     }
-    assert_eq!(storing, 1, "exactly one append must store the batch");
+    let stored = read_everything(&*handles[0]).await;
     assert_eq!(
-        labels(&read_everything(&*handles[0]).await),
-        ["charge", "receipt"]
+        labels(&stored),
+        ["charge", "receipt"],
+        "the batch is stored once"
     );
+    for answer in answers {
+        assert_eq!(
+            answer, stored,
+            "every racing append answers the events stored once"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1842,7 +1901,12 @@ macro_rules! __tck_events_tests {
         $crate::__tck_test!(
             $factory,
             events,
-            retry_of_a_stored_batch_returns_nothing_and_stores_nothing
+            retry_of_a_stored_batch_answers_the_stored_events_and_stores_nothing
+        );
+        $crate::__tck_test!(
+            $factory,
+            events,
+            stored_idempotency_key_with_a_different_event_is_a_conflict
         );
         $crate::__tck_test!(
             $factory,

@@ -28,19 +28,64 @@ fn assert_closed_or_unsupported<T: Debug>(result: StorageResult<T>, call: &str) 
     }
 }
 
-/// Asserts that every method of `storage` but `name` returns `Closed` (the methods of a
-/// capability the backend lacks may return `Unsupported` instead).
-async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S) {
+/// The arguments the calls of [`assert_every_call_is_closed`] are made with.
+struct Arguments {
+    stream: EventStreamId,
+    event_type: &'static str,
+    reader: &'static str,
+    lease_name: &'static str,
+    owner: &'static str,
+}
+
+impl Arguments {
+    /// Arguments every call would accept on an open storage.
+    fn valid() -> Self {
+        Arguments {
+            stream: orders(),
+            event_type: "A",
+            reader: "reader",
+            lease_name: "l",
+            owner: "o",
+        }
+    }
+
+    /// Arguments every call would refuse as `InvalidInput` on an open storage: a blank stream
+    /// context, event type, reader, lease name and owner.
+    fn invalid() -> Self {
+        Arguments {
+            stream: EventStreamId::new(" ", "default"),
+            event_type: " ",
+            reader: " ",
+            lease_name: " ",
+            owner: " ",
+        }
+    }
+}
+
+/// Asserts that every method of `storage` but `name`, called with `arguments`, returns
+/// `Closed` (the methods of a capability the backend lacks may return `Unsupported` instead).
+async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S, arguments: &Arguments) {
+    let Arguments {
+        stream,
+        event_type,
+        reader,
+        lease_name,
+        owner,
+    } = arguments;
     let reference = eventstore_api::EventReference::at(EventId::new(), 1);
     assert_closed(
         storage
-            .append(AppendCriteria::none(), &orders(), vec![labelled("A", "a")])
+            .append(
+                AppendCriteria::none(),
+                stream,
+                vec![labelled(event_type, "a")],
+            )
             .await,
         "append",
     );
     assert_closed(
         storage
-            .append(AppendCriteria::none(), &orders(), Vec::new())
+            .append(AppendCriteria::none(), stream, Vec::new())
             .await,
         "append of an empty batch",
     );
@@ -48,7 +93,7 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S) {
         storage
             .query(
                 &EventFilter::match_all(),
-                &EventStreamId::any(),
+                stream,
                 None,
                 Limit::none(),
                 Direction::Forward,
@@ -60,28 +105,34 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S) {
         storage.get_event_by_id(EventId::new()).await,
         "get_event_by_id",
     );
-    assert_closed(storage.head(&EventStreamId::any()).await, "head");
+    assert_closed(storage.head(stream).await, "head");
     assert_closed(
-        storage.bookmark("reader", &reference, Tags::none()).await,
+        storage.bookmark(reader, &reference, Tags::none()).await,
         "bookmark",
     );
-    assert_closed(storage.get_bookmark("reader").await, "get_bookmark");
-    assert_closed(storage.remove_bookmark("reader").await, "remove_bookmark");
+    assert_closed(storage.get_bookmark(reader).await, "get_bookmark");
+    assert_closed(storage.remove_bookmark(reader).await, "remove_bookmark");
     assert_closed(storage.get_bookmarks().await, "get_bookmarks");
 
     let lease_calls = [
         (
             "request_lease",
-            storage.request_lease(request("l", "o")).await.map(drop),
+            storage
+                .request_lease(request(lease_name, owner))
+                .await
+                .map(drop),
         ),
         (
             "request_leases",
             storage
-                .request_leases(vec![request("l", "o")])
+                .request_leases(vec![request("l", "o"), request(lease_name, owner)])
                 .await
                 .map(drop),
         ),
-        ("release_lease", storage.release_lease("l", "o").await),
+        (
+            "release_lease",
+            storage.release_lease(lease_name, owner).await,
+        ),
         ("get_leases", storage.get_leases().await.map(drop)),
         ("storage_time", storage.storage_time().await.map(drop)),
     ];
@@ -93,7 +144,7 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S) {
         }
     }
 
-    let fence = Fence::new("l", FencingToken(1));
+    let fence = Fence::new(*lease_name, FencingToken(1));
     let fenced_calls = [
         (
             "append_fenced",
@@ -101,8 +152,8 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S) {
                 .append_fenced(
                     &fence,
                     AppendCriteria::none(),
-                    &orders(),
-                    vec![labelled("A", "a")],
+                    stream,
+                    vec![labelled(event_type, "a")],
                 )
                 .await
                 .map(drop),
@@ -110,7 +161,7 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S) {
         (
             "bookmark_fenced",
             storage
-                .bookmark_fenced(&fence, "reader", &reference, Tags::none())
+                .bookmark_fenced(&fence, reader, &reference, Tags::none())
                 .await,
         ),
     ];
@@ -172,7 +223,7 @@ pub async fn every_call_but_name_is_closed_after_close<F: StorageFactory>(factor
         .close()
         .await
         .unwrap_or_else(|err| panic!("close failed: {err}"));
-    assert_every_call_is_closed(&storage).await;
+    assert_every_call_is_closed(&storage, &Arguments::valid()).await;
     assert_closed(
         storage.get_event_by_id(stored[0].reference.id).await,
         "get_event_by_id of a stored event",
@@ -181,7 +232,30 @@ pub async fn every_call_but_name_is_closed_after_close<F: StorageFactory>(factor
         .close()
         .await
         .unwrap_or_else(|err| panic!("a second close failed: {err}"));
-    assert_every_call_is_closed(&storage).await;
+    assert_every_call_is_closed(&storage, &Arguments::valid()).await;
+}
+
+/// A closed storage answers `Closed` before it judges the input: every call made with input
+/// an open storage refuses as `InvalidInput` returns `Closed` once the storage is closed
+/// (the order every backend answers in, `eventstore_api::admission`).
+pub async fn closed_storage_answers_closed_before_judging_input<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let refused = storage
+        .append(
+            AppendCriteria::none(),
+            &Arguments::invalid().stream,
+            vec![labelled("A", "a")],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(EventStorageError::InvalidInput { .. })),
+        "an open storage refuses a blank stream context as InvalidInput, got {refused:?}"
+    );
+    storage
+        .close()
+        .await
+        .unwrap_or_else(|err| panic!("close failed: {err}"));
+    assert_every_call_is_closed(&storage, &Arguments::invalid()).await;
 }
 
 /// Closing one handle closes the storage for every clone of it.
@@ -194,7 +268,7 @@ pub async fn closing_one_handle_closes_every_handle<F: StorageFactory>(factory: 
         .close()
         .await
         .unwrap_or_else(|err| panic!("close failed: {err}"));
-    assert_every_call_is_closed(&other).await;
+    assert_every_call_is_closed(&other, &Arguments::valid()).await;
     other
         .close()
         .await
@@ -272,7 +346,7 @@ pub async fn calls_racing_close_complete_or_report_closed<F: StorageFactory>(fac
     for writer in writers {
         writer.await.expect("a writer racing close panicked");
     }
-    assert_every_call_is_closed(&*other).await;
+    assert_every_call_is_closed(&*other, &Arguments::valid()).await;
 }
 
 /// The scenarios of this module, one `#[tokio::test]` each (used by [`crate::tck_tests`]).
@@ -286,6 +360,11 @@ macro_rules! __tck_lifecycle_tests {
             $factory,
             lifecycle,
             every_call_but_name_is_closed_after_close
+        );
+        $crate::__tck_test!(
+            $factory,
+            lifecycle,
+            closed_storage_answers_closed_before_judging_input
         );
         $crate::__tck_test!($factory, lifecycle, closing_one_handle_closes_every_handle);
         $crate::__tck_test!($factory, lifecycle, writes_are_kept_across_handles);

@@ -175,3 +175,39 @@ pub fn assert_unsupported<T: Debug>(result: StorageResult<T>, what: &str) {
         "{what}: expected Unsupported, got {err}"
     );
 }
+
+/// The messages of `error` and of every source in its chain, outermost first.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut chain = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(cause) = source {
+        chain.push(cause.to_string());
+        source = cause.source();
+    }
+    chain
+}
+
+/// Prints the chain of `error` and asserts that no message repeats a message further down the
+/// chain, so that a report of the whole chain (anyhow, eyre, tracing) shows each text once.
+pub fn assert_chain_repeats_no_text(error: &(dyn std::error::Error + 'static), what: &str) {
+    let chain = error_chain(error);
+    eprintln!("{what}: error chain:");
+    for (depth, message) in chain.iter().enumerate() {
+        eprintln!("  {depth}: {message}");
+    }
+    assert!(
+        chain.len() > 1,
+        "{what}: the error keeps no source: {chain:?}"
+    );
+    for (depth, message) in chain.iter().enumerate() {
+        for deeper in chain[depth + 1..]
+            .iter()
+            .filter(|deeper| !deeper.is_empty())
+        {
+            assert!(
+                !message.contains(deeper.as_str()),
+                "{what}: message {depth} {message:?} repeats its source's text {deeper:?}"
+            );
+        }
+    }
+}
