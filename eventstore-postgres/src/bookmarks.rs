@@ -8,7 +8,7 @@ use sqlx::Row;
 
 use crate::events::decode_reference;
 use crate::fencing;
-use crate::storage::Shared;
+use crate::shared::Shared;
 use crate::tags_column;
 
 /// Places `reader`'s bookmark at the event `reference` names, if this storage holds it and

@@ -8,27 +8,11 @@ use eventstore_api::EventStorageError;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
+use crate::init_mode::DatabaseInitMode;
 use crate::prefix::TablePrefix;
 use crate::schema;
-use crate::storage::{PostgresEventStorage, Settings};
-
-/// What [`PostgresEventStorageBuilder::build`] does to the database schema.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum DatabaseInitMode {
-    /// Creates whatever is missing, then validates. Safe when many processes start at once:
-    /// a complete schema is only read, and creation is serialized by a transaction-scoped
-    /// advisory lock.
-    #[default]
-    Ensure,
-    /// Only reads the catalog: a missing table, column, index or function, or a column of
-    /// another type or nullability, is an [`EventStorageError::Schema`] naming it.
-    Validate,
-    /// Touches nothing; for deployments whose schema is managed elsewhere.
-    None,
-    /// Drops this prefix's objects and creates them anew, in one transaction. Deletes every
-    /// event, bookmark and lease of the prefix: for tests and demos.
-    Recreate,
-}
+use crate::settings::Settings;
+use crate::storage::PostgresEventStorage;
 
 /// The prefix used when the builder is given none.
 pub const DEFAULT_PREFIX: &str = "eventstore_";
@@ -78,6 +62,14 @@ impl Default for PostgresEventStorageBuilder {
             acquire_timeout: Duration::from_secs(30),
             idle_timeout: Some(Duration::from_secs(600)),
         }
+    }
+}
+
+// Here rather than beside the storage, so that the storage does not depend on its builder.
+impl PostgresEventStorage {
+    /// A builder; give it a `url` or a `pool`, then `build`.
+    pub fn builder() -> PostgresEventStorageBuilder {
+        PostgresEventStorageBuilder::default()
     }
 }
 

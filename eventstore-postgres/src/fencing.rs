@@ -5,7 +5,7 @@ use eventstore_api::{Fence, Lease, StorageResult};
 use sqlx::{PgConnection, Row};
 
 use crate::leases::decode_lease;
-use crate::storage::Shared;
+use crate::shared::Shared;
 
 /// Checks `fence` inside the write's transaction, holding the lease's lock in shared mode
 /// until the transaction ends, so that no lease change can slip between the check and the

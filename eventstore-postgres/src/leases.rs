@@ -15,7 +15,7 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-use crate::storage::Shared;
+use crate::shared::Shared;
 
 /// Answers `requests` (validated by the caller) in one call of `request_leases`.
 pub(crate) async fn request(

@@ -34,12 +34,17 @@ mod errors;
 mod events;
 mod fencing;
 mod filter_sql;
+mod init_mode;
+mod isolation;
 mod leases;
 mod prefix;
 mod schema;
+mod settings;
+mod shared;
 mod storage;
 mod tags_column;
 
-pub use builder::{DatabaseInitMode, PostgresEventStorageBuilder, DEFAULT_PREFIX};
+pub use builder::{PostgresEventStorageBuilder, DEFAULT_PREFIX};
+pub use init_mode::DatabaseInitMode;
 pub use schema::{schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
 pub use storage::PostgresEventStorage;

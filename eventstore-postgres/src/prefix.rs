@@ -35,10 +35,10 @@ impl TablePrefix {
                 bytes.len()
             ));
         }
-        if !bytes[0].is_ascii_lowercase() {
+        if !bytes.first().is_some_and(u8::is_ascii_lowercase) {
             return refuse("must start with a lowercase ASCII letter");
         }
-        if bytes[bytes.len() - 1] != b'_' {
+        if bytes.last() != Some(&b'_') {
             return refuse("must end with '_'");
         }
         if !bytes

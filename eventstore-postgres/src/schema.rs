@@ -6,9 +6,10 @@ use std::pin::Pin;
 use eventstore_api::{EventStorageError, StorageResult};
 use sqlx::{Executor, PgConnection, PgPool};
 
-use crate::builder::DatabaseInitMode;
+use crate::init_mode::DatabaseInitMode;
+use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::prefix::TablePrefix;
-use crate::storage::{Settings, BEGIN_READ_COMMITTED};
+use crate::settings::Settings;
 
 /// The schema, with `__prefix__` where the prefix goes. Idempotent.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");

@@ -1,9 +1,7 @@
-//! The storage handle, its shared state, and the `EventStorage` implementation.
+//! The storage handle and its `EventStorage` implementation.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -12,90 +10,12 @@ use eventstore_api::{
     EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
     LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
 };
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::PgPool;
 
-use crate::builder::PostgresEventStorageBuilder;
-use crate::errors::Failing;
 use crate::prefix::TablePrefix;
+use crate::settings::Settings;
+use crate::shared::Shared;
 use crate::{bookmarks, events, leases};
-
-/// How the storage starts every transaction of its own. Under `REPEATABLE READ` a
-/// transaction keeps the snapshot of its first statement, taken before its lock was granted.
-pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
-
-/// Settings every operation consults.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    /// The longest any statement waits for a lock.
-    pub(crate) lock_timeout: Duration,
-    /// How long an append waits for its events to pass the visibility barrier.
-    pub(crate) visibility_wait: Duration,
-    /// How long a call waits for a pooled connection.
-    pub(crate) acquire_timeout: Duration,
-}
-
-impl Settings {
-    /// How to map a driver error of `operation`.
-    pub(crate) fn failing<'a>(&self, operation: &'a str) -> Failing<'a> {
-        Failing {
-            operation,
-            lock_timeout: self.lock_timeout,
-            acquire_timeout: self.acquire_timeout,
-        }
-    }
-
-    /// The lock timeout as a PostgreSQL setting value, e.g. `10000ms`.
-    pub(crate) fn lock_timeout_setting(&self) -> String {
-        format!("{}ms", self.lock_timeout.as_millis().max(1))
-    }
-}
-
-/// What every handle of one storage shares.
-pub(crate) struct Shared {
-    pub(crate) pool: PgPool,
-    owns_pool: bool,
-    pub(crate) prefix: TablePrefix,
-    pub(crate) settings: Settings,
-    closed: AtomicBool,
-}
-
-impl Shared {
-    /// Starts a `READ COMMITTED` transaction for `operation`, whatever the connection's
-    /// default: every check after a lock wait must see what committed during the wait.
-    pub(crate) async fn begin(
-        &self,
-        operation: &str,
-    ) -> StorageResult<Transaction<'static, Postgres>> {
-        self.pool
-            .begin_with(BEGIN_READ_COMMITTED)
-            .await
-            .map_err(|e| self.settings.failing(operation).map(e))
-    }
-
-    /// Commits `transaction` when `outcome` is a success, else rolls it back before
-    /// returning, so that no transaction stays open on a pooled connection.
-    pub(crate) async fn finish<T>(
-        &self,
-        operation: &str,
-        transaction: Transaction<'static, Postgres>,
-        outcome: StorageResult<T>,
-    ) -> StorageResult<T> {
-        match outcome {
-            Ok(value) => {
-                transaction
-                    .commit()
-                    .await
-                    .map_err(|e| self.settings.failing(operation).map(e))?;
-                Ok(value)
-            }
-            Err(error) => {
-                // A broken connection cannot roll back; the driver discards it instead.
-                let _ = transaction.rollback().await;
-                Err(error)
-            }
-        }
-    }
-}
 
 /// Events, bookmarks and leases in PostgreSQL, in tables whose names start with a prefix.
 ///
@@ -115,19 +35,14 @@ impl fmt::Debug for PostgresEventStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresEventStorage")
             .field("prefix", &self.shared.prefix.as_str())
-            .field("owns_pool", &self.shared.owns_pool)
+            .field("owns_pool", &self.shared.owns_pool())
             .field("settings", &self.shared.settings)
-            .field("closed", &self.shared.closed.load(Ordering::Acquire))
+            .field("closed", &self.shared.is_closed())
             .finish()
     }
 }
 
 impl PostgresEventStorage {
-    /// A builder; give it a `url` or a `pool`, then `build`.
-    pub fn builder() -> PostgresEventStorageBuilder {
-        PostgresEventStorageBuilder::default()
-    }
-
     pub(crate) fn new(
         pool: PgPool,
         owns_pool: bool,
@@ -135,13 +50,7 @@ impl PostgresEventStorage {
         settings: Settings,
     ) -> Self {
         PostgresEventStorage {
-            shared: Arc::new(Shared {
-                pool,
-                owns_pool,
-                prefix,
-                settings,
-                closed: AtomicBool::new(false),
-            }),
+            shared: Arc::new(Shared::new(pool, owns_pool, prefix, settings)),
         }
     }
 
@@ -157,7 +66,7 @@ impl PostgresEventStorage {
 
     /// The shared state, or `Closed`.
     fn open(&self) -> StorageResult<&Shared> {
-        if self.shared.closed.load(Ordering::Acquire) {
+        if self.shared.is_closed() {
             Err(EventStorageError::Closed)
         } else {
             Ok(&self.shared)
@@ -278,10 +187,7 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn close(&self) -> StorageResult<()> {
-        let already = self.shared.closed.swap(true, Ordering::AcqRel);
-        if !already && self.shared.owns_pool {
-            self.shared.pool.close().await;
-        }
+        self.shared.close().await;
         Ok(())
     }
 }

@@ -10,10 +10,11 @@ use eventstore_api::{
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
-use super::{concrete, decode_reference, visibility};
+use super::rows::{concrete, decode_reference};
+use super::visibility;
 use crate::fencing;
 use crate::filter_sql::{push_after, push_filter, push_stream};
-use crate::storage::Shared;
+use crate::shared::Shared;
 use crate::tags_column;
 
 /// Appends `events` to `stream` if `criteria` (and `fence`, when given) hold, all or nothing.

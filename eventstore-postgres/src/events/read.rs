@@ -6,9 +6,9 @@ use eventstore_api::{
 };
 use sqlx::{Postgres, QueryBuilder};
 
-use super::{decode_event, decode_reference, EVENT_COLUMNS};
+use super::rows::{decode_event, decode_reference, EVENT_COLUMNS};
 use crate::filter_sql::{push_after, push_filter, push_stream, VISIBILITY_BARRIER};
-use crate::storage::Shared;
+use crate::shared::Shared;
 
 /// The matching events of the streams `stream` covers, strictly after `after`, below the
 /// visibility barrier.

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::storage::Shared;
+use crate::shared::Shared;
 
 /// The first pause between polls; pauses double up to [`LONGEST_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(1);

@@ -1,0 +1,32 @@
+//! The settings every operation consults, fixed when the storage is built.
+
+use std::time::Duration;
+
+use crate::errors::Failing;
+
+/// Settings every operation consults.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The longest any statement waits for a lock.
+    pub(crate) lock_timeout: Duration,
+    /// How long an append waits for its events to pass the visibility barrier.
+    pub(crate) visibility_wait: Duration,
+    /// How long a call waits for a pooled connection.
+    pub(crate) acquire_timeout: Duration,
+}
+
+impl Settings {
+    /// How to map a driver error of `operation`.
+    pub(crate) fn failing<'a>(&self, operation: &'a str) -> Failing<'a> {
+        Failing {
+            operation,
+            lock_timeout: self.lock_timeout,
+            acquire_timeout: self.acquire_timeout,
+        }
+    }
+
+    /// The lock timeout as a PostgreSQL setting value, e.g. `10000ms`.
+    pub(crate) fn lock_timeout_setting(&self) -> String {
+        format!("{}ms", self.lock_timeout.as_millis().max(1))
+    }
+}

@@ -1,0 +1,93 @@
+//! What every handle of one storage shares: the pool, the prefix, the settings and whether
+//! the storage is closed, with the way its own transactions begin and end.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use eventstore_api::StorageResult;
+use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::isolation::BEGIN_READ_COMMITTED;
+use crate::prefix::TablePrefix;
+use crate::settings::Settings;
+
+/// What every handle of one storage shares.
+pub(crate) struct Shared {
+    pub(crate) pool: PgPool,
+    owns_pool: bool,
+    pub(crate) prefix: TablePrefix,
+    pub(crate) settings: Settings,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    /// An open storage's state; `owns_pool` says whether closing the storage closes `pool`.
+    pub(crate) fn new(
+        pool: PgPool,
+        owns_pool: bool,
+        prefix: TablePrefix,
+        settings: Settings,
+    ) -> Self {
+        Shared {
+            pool,
+            owns_pool,
+            prefix,
+            settings,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the pool is the storage's own rather than the caller's.
+    pub(crate) fn owns_pool(&self) -> bool {
+        self.owns_pool
+    }
+
+    /// Whether any handle has closed the storage.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Marks the storage closed. The first close closes the pool if it is the storage's own;
+    /// a caller's pool stays open for the caller.
+    pub(crate) async fn close(&self) {
+        let already = self.closed.swap(true, Ordering::AcqRel);
+        if !already && self.owns_pool {
+            self.pool.close().await;
+        }
+    }
+
+    /// Starts a `READ COMMITTED` transaction for `operation`, whatever the connection's
+    /// default: every check after a lock wait must see what committed during the wait.
+    pub(crate) async fn begin(
+        &self,
+        operation: &str,
+    ) -> StorageResult<Transaction<'static, Postgres>> {
+        self.pool
+            .begin_with(BEGIN_READ_COMMITTED)
+            .await
+            .map_err(|e| self.settings.failing(operation).map(e))
+    }
+
+    /// Commits `transaction` when `outcome` is a success, else rolls it back before
+    /// returning, so that no transaction stays open on a pooled connection.
+    pub(crate) async fn finish<T>(
+        &self,
+        operation: &str,
+        transaction: Transaction<'static, Postgres>,
+        outcome: StorageResult<T>,
+    ) -> StorageResult<T> {
+        match outcome {
+            Ok(value) => {
+                transaction
+                    .commit()
+                    .await
+                    .map_err(|e| self.settings.failing(operation).map(e))?;
+                Ok(value)
+            }
+            Err(error) => {
+                // A broken connection cannot roll back; the driver discards it instead.
+                let _ = transaction.rollback().await;
+                Err(error)
+            }
+        }
+    }
+}
