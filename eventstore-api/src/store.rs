@@ -310,8 +310,8 @@ impl<E: DomainEvent> TypedStream<E> {
 
     /// Appends `events` if `criteria` hold, all or nothing, through the fence if one is set.
     ///
-    /// Returns the stored events; an idempotent retry (every event's key stored already)
-    /// stores nothing and returns none.
+    /// Returns the stored events; an idempotent retry (every event stored already under its
+    /// key) stores nothing and returns the events stored the first time.
     ///
     /// # Errors
     /// [`EventStoreError::Encode`] (nothing appended), and the storage's errors of
@@ -335,7 +335,7 @@ impl<E: DomainEvent> TypedStream<E> {
             }
             None => self.storage.append(criteria, &self.id, to_store).await?,
         };
-        // An idempotent retry stores nothing and returns nothing; pair only what was stored.
+        // Stored events come back in the order given, a retry's included.
         Ok(stored
             .into_iter()
             .zip(values)

@@ -1,7 +1,7 @@
 //! Bookmarks: a reader's position, held as a foreign key to the event it names.
 
 use eventstore_api::{
-    validate, Bookmark, EventReference, EventStorageError, Fence, StorageResult, Tags,
+    Bookmark, EventReference, EventStorageError, Fence, StorageResult, Tags,
 };
 use sqlx::PgConnection;
 use sqlx::Row;
@@ -20,8 +20,6 @@ pub(crate) async fn place(
     reference: &EventReference,
     tags: Tags,
 ) -> StorageResult<()> {
-    validate::validate_reader(reader)?;
-    validate::validate_tags(&tags)?;
     let operation = format!("place the bookmark of {reader:?}");
     match fence {
         None => {
@@ -41,7 +39,6 @@ pub(crate) async fn place(
             .await
         }
         Some(fence) => {
-            eventstore_api::validate::validate_fence(fence)?;
             let mut transaction = shared.begin(&operation).await?;
             let outcome = async {
                 fencing::hold(shared, &mut transaction, fence, &operation).await?;
@@ -94,7 +91,6 @@ async fn upsert(
 
 /// Where `reader`'s bookmark stands, in this storage's coordinates.
 pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<EventReference>> {
-    validate::validate_reader(reader)?;
     let failing = shared.settings.failing("read a bookmark");
     let row = sqlx::query(&format!(
         "SELECT e.id, e.position, e.tx::text AS tx_text \
@@ -114,7 +110,6 @@ pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<E
 
 /// Removes `reader`'s bookmark, if any.
 pub(crate) async fn remove(shared: &Shared, reader: &str) -> StorageResult<()> {
-    validate::validate_reader(reader)?;
     sqlx::query(&format!(
         "DELETE FROM {bookmarks} WHERE reader = $1",
         bookmarks = shared.prefix.name("bookmarks")

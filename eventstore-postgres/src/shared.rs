@@ -1,8 +1,7 @@
 //! What every handle of one storage shares: the pool, the prefix, the settings and whether
 //! the storage is closed, with the way its own transactions begin and end.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
+use eventstore_api::admission::Admission;
 use eventstore_api::StorageResult;
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -16,7 +15,7 @@ pub(crate) struct Shared {
     owns_pool: bool,
     pub(crate) prefix: TablePrefix,
     pub(crate) settings: Settings,
-    closed: AtomicBool,
+    pub(crate) admission: Admission,
 }
 
 impl Shared {
@@ -32,7 +31,7 @@ impl Shared {
             owns_pool,
             prefix,
             settings,
-            closed: AtomicBool::new(false),
+            admission: Admission::new(),
         }
     }
 
@@ -41,16 +40,11 @@ impl Shared {
         self.owns_pool
     }
 
-    /// Whether any handle has closed the storage.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
 
     /// Marks the storage closed. The first close closes the pool if it is the storage's own;
     /// a caller's pool stays open for the caller.
     pub(crate) async fn close(&self) {
-        let already = self.closed.swap(true, Ordering::AcqRel);
-        if !already && self.owns_pool {
+        if self.admission.close() && self.owns_pool {
             self.pool.close().await;
         }
     }

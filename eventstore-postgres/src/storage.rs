@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use eventstore_api::admission::Operation;
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
@@ -37,7 +38,7 @@ impl fmt::Debug for PostgresEventStorage {
             .field("prefix", &self.shared.prefix.as_str())
             .field("owns_pool", &self.shared.owns_pool())
             .field("settings", &self.shared.settings)
-            .field("closed", &self.shared.is_closed())
+            .field("closed", &self.shared.admission.is_closed())
             .finish()
     }
 }
@@ -64,13 +65,10 @@ impl PostgresEventStorage {
         &self.shared.pool
     }
 
-    /// The shared state, or `Closed`.
-    fn open(&self) -> StorageResult<&Shared> {
-        if self.shared.is_closed() {
-            Err(EventStorageError::Closed)
-        } else {
-            Ok(&self.shared)
-        }
+    /// The shared state, once `operation` is admitted (open, valid input).
+    fn admit(&self, operation: Operation<'_>) -> StorageResult<&Shared> {
+        self.shared.admission.admit(operation)?;
+        Ok(&self.shared)
     }
 }
 
@@ -90,7 +88,16 @@ impl EventStorage for PostgresEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        events::append(self.open()?, None, criteria, stream, events).await
+        events::append(
+            self.admit(Operation::Append {
+                stream,
+                events: &events,
+            })?,
+            None,
+            criteria,
+            stream,
+            events,
+        ).await
     }
 
     async fn query(
@@ -101,15 +108,15 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        events::query(self.open()?, filter, stream, after, limit, direction).await
+        events::query(self.admit(Operation::Query { stream })?, filter, stream, after, limit, direction).await
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        events::get_by_id(self.open()?, id).await
+        events::get_by_id(self.admit(Operation::Read)?, id).await
     }
 
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        events::head(self.open()?, stream).await
+        events::head(self.admit(Operation::Head { stream })?, stream).await
     }
 
     async fn bookmark(
@@ -118,24 +125,32 @@ impl EventStorage for PostgresEventStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        bookmarks::place(self.open()?, None, reader, reference, tags).await
+        bookmarks::place(
+            self.admit(Operation::Bookmark {
+                reader,
+                tags: &tags,
+            })?,
+            None,
+            reader,
+            reference,
+            tags,
+        ).await
     }
 
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        bookmarks::get(self.open()?, reader).await
+        bookmarks::get(self.admit(Operation::Reader { reader })?, reader).await
     }
 
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        bookmarks::remove(self.open()?, reader).await
+        bookmarks::remove(self.admit(Operation::Reader { reader })?, reader).await
     }
 
     async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        bookmarks::all(self.open()?).await
+        bookmarks::all(self.admit(Operation::Read)?).await
     }
 
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
-        let shared = self.open()?;
-        eventstore_api::validate::validate_lease_request(&request)?;
+        let shared = self.admit(Operation::RequestLease { request: &request })?;
         let mut responses = leases::request(shared, std::slice::from_ref(&request)).await?;
         responses.pop().ok_or_else(|| {
             EventStorageError::backend(
@@ -149,21 +164,26 @@ impl EventStorage for PostgresEventStorage {
         &self,
         requests: Vec<LeaseRequest>,
     ) -> StorageResult<Vec<LeaseResponse>> {
-        let shared = self.open()?;
-        eventstore_api::validate::validate_lease_requests(&requests)?;
+        let shared = self.admit(Operation::RequestLeases {
+            requests: &requests,
+        })?;
         leases::request(shared, &requests).await
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        leases::release(self.open()?, lease_name, owner).await
+        leases::release(
+            self.admit(Operation::ReleaseLease { lease_name, owner })?,
+            lease_name,
+            owner,
+        ).await
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-        leases::all(self.open()?).await
+        leases::all(self.admit(Operation::Read)?).await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        leases::storage_time(self.open()?).await
+        leases::storage_time(self.admit(Operation::Read)?).await
     }
 
     async fn append_fenced(
@@ -173,7 +193,17 @@ impl EventStorage for PostgresEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        events::append(self.open()?, Some(fence), criteria, stream, events).await
+        events::append(
+            self.admit(Operation::AppendFenced {
+                fence,
+                stream,
+                events: &events,
+            })?,
+            Some(fence),
+            criteria,
+            stream,
+            events,
+        ).await
     }
 
     async fn bookmark_fenced(
@@ -183,7 +213,17 @@ impl EventStorage for PostgresEventStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        bookmarks::place(self.open()?, Some(fence), reader, reference, tags).await
+        bookmarks::place(
+            self.admit(Operation::BookmarkFenced {
+                fence,
+                reader,
+                tags: &tags,
+            })?,
+            Some(fence),
+            reader,
+            reference,
+            tags,
+        ).await
     }
 
     async fn close(&self) -> StorageResult<()> {

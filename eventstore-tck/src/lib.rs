@@ -63,14 +63,18 @@
 //! - **Appends** are all or nothing; the condition of a conditional append
 //!   ([`AppendCriteria`](eventstore_api::AppendCriteria)) is checked atomically with the
 //!   write, so of several racing appends to one boundary exactly one wins.
-//! - **Idempotency keys** are unique per stream; a batch whose keys are all stored is a retry
-//!   and stores nothing; mixing stored and new keys is `IdempotencyConflict`.
+//! - **Idempotency keys** are unique per stream; a batch whose events are all stored under
+//!   their keys is a retry, stores nothing and answers the stored events; a stored key with a
+//!   different event, or stored keys mixed with new ones, is `IdempotencyConflict`.
+//!   `eventstore_api::idempotency::judge` decides it: look up the stored events, then call it.
 //! - **Queries** return the events of the covered streams that match the filter, strictly
 //!   after `after`, in the asked direction, at most `limit` of them.
 //! - **Bookmarks** name an event the storage holds (else `UnknownEvent`, old bookmark kept) and
 //!   are reported in the storage's own coordinates.
-//! - **Input rules** come from `eventstore_api::validate`: call them before changing anything,
-//!   so your backend refuses exactly what the others refuse, with `InvalidInput`.
+//! - **Input rules and their order**: start every method with
+//!   `eventstore_api::admission::Admission::admit`. A closed storage answers `Closed`, whatever
+//!   the input; an open one refuses invalid input with `InvalidInput` before changing anything,
+//!   exactly as every other backend does.
 //! - **Close** is idempotent, closes every handle, and leaves only `name` answering.
 //!
 //! ## 3. Capabilities

@@ -1,16 +1,17 @@
 //! Appends: all or nothing, checked and written under the stream's lock.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use eventstore_api::idempotency::{self, Idempotency};
 use eventstore_api::{
-    validate, AppendCriteria, EventId, EventStorageError, EventStreamId, EventToStore, Fence,
+    AppendCriteria, EventId, EventStorageError, EventStreamId, EventToStore, Fence,
     StorageResult, StoredEvent,
 };
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
-use super::rows::{concrete, decode_reference};
+use super::rows::{concrete, decode_event, decode_reference, EVENT_COLUMNS};
 use super::visibility;
 use crate::fencing;
 use crate::filter_sql::{push_after, push_filter, push_stream};
@@ -25,10 +26,6 @@ pub(crate) async fn append(
     stream: &EventStreamId,
     events: Vec<EventToStore>,
 ) -> StorageResult<Vec<StoredEvent>> {
-    validate::validate_append(stream, &events)?;
-    if let Some(fence) = fence {
-        validate::validate_fence(fence)?;
-    }
     let operation = format!("append to stream {stream}");
     let reads_first = fence.is_some()
         || criteria.condition.is_some()
@@ -57,9 +54,10 @@ pub(crate) async fn append(
             .map_err(|e| shared.settings.failing(&operation).map(e))?;
         insert(shared, &mut connection, stream, events, &operation).await?
     };
-    if let Some(last) = appended.events.last() {
+    let last_tx = appended.events.iter().map(|event| event.reference.tx).max();
+    if let Some(last_tx) = last_tx {
         if !appended.visible_at_commit {
-            visibility::wait_until_visible(shared, last.reference.tx).await;
+            visibility::wait_until_visible(shared, last_tx).await;
         }
     }
     Ok(appended.events)
@@ -75,7 +73,7 @@ struct Appended {
 }
 
 impl Appended {
-    /// An append that stored nothing (an empty batch or a retry).
+    /// An append that stored nothing (an empty batch).
     fn nothing() -> Self {
         Appended {
             events: Vec::new(),
@@ -111,8 +109,14 @@ async fn append_in(
     .await
     .map_err(|e| failing.map(e))?;
 
-    if is_retry(shared, connection, stream, &events, operation).await? {
-        return Ok(Appended::nothing());
+    if let Idempotency::Retry(stored) =
+        judge_keys(shared, connection, stream, &events, operation).await?
+    {
+        // Stored by earlier transactions, which readers may not see yet: wait as for a write.
+        return Ok(Appended {
+            events: stored,
+            visible_at_commit: false,
+        });
     }
     check_criteria(shared, connection, criteria, stream, operation).await?;
     if events.is_empty() {
@@ -121,25 +125,22 @@ async fn append_in(
     insert(shared, connection, stream, events, operation).await
 }
 
-/// Whether the batch was stored before: every event carries a key the stream holds. A batch
-/// that mixes stored keys with new keys or keyless events is an `IdempotencyConflict`.
-async fn is_retry(
+/// Judges the batch's idempotency keys against the events `stream` stores under them.
+async fn judge_keys(
     shared: &Shared,
     connection: &mut PgConnection,
     stream: &EventStreamId,
     events: &[EventToStore],
     operation: &str,
-) -> StorageResult<bool> {
-    let keys: Vec<&str> = events
-        .iter()
-        .filter_map(|e| e.idempotency_key.as_deref())
-        .collect();
+) -> StorageResult<Idempotency> {
+    let keys: Vec<&str> = idempotency::keys(events).collect();
     if keys.is_empty() {
-        return Ok(false);
+        return Ok(Idempotency::New);
     }
+    let failing = shared.settings.failing(operation);
     let (context, purpose) = concrete(stream);
-    let known: Vec<String> = sqlx::query_scalar(&format!(
-        "SELECT idempotency_key FROM {events} \
+    let rows = sqlx::query(&format!(
+        "SELECT {EVENT_COLUMNS} FROM {events} \
          WHERE stream_context = $1 AND stream_purpose = $2 AND idempotency_key = ANY($3)",
         events = shared.prefix.name("events")
     ))
@@ -148,23 +149,13 @@ async fn is_retry(
     .bind(&keys)
     .fetch_all(&mut *connection)
     .await
-    .map_err(|e| shared.settings.failing(operation).map(e))?;
-    if known.is_empty() {
-        return Ok(false);
-    }
-    let known: HashSet<&str> = known.iter().map(String::as_str).collect();
-    let (stored, new): (Vec<_>, Vec<_>) = events
+    .map_err(|e| failing.map(e))?;
+    let stored = rows
         .iter()
-        .map(|e| e.idempotency_key.as_deref())
-        .partition(|key| key.is_some_and(|key| known.contains(key)));
-    if new.is_empty() {
-        return Ok(true);
-    }
-    Err(EventStorageError::IdempotencyConflict {
-        stream: stream.to_string(),
-        stored: stored.into_iter().flatten().map(str::to_owned).collect(),
-        new: new.into_iter().flatten().map(str::to_owned).collect(),
-    })
+        .map(decode_event)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| failing.map(e))?;
+    idempotency::judge(stream, events, &stored)
 }
 
 /// Fails with `OptimisticLock` naming the first event of the stream that matches the

@@ -1,7 +1,7 @@
 //! Reads: only events below the oldest running transaction.
 
 use eventstore_api::{
-    validate, Direction, EventFilter, EventId, EventReference, EventStreamId, Limit, StorageResult,
+    Direction, EventFilter, EventId, EventReference, EventStreamId, Limit, StorageResult,
     StoredEvent,
 };
 use sqlx::{Postgres, QueryBuilder};
@@ -20,7 +20,6 @@ pub(crate) async fn query(
     limit: Limit,
     direction: Direction,
 ) -> StorageResult<Vec<StoredEvent>> {
-    validate::validate_stream(stream)?;
     if limit.0 == Some(0) || filter.items.is_empty() {
         return Ok(Vec::new());
     }
@@ -75,7 +74,6 @@ pub(crate) async fn head(
     shared: &Shared,
     stream: &EventStreamId,
 ) -> StorageResult<Option<EventReference>> {
-    validate::validate_stream(stream)?;
     let mut query = QueryBuilder::<Postgres>::new(format!(
         "SELECT position, tx::text AS tx_text, id FROM {events} WHERE {VISIBILITY_BARRIER}",
         events = shared.prefix.name("events")
