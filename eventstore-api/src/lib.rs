@@ -30,6 +30,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod bookmark;
 mod capability;
 mod error;
