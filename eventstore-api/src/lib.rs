@@ -32,6 +32,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod admission;
 mod bookmark;
 mod capability;

@@ -43,28 +43,28 @@ impl BookmarkChange {
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
+    fn encode(&self) -> io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(96);
         match self {
             BookmarkChange::Placed(bookmark) => {
                 put_u8(&mut out, PLACED);
-                put_str(&mut out, &bookmark.reader);
+                put_str(&mut out, &bookmark.reader)?;
                 out.extend_from_slice(bookmark.reference.id.0.as_bytes());
                 put_u64(&mut out, bookmark.reference.position);
                 put_u64(&mut out, bookmark.reference.tx);
                 put_time(&mut out, bookmark.updated_at);
                 put_u32(&mut out, bookmark.tags.len() as u32);
                 for tag in &bookmark.tags {
-                    put_str(&mut out, &tag.key);
-                    put_str(&mut out, &tag.value);
+                    put_str(&mut out, &tag.key)?;
+                    put_str(&mut out, &tag.value)?;
                 }
             }
             BookmarkChange::Removed(reader) => {
                 put_u8(&mut out, REMOVED);
-                put_str(&mut out, reader);
+                put_str(&mut out, reader)?;
             }
         }
-        out
+        Ok(out)
     }
 
     fn decode(bytes: &[u8]) -> Result<BookmarkChange, DecodeError> {
@@ -72,7 +72,7 @@ impl BookmarkChange {
         let change = match decoder.u8("the bookmark record kind")? {
             PLACED => {
                 let reader = decoder.str("the reader")?.to_owned();
-                let id = Uuid::from_slice(decoder.take(16, "the event id")?).expect("16 bytes");
+                let id = Uuid::from_bytes(decoder.array("the event id")?);
                 let position = decoder.u64("the position")?;
                 let tx = decoder.u64("the tx")?;
                 let updated_at = decoder.time("the update time")?;
@@ -135,7 +135,10 @@ impl BookmarkJournal {
     /// # Errors
     /// Writing or syncing failed.
     pub(crate) fn record(&mut self, changes: &[BookmarkChange]) -> io::Result<()> {
-        let records: Vec<Vec<u8>> = changes.iter().map(BookmarkChange::encode).collect();
+        let records = changes
+            .iter()
+            .map(BookmarkChange::encode)
+            .collect::<io::Result<Vec<_>>>()?;
         self.journal.append(&records)
     }
 
@@ -147,10 +150,10 @@ impl BookmarkJournal {
         if !self.journal.wants_rewrite(bookmarks.len()) {
             return Ok(());
         }
-        let records: Vec<Vec<u8>> = bookmarks
+        let records = bookmarks
             .values()
             .map(|bookmark| BookmarkChange::Placed(bookmark.clone()).encode())
-            .collect();
+            .collect::<io::Result<Vec<_>>>()?;
         self.journal.rewrite(&records)
     }
 }
@@ -164,7 +167,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(BOOKMARKS_FILE);
         let (mut journal, _) = Journal::open(&path, MAGIC).unwrap();
-        let removed = BookmarkChange::Removed("reader".to_owned()).encode();
+        let removed = BookmarkChange::Removed("reader".to_owned())
+            .encode()
+            .unwrap();
         journal.append(&[removed.clone(), vec![9, 9, 9]]).unwrap();
         drop(journal);
         let error = BookmarkJournal::open(dir.path()).unwrap_err();

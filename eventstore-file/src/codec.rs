@@ -1,5 +1,7 @@
 //! Little-endian primitives that records are built from.
 
+use std::io;
+
 use chrono::{DateTime, Utc};
 
 /// Appends primitives to a byte buffer.
@@ -16,12 +18,26 @@ pub(crate) fn put_u64(out: &mut Vec<u8>, value: u64) {
 }
 
 /// A string as a `u32` byte count and its UTF-8 bytes.
-pub(crate) fn put_str(out: &mut Vec<u8>, text: &str) {
-    put_u32(
-        out,
-        u32::try_from(text.len()).expect("names are validated to at most 512 bytes"),
-    );
+///
+/// # Errors
+/// `InvalidInput` when the string is 4 GiB or longer (validated names are far shorter).
+pub(crate) fn put_str(out: &mut Vec<u8>, text: &str) -> io::Result<()> {
+    put_u32(out, u32_length(text.len(), "a string")?);
     out.extend_from_slice(text.as_bytes());
+    Ok(())
+}
+
+/// `length` as the `u32` byte count the formats store.
+///
+/// # Errors
+/// `InvalidInput` when `length` is 4 GiB or more.
+pub(crate) fn u32_length(length: usize, what: &str) -> io::Result<u32> {
+    u32::try_from(length).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} of {length} bytes is too long to store"),
+        )
+    })
 }
 
 /// A timestamp as seconds (`i64`) and nanoseconds (`u32`), exact.
@@ -57,16 +73,27 @@ impl<'a> Decoder<'a> {
             .at
             .checked_add(count)
             .filter(|&end| end <= self.bytes.len())
-            .ok_or_else(|| {
-                DecodeError(format!(
-                    "the record ends after {} bytes, reading {what} needs {count} more from byte {}",
-                    self.bytes.len(),
-                    self.at
-                ))
-            })?;
+            .ok_or_else(|| self.too_short(count, what))?;
         let taken = &self.bytes[self.at..end];
         self.at = end;
         Ok(taken)
+    }
+
+    /// The next `N` bytes, as an array.
+    pub(crate) fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], DecodeError> {
+        let (&array, _) = self.bytes[self.at..]
+            .split_first_chunk::<N>()
+            .ok_or_else(|| self.too_short(N, what))?;
+        self.at += N;
+        Ok(array)
+    }
+
+    fn too_short(&self, count: usize, what: &str) -> DecodeError {
+        DecodeError(format!(
+            "the record ends after {} bytes, reading {what} needs {count} more from byte {}",
+            self.bytes.len(),
+            self.at
+        ))
     }
 
     pub(crate) fn u8(&mut self, what: &str) -> Result<u8, DecodeError> {
@@ -74,15 +101,11 @@ impl<'a> Decoder<'a> {
     }
 
     pub(crate) fn u32(&mut self, what: &str) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(
-            self.take(4, what)?.try_into().expect("4 bytes"),
-        ))
+        Ok(u32::from_le_bytes(self.array(what)?))
     }
 
     pub(crate) fn u64(&mut self, what: &str) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(
-            self.take(8, what)?.try_into().expect("8 bytes"),
-        ))
+        Ok(u64::from_le_bytes(self.array(what)?))
     }
 
     pub(crate) fn str(&mut self, what: &str) -> Result<&'a str, DecodeError> {
@@ -93,7 +116,7 @@ impl<'a> Decoder<'a> {
     }
 
     pub(crate) fn time(&mut self, what: &str) -> Result<DateTime<Utc>, DecodeError> {
-        let seconds = i64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes"));
+        let seconds = i64::from_le_bytes(self.array(what)?);
         let nanos = self.u32(what)?;
         DateTime::from_timestamp(seconds, nanos)
             .ok_or_else(|| DecodeError(format!("{what} {seconds}s {nanos}ns is out of range")))
@@ -129,7 +152,7 @@ mod tests {
         let now = Utc::now();
         put_u8(&mut out, 7);
         put_u64(&mut out, u64::MAX - 1);
-        put_str(&mut out, "héllo");
+        put_str(&mut out, "héllo").unwrap();
         put_time(&mut out, now);
         let mut decoder = Decoder::new(&out);
         assert_eq!(decoder.u8("a").unwrap(), 7);

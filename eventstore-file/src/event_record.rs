@@ -11,6 +11,8 @@
 //!         | payload JSON (the rest)
 //! ```
 
+use std::io;
+
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     EventId, EventReference, EventStorageError, EventStreamId, EventType, StoredEvent, Tag, Tags,
@@ -36,6 +38,9 @@ pub(crate) struct EncodedBatch {
 /// # Errors
 /// `InvalidInput` when the batch does not fit one frame ([`MAX_PAYLOAD`]).
 pub(crate) fn encode_batch(events: &[StoredEvent]) -> Result<EncodedBatch, EventStorageError> {
+    let invalid = |problem: String| {
+        EventStorageError::invalid("events", format!("{} events", events.len()), problem)
+    };
     let mut frame = Vec::with_capacity(64 + events.len() * 128);
     let start = begin_frame(&mut frame);
     put_u8(&mut frame, BATCH_KIND);
@@ -45,45 +50,48 @@ pub(crate) fn encode_batch(events: &[StoredEvent]) -> Result<EncodedBatch, Event
         let length_at = frame.len();
         put_u32(&mut frame, 0);
         let body_start = frame.len();
-        encode_event(event, &mut frame);
+        encode_event(event, &mut frame).map_err(|error| invalid(error.to_string()))?;
         let length = frame.len() - body_start;
         if frame.len() - HEADER_LEN > MAX_PAYLOAD {
-            return Err(EventStorageError::invalid(
-                "events",
-                format!("{} events", events.len()),
-                format!("the batch encodes to more than {MAX_PAYLOAD} bytes, the most one append stores"),
-            ));
+            return Err(invalid(format!(
+                "the batch encodes to more than {MAX_PAYLOAD} bytes, the most one append stores"
+            )));
         }
         frame[length_at..body_start].copy_from_slice(&(length as u32).to_le_bytes());
         located.push(((body_start - start) as u64, length as u32));
     }
-    finish_frame(&mut frame, start);
+    finish_frame(&mut frame, start).map_err(|error| invalid(error.to_string()))?;
     Ok(EncodedBatch {
         frame,
         events: located,
     })
 }
 
-fn encode_event(event: &StoredEvent, out: &mut Vec<u8>) {
+/// Appends one event to `out`.
+///
+/// # Errors
+/// A string too long to store (writing the payload's JSON into memory does not fail).
+fn encode_event(event: &StoredEvent, out: &mut Vec<u8>) -> io::Result<()> {
     out.extend_from_slice(event.reference.id.0.as_bytes());
     put_u64(out, event.reference.position);
     put_time(out, event.timestamp);
-    put_str(out, event.stream.context.as_deref().unwrap_or_default());
-    put_str(out, event.stream.purpose.as_deref().unwrap_or_default());
-    put_str(out, event.event_type.as_str());
+    put_str(out, event.stream.context.as_deref().unwrap_or_default())?;
+    put_str(out, event.stream.purpose.as_deref().unwrap_or_default())?;
+    put_str(out, event.event_type.as_str())?;
     put_u32(out, event.tags.len() as u32);
     for tag in &event.tags {
-        put_str(out, &tag.key);
-        put_str(out, &tag.value);
+        put_str(out, &tag.key)?;
+        put_str(out, &tag.value)?;
     }
     match &event.idempotency_key {
         Some(key) => {
             put_u8(out, 1);
-            put_str(out, key);
+            put_str(out, key)?;
         }
         None => put_u8(out, 0),
     }
-    serde_json::to_writer(&mut *out, &event.payload).expect("a JSON value always serializes");
+    serde_json::to_writer(&mut *out, &event.payload)?;
+    Ok(())
 }
 
 /// The events of a batch frame's payload: each event's offset from the payload's start and its
@@ -132,7 +140,7 @@ impl<'a> EventFields<'a> {
     /// The bytes are not an event.
     pub(crate) fn decode(bytes: &'a [u8]) -> Result<Self, DecodeError> {
         let mut decoder = Decoder::new(bytes);
-        let id = Uuid::from_slice(decoder.take(16, "the event id")?).expect("16 bytes");
+        let id = Uuid::from_bytes(decoder.array("the event id")?);
         let position = decoder.u64("the position")?;
         let timestamp = decoder.time("the timestamp")?;
         let context = decoder.str("the stream context")?;

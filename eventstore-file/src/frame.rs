@@ -12,6 +12,8 @@
 
 use std::io::{self, Read};
 
+use crate::codec::u32_length;
+
 /// Bytes of a frame header.
 pub(crate) const HEADER_LEN: usize = 12;
 
@@ -26,21 +28,27 @@ pub(crate) fn begin_frame(out: &mut Vec<u8>) -> usize {
 }
 
 /// Writes the header of the frame begun at `start`, whose payload is everything after it.
-pub(crate) fn finish_frame(out: &mut [u8], start: usize) {
+///
+/// # Errors
+/// `InvalidInput` when the payload is 4 GiB or longer.
+pub(crate) fn finish_frame(out: &mut [u8], start: usize) -> io::Result<()> {
     let (header, payload) = out[start..].split_at_mut(HEADER_LEN);
-    let length =
-        u32::try_from(payload.len()).expect("frame payloads are checked against MAX_PAYLOAD");
+    let length = u32_length(payload.len(), "a frame payload")?;
     header[0..4].copy_from_slice(&length.to_le_bytes());
     header[4..8].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
     let header_crc = crc32c::crc32c(&header[0..8]);
     header[8..12].copy_from_slice(&header_crc.to_le_bytes());
+    Ok(())
 }
 
 /// Appends one complete frame holding `payload` to `out`.
-pub(crate) fn write_frame(out: &mut Vec<u8>, payload: &[u8]) {
+///
+/// # Errors
+/// As [`finish_frame`].
+pub(crate) fn write_frame(out: &mut Vec<u8>, payload: &[u8]) -> io::Result<()> {
     let start = begin_frame(out);
     out.extend_from_slice(payload);
-    finish_frame(out, start);
+    finish_frame(out, start)
 }
 
 /// What scanning found at one offset.
@@ -104,10 +112,12 @@ impl<R: Read> FrameScanner<R> {
         if remaining == 0 {
             return Ok(Scanned::End { offset });
         }
-        let mut header = [0u8; HEADER_LEN];
+        // Little-endian u32s: the payload length, the payload crc, the header crc.
+        let mut header = [[0u8; 4]; HEADER_LEN / 4];
         let header_len = HEADER_LEN.min(remaining as usize);
-        self.reader.read_exact(&mut header[..header_len])?;
-        if header.iter().all(|&b| b == 0) {
+        self.reader
+            .read_exact(&mut header.as_flattened_mut()[..header_len])?;
+        if header.as_flattened().iter().all(|&b| b == 0) {
             if self.rest_is_zero()? {
                 return Ok(Scanned::End { offset });
             }
@@ -122,8 +132,8 @@ impl<R: Read> FrameScanner<R> {
                 reason: "an incomplete frame header",
             });
         }
-        let stored_header_crc = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&header[0..8]) != stored_header_crc {
+        let [length, payload_crc, stored_header_crc] = header.map(u32::from_le_bytes);
+        if crc32c::crc32c(&header.as_flattened()[0..8]) != stored_header_crc {
             if self.rest_is_zero()? {
                 return Ok(Scanned::Torn {
                     offset,
@@ -135,8 +145,7 @@ impl<R: Read> FrameScanner<R> {
                 problem: "the frame header fails its checksum".to_owned(),
             });
         }
-        let length = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
-        let payload_crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+        let length = length as usize;
         if length == 0 || length > MAX_PAYLOAD {
             return Ok(Scanned::Corrupt {
                 offset,
@@ -204,8 +213,8 @@ mod tests {
 
     fn two_frames() -> Vec<u8> {
         let mut bytes = Vec::new();
-        write_frame(&mut bytes, b"first");
-        write_frame(&mut bytes, b"second!");
+        write_frame(&mut bytes, b"first").unwrap();
+        write_frame(&mut bytes, b"second!").unwrap();
         bytes
     }
 

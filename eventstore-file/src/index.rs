@@ -133,6 +133,8 @@ impl EventIndex {
         for &tag in &tags {
             posting_list(&mut self.tag_positions, tag).push(position);
         }
+        // Fails only past 2^32 tags (48 GiB of index); a durable event cannot be refused here.
+        #[allow(clippy::expect_used)]
         let tags_start =
             u32::try_from(self.tag_arena.len()).expect("fewer than 2^32 tags in one log");
         self.tag_arena.extend_from_slice(&tags);

@@ -146,7 +146,7 @@ impl Journal {
         self.refuse_after_failure()?;
         let mut bytes = Vec::new();
         for record in records {
-            write_frame(&mut bytes, record);
+            write_frame(&mut bytes, record)?;
         }
         let written = self
             .file
@@ -171,6 +171,10 @@ impl Journal {
     /// which file a crash would keep, so the journal refuses further changes.
     pub(crate) fn rewrite(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
         self.refuse_after_failure()?;
+        let mut bytes = self.magic.to_vec();
+        for record in records {
+            write_frame(&mut bytes, record)?;
+        }
         let temporary = self.path.with_extension("rewrite");
         let mut file = OpenOptions::new()
             .read(true)
@@ -178,10 +182,6 @@ impl Journal {
             .create(true)
             .truncate(true)
             .open(&temporary)?;
-        let mut bytes = self.magic.to_vec();
-        for record in records {
-            write_frame(&mut bytes, record);
-        }
         file.write_all(&bytes)?;
         file.sync_all()?;
         fs::rename(&temporary, &self.path)?;

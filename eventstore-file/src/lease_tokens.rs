@@ -61,8 +61,8 @@ impl LeaseState {
             *known = ceiling.max(*known);
         }
         if journal.wants_rewrite(ceilings.len()) {
-            journal
-                .rewrite(&encode_all(&ceilings))
+            encode_all(&ceilings)
+                .and_then(|records| journal.rewrite(&records))
                 .map_err(OpenFailure::io("cannot compact", &path))?;
         }
         let mut table = LeaseTable::new();
@@ -103,14 +103,14 @@ impl LeaseState {
         if raised.is_empty() {
             return Ok(());
         }
-        let records: Vec<Vec<u8>> = raised
+        let records = raised
             .iter()
             .map(|(name, ceiling)| encode(name, *ceiling))
-            .collect();
+            .collect::<io::Result<Vec<_>>>()?;
         self.journal.append(&records)?;
         self.ceilings.extend(raised);
         if self.journal.wants_rewrite(self.ceilings.len()) {
-            self.journal.rewrite(&encode_all(&self.ceilings))?;
+            self.journal.rewrite(&encode_all(&self.ceilings)?)?;
         }
         Ok(())
     }
@@ -152,14 +152,14 @@ impl LeaseState {
     }
 }
 
-fn encode(lease_name: &str, ceiling: u64) -> Vec<u8> {
+fn encode(lease_name: &str, ceiling: u64) -> io::Result<Vec<u8>> {
     let mut out = Vec::with_capacity(lease_name.len() + 12);
-    put_str(&mut out, lease_name);
+    put_str(&mut out, lease_name)?;
     put_u64(&mut out, ceiling);
-    out
+    Ok(out)
 }
 
-fn encode_all(ceilings: &HashMap<String, u64>) -> Vec<Vec<u8>> {
+fn encode_all(ceilings: &HashMap<String, u64>) -> io::Result<Vec<Vec<u8>>> {
     ceilings
         .iter()
         .map(|(name, &ceiling)| encode(name, ceiling))

@@ -20,6 +20,8 @@ impl Names {
         if let Some(&id) = self.ids.get(name) {
             return id;
         }
+        // Memory runs out first: 2^32 names take well over 100 GiB of map entries.
+        #[allow(clippy::expect_used)]
         let id = u32::try_from(self.ids.len()).expect("fewer than 2^32 distinct names");
         self.ids.insert(name.into(), id);
         id

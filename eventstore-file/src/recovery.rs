@@ -25,41 +25,25 @@ pub(crate) fn recover_log(
 ) -> Result<(EventIndex, SegmentWriter), OpenFailure> {
     let mut segments =
         list_segments(dir).map_err(OpenFailure::io("cannot list the segments of", dir))?;
-    if segments.is_empty() {
-        create_segment(dir, 1)
-            .map_err(OpenFailure::io("cannot create the first segment in", dir))?;
-        segments = vec![(1, dir.join(crate::segments::segment_file_name(1)))];
-    }
+    // The last segment is appended to; the ones before it are sealed.
+    let (last_first, last_path) = match segments.pop() {
+        Some(last) => last,
+        None => {
+            create_segment(dir, 1)
+                .map_err(OpenFailure::io("cannot create the first segment in", dir))?;
+            (1, dir.join(crate::segments::segment_file_name(1)))
+        }
+    };
     let mut index = EventIndex::default();
-    let last = segments.len() - 1;
-    let mut tail = None;
     for (number, (named_first, path)) in segments.iter().enumerate() {
-        let is_last = number == last;
-        let expected_first = index.next_position();
-        if *named_first != expected_first {
-            return Err(Corruption::new(
-                path,
-                0,
-                format!(
-                    "the segment's name says it starts at position {named_first}, but the \
-                     segments before it end at position {}",
-                    expected_first - 1
-                ),
-            )
-            .into());
-        }
-        let extent = scan_segment(path, is_last, expected_first, number as u32, &mut index)?;
-        let reader = File::open(path).map_err(OpenFailure::io("cannot open", path))?;
-        index.add_segment(Arc::new(reader));
-        if is_last {
-            tail = Some((path.clone(), number as u32, extent));
-        }
+        index_segment(path, *named_first, false, number as u32, &mut index)?;
     }
-    let (path, number, extent) = tail.expect("there is at least one segment");
+    let number = segments.len() as u32;
+    let extent = index_segment(&last_path, last_first, true, number, &mut index)?;
     let file = OpenOptions::new()
         .write(true)
-        .open(&path)
-        .map_err(OpenFailure::io("cannot open for appending", &path))?;
+        .open(&last_path)
+        .map_err(OpenFailure::io("cannot open for appending", &last_path))?;
     let writer = SegmentWriter::new(
         dir,
         max_segment_bytes,
@@ -69,6 +53,33 @@ pub(crate) fn recover_log(
         extent.file_length,
     );
     Ok((index, writer))
+}
+
+/// Indexes segment `number`, named as starting at `named_first`, and makes it readable.
+fn index_segment(
+    path: &Path,
+    named_first: u64,
+    is_last: bool,
+    number: u32,
+    index: &mut EventIndex,
+) -> Result<Extent, OpenFailure> {
+    let expected_first = index.next_position();
+    if named_first != expected_first {
+        return Err(Corruption::new(
+            path,
+            0,
+            format!(
+                "the segment's name says it starts at position {named_first}, but the \
+                 segments before it end at position {}",
+                expected_first - 1
+            ),
+        )
+        .into());
+    }
+    let extent = scan_segment(path, is_last, expected_first, number, index)?;
+    let reader = File::open(path).map_err(OpenFailure::io("cannot open", path))?;
+    index.add_segment(Arc::new(reader));
+    Ok(extent)
 }
 
 /// Where a scanned segment's frames end, and how long the file is (zero-filled after them).
@@ -124,7 +135,7 @@ fn scan_segment(
     reader
         .read_exact(&mut header)
         .map_err(OpenFailure::io("cannot read", path))?;
-    let first = decode_header(&header).map_err(|problem| Corruption::new(path, 0, problem))?;
+    let first = decode_header(&header).map_err(|problem| Corruption::new(path, 0, problem.0))?;
     if first != expected_first {
         return Err(Corruption::new(
             path,

@@ -14,6 +14,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::codec::{DecodeError, Decoder};
 use crate::directory::sync_dir;
 use crate::positioned_io::write_all_at;
 
@@ -71,22 +72,27 @@ pub(crate) fn encode_header(first_position: u64) -> [u8; SEGMENT_HEADER_LEN as u
 /// The first position a segment header records.
 ///
 /// # Errors
-/// A description of what is wrong with the header.
-pub(crate) fn decode_header(header: &[u8; SEGMENT_HEADER_LEN as usize]) -> Result<u64, String> {
-    if &header[0..8] != MAGIC {
-        return Err(format!(
+/// What is wrong with the header.
+pub(crate) fn decode_header(
+    header: &[u8; SEGMENT_HEADER_LEN as usize],
+) -> Result<u64, DecodeError> {
+    let mut fields = Decoder::new(header);
+    let magic: [u8; 8] = fields.array("the segment magic")?;
+    let first_position = fields.u64("the first position")?;
+    let crc = fields.u32("the segment header checksum")?;
+    if &magic != MAGIC {
+        return Err(DecodeError(format!(
             "the segment header starts with {:?}, not {:?}",
-            String::from_utf8_lossy(&header[0..8]),
+            String::from_utf8_lossy(&magic),
             String::from_utf8_lossy(MAGIC)
+        )));
+    }
+    if crc32c::crc32c(&header[0..16]) != crc {
+        return Err(DecodeError(
+            "the segment header fails its checksum".to_owned(),
         ));
     }
-    let crc = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
-    if crc32c::crc32c(&header[0..16]) != crc {
-        return Err("the segment header fails its checksum".to_owned());
-    }
-    Ok(u64::from_le_bytes(
-        header[8..16].try_into().expect("8 bytes"),
-    ))
+    Ok(first_position)
 }
 
 /// Creates a segment for `first_position` in `dir` with its header synced, and syncs `dir`.

@@ -163,6 +163,8 @@ impl Writer {
             };
             for command in group {
                 if let Some(fence) = command.fence() {
+                    // Taken above whenever a command of the group carries a fence.
+                    #[allow(clippy::expect_used)]
                     let table = lease_guard
                         .as_ref()
                         .expect("locked for fenced groups")

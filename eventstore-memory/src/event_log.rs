@@ -38,7 +38,7 @@ impl EventLog {
         let mut stored = Vec::with_capacity(events.len());
         for event in events {
             let index = self.events.len();
-            let position = u64::try_from(index).expect("fewer than 2^64 events") + 1;
+            let position = to_u64(index) + 1;
             let event = Arc::new(StoredEvent {
                 stream: stream.clone(),
                 event_type: event.event_type,
@@ -169,4 +169,10 @@ impl EventLog {
             .find(|event| stream.covers(&event.stream))
             .map(|event| event.reference)
     }
+}
+
+/// `index` as a `u64`, lossless: the assertion keeps `usize` at most 64 bits wide.
+fn to_u64(index: usize) -> u64 {
+    const _: () = assert!(usize::BITS <= u64::BITS);
+    index as u64
 }

@@ -46,12 +46,6 @@ impl Contender {
 }
 
 impl LeaseEntry {
-    fn live_record(&self, now: DateTime<Utc>) -> Option<&Lease> {
-        self.record
-            .as_ref()
-            .filter(|lease| !lease.is_expired_at(now))
-    }
-
     fn next_token(&self) -> FencingToken {
         let last = self
             .record
@@ -90,45 +84,44 @@ impl LeaseTable {
             },
         );
 
-        let holder = entry.live_record(now).map(|lease| lease.owner.clone());
-        match holder {
-            Some(holder) if holder != request.owner => {
-                let lease = entry.record.as_ref().expect("a live holder has a record");
-                return LeaseResponse {
-                    status: LeaseStatus::Standby,
-                    fencing_token: lease.fencing_token,
-                    current_owner: lease.owner.clone(),
-                };
-            }
-            Some(_) => {
-                let lease = entry.record.as_mut().expect("a live holder has a record");
+        let next_token = entry.next_token();
+        let lease = match &mut entry.record {
+            Some(lease) if !lease.is_expired_at(now) => {
+                if lease.owner != request.owner {
+                    return LeaseResponse {
+                        status: LeaseStatus::Standby,
+                        fencing_token: lease.fencing_token,
+                        current_owner: lease.owner.clone(),
+                    };
+                }
                 lease.heartbeat_at = now;
                 lease.ttl = request.ttl;
                 lease.priority = request.priority;
+                lease
             }
-            None => {
-                entry.record = Some(Lease {
-                    lease_name: request.lease_name.clone(),
-                    owner: request.owner.clone(),
-                    priority: request.priority,
-                    fencing_token: entry.next_token(),
-                    acquired_at: now,
-                    heartbeat_at: now,
-                    ttl: request.ttl,
-                });
-            }
-        }
+            // Never granted, or expired: the caller acquires it.
+            record => record.insert(Lease {
+                lease_name: request.lease_name.clone(),
+                owner: request.owner.clone(),
+                priority: request.priority,
+                fencing_token: next_token,
+                acquired_at: now,
+                heartbeat_at: now,
+                ttl: request.ttl,
+            }),
+        };
+        let fencing_token = lease.fencing_token;
+        let current_owner = lease.owner.clone();
 
         let status = if entry.wants_step_down(&request.owner, request.priority, now) {
             LeaseStatus::LeaderStepDownRequested
         } else {
             LeaseStatus::Leader
         };
-        let lease = entry.record.as_ref().expect("the caller holds the lease");
         LeaseResponse {
             status,
-            fencing_token: lease.fencing_token,
-            current_owner: lease.owner.clone(),
+            fencing_token,
+            current_owner,
         }
     }
 
