@@ -1,8 +1,6 @@
 //! Bookmarks: a reader's position, held as a foreign key to the event it names.
 
-use eventstore_api::{
-    Bookmark, EventReference, EventStorageError, Fence, StorageResult, Tags,
-};
+use eventstore_api::{Bookmark, EventReference, EventStorageError, Fence, StorageResult, Tags};
 use sqlx::PgConnection;
 use sqlx::Row;
 

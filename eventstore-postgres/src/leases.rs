@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::{
-    EventStorageError, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus,
-    StorageResult,
+    EventStorageError, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus, StorageResult,
 };
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;

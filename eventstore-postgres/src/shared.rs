@@ -40,7 +40,6 @@ impl Shared {
         self.owns_pool
     }
 
-
     /// Marks the storage closed. The first close closes the pool if it is the storage's own;
     /// a caller's pool stays open for the caller.
     pub(crate) async fn close(&self) {

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use eventstore_api::admission::Operation;
 use chrono::{DateTime, Utc};
+use eventstore_api::admission::Operation;
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
@@ -97,7 +97,8 @@ impl EventStorage for PostgresEventStorage {
             criteria,
             stream,
             events,
-        ).await
+        )
+        .await
     }
 
     async fn query(
@@ -108,7 +109,15 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        events::query(self.admit(Operation::Query { stream })?, filter, stream, after, limit, direction).await
+        events::query(
+            self.admit(Operation::Query { stream })?,
+            filter,
+            stream,
+            after,
+            limit,
+            direction,
+        )
+        .await
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
@@ -134,7 +143,8 @@ impl EventStorage for PostgresEventStorage {
             reader,
             reference,
             tags,
-        ).await
+        )
+        .await
     }
 
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
@@ -175,7 +185,8 @@ impl EventStorage for PostgresEventStorage {
             self.admit(Operation::ReleaseLease { lease_name, owner })?,
             lease_name,
             owner,
-        ).await
+        )
+        .await
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
@@ -203,7 +214,8 @@ impl EventStorage for PostgresEventStorage {
             criteria,
             stream,
             events,
-        ).await
+        )
+        .await
     }
 
     async fn bookmark_fenced(
@@ -223,7 +235,8 @@ impl EventStorage for PostgresEventStorage {
             reader,
             reference,
             tags,
-        ).await
+        )
+        .await
     }
 
     async fn close(&self) -> StorageResult<()> {

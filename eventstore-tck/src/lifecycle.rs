@@ -348,30 +348,3 @@ pub async fn calls_racing_close_complete_or_report_closed<F: StorageFactory>(fac
     }
     assert_every_call_is_closed(&*other, &Arguments::valid()).await;
 }
-
-/// The scenarios of this module, one `#[tokio::test]` each (used by [`crate::tck_tests`]).
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __tck_lifecycle_tests {
-    ($factory:expr) => {
-        $crate::__tck_test!($factory, lifecycle, name_is_not_blank_and_survives_close);
-        $crate::__tck_test!($factory, lifecycle, close_is_idempotent);
-        $crate::__tck_test!(
-            $factory,
-            lifecycle,
-            every_call_but_name_is_closed_after_close
-        );
-        $crate::__tck_test!(
-            $factory,
-            lifecycle,
-            closed_storage_answers_closed_before_judging_input
-        );
-        $crate::__tck_test!($factory, lifecycle, closing_one_handle_closes_every_handle);
-        $crate::__tck_test!($factory, lifecycle, writes_are_kept_across_handles);
-        $crate::__tck_test!(
-            $factory,
-            lifecycle,
-            calls_racing_close_complete_or_report_closed
-        );
-    };
-}

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use eventstore_api::idempotency::{self, Idempotency};
 use eventstore_api::{
-    AppendCriteria, EventId, EventStorageError, EventStreamId, EventToStore, Fence,
-    StorageResult, StoredEvent,
+    AppendCriteria, EventId, EventStorageError, EventStreamId, EventToStore, Fence, StorageResult,
+    StoredEvent,
 };
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
