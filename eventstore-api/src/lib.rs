@@ -32,6 +32,8 @@
 //! # Ok(()) }
 //! ```
 
+// Library code proves its failures impossible instead of unwrapping; tests may unwrap.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admission;

@@ -1,8 +1,6 @@
 //! The leader elector on the in-memory backend: starting checks, who leads, hand-overs,
 //! step-downs, and self-demotion by the deadline while the storage hangs.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

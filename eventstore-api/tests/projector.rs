@@ -1,8 +1,6 @@
 //! Projectors on the in-memory backend: batches and bookmarks, resuming, bookmark reading,
 //! cancelled batches, stopping between batches, stale fences and refused settings.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,8 +1,6 @@
 //! The typed facade on the in-memory backend: stored names and tags, decoding, and decisions
 //! appended only while their facts are unchanged.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 
 use eventstore_api::store::{EventStore, EventStoreError, NamedEvent, TypedStream};

@@ -16,8 +16,6 @@
 //! connection pool as separate processes would have (tables prefixed `leader_demo_`,
 //! recreated at start).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::sync::{Arc, Mutex, OnceLock};

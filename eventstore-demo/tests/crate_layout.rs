@@ -1,8 +1,6 @@
 //! The crate layout the design fixes: every crate at the repository's top level, and no backend
 //! built on another backend. Backends share code only through `eventstore-api`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 
 const BACKENDS: [&str; 3] = [

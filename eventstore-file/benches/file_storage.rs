@@ -9,8 +9,6 @@
 //! zero-filled one), read throughput, and open time. `EVENTSTORE_BENCH_OPEN_EVENTS` sets the
 //! size of the log whose open is timed (default 1 000 000).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;

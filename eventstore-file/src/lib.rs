@@ -52,6 +52,8 @@
 //!   and recovery has read the disk. An append answered with such an error may or may not be
 //!   stored.
 
+// Library code proves its failures impossible instead of unwrapping; tests may unwrap.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod bookmark_journal;

@@ -1,8 +1,6 @@
 //! Races the file backend must survive: a close while appends are in flight, and fenced
 //! appends while the lease they are fenced by changes hands.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

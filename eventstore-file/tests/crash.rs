@@ -4,8 +4,6 @@
 //! The test binary runs itself as the child: the ignored test below is the child's body, and
 //! only runs when the parent names it and passes the store's directory in the environment.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -1,8 +1,6 @@
 //! What only a durable backend must prove: reopening, recovery from torn and damaged logs,
 //! the directory lock, and appends from many tasks at once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,7 +1,5 @@
 //! The conformance kit, run against the file backend: each storage in a fresh directory.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Mutex;
 
 use async_trait::async_trait;

@@ -6,8 +6,6 @@
 //! Every configuration is measured in each of several interleaved rounds, so that noise from
 //! other work on the machine falls on all of them alike; the median round is reported.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::time::{Duration, Instant};
 
 use eventstore_api::{EventStorage, LeaseRequest, LeaseStatus};

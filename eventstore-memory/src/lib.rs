@@ -7,6 +7,8 @@
 //! Its leases follow the rules of [`eventstore_api::in_process`], which any other in-process
 //! backend can use as well.
 
+// Library code proves its failures impossible instead of unwrapping; tests may unwrap.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod event_log;

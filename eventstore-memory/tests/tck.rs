@@ -1,8 +1,6 @@
 //! The whole conformance kit against the memory backend, directly and through
 //! `Arc<dyn EventStorage>` (which proves the forwarding impl passes every method on).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 
 use async_trait::async_trait;

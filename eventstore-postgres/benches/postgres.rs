@@ -8,8 +8,6 @@
 //! pool: a one-row `UPDATE … RETURNING` in autocommit, the least a durable write that answers
 //! can cost. The run leaves its tables behind under a fresh `bench…_` prefix.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

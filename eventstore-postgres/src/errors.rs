@@ -53,10 +53,16 @@ impl Failing<'_> {
     }
 
     fn backend(&self, error: sqlx::Error) -> EventStorageError {
-        EventStorageError::backend(
-            format!("PostgreSQL failed to {}: {error}", self.operation),
-            error,
-        )
+        let message = format!("PostgreSQL failed to {}", self.operation);
+        match error {
+            // The driver's wrapper repeats the server's message in its own; the server's error
+            // alone is the source, so that the chain shows that text once.
+            sqlx::Error::Database(server) => {
+                let server: Box<dyn std::error::Error + Send + Sync> = server;
+                EventStorageError::backend(message, server)
+            }
+            other => EventStorageError::backend(message, other),
+        }
     }
 }
 

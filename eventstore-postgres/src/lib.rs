@@ -28,6 +28,10 @@
 //! DDL that [`DatabaseInitMode::Ensure`] runs; `docs/POSTGRES.md` explains how to apply it
 //! by hand and which privileges each table needs.
 
+// Library code proves its failures impossible instead of unwrapping; tests may unwrap.
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod bookmarks;
 mod builder;
 mod errors;

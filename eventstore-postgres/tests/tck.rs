@@ -1,8 +1,6 @@
 //! The whole conformance kit against a real PostgreSQL server, each scenario on a prefix of
 //! its own so that they run in parallel and again without cleanup.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod common;
 
 use async_trait::async_trait;

@@ -5,8 +5,6 @@
 //! A test binary of its own: the open transaction it holds holds back readers in the whole
 //! cluster, which would disturb tests running beside it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod common;
 
 use std::time::Duration;

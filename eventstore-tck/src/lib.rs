@@ -113,9 +113,6 @@
 //! answering at the flip of a switch. Use them in your own tests of code that runs on a
 //! storage; [`support`] has the polling and assertions the scenarios are written with.
 
-// A test kit: a failed check panics, as in a test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod factory;
 pub mod support;
 

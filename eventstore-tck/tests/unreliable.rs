@@ -3,8 +3,6 @@
 //! `supports` and `close` waits, counted, until it is dropped; while failing, those calls fail
 //! at once and change nothing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

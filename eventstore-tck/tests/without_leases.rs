@@ -2,8 +2,6 @@
 //! bookmarks behave as the kit demands, and every lease scenario passes by proving that
 //! each lease method refuses with `Unsupported`. This is how capability gating is proven.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use async_trait::async_trait;
 use eventstore_api::{Capability, EventStorage};
 use eventstore_memory::MemoryEventStorage;

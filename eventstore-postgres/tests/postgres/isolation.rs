@@ -136,7 +136,7 @@ async fn a_lease_request_on_a_repeatable_read_pool_is_refused_clearly_and_writes
     ] {
         match refused {
             Err(error @ EventStorageError::Backend { .. }) => {
-                let message = error.to_string();
+                let message = error.report();
                 assert!(
                     message.contains("READ COMMITTED") && message.contains("repeatable read"),
                     "{message}"

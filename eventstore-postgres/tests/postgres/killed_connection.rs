@@ -13,6 +13,8 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
+use eventstore_tck::support::assert_chain_repeats_no_text;
+
 use crate::common;
 
 /// A storage on the caller's pool, whose connections carry a unique application name.
@@ -74,6 +76,7 @@ fn assert_backend_error<T: std::fmt::Debug>(result: Result<T, EventStorageError>
                 message.contains(doing),
                 "{message:?} should say it was trying to {doing}"
             );
+            assert_chain_repeats_no_text(&error, doing);
         }
         other => panic!("expected a Backend error, got {other:?}"),
     }

@@ -2,8 +2,6 @@
 //! separate pools, killed connections, the visibility barrier, and fencing tokens that
 //! survive a server restart.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 #[path = "../common/mod.rs"]
 mod common;
 
