@@ -15,4 +15,8 @@ pub enum Capability {
     /// Appends and bookmarks guarded by a [`crate::Fence`]: `append_fenced` and
     /// `bookmark_fenced`, checked atomically with the write. Implies [`Capability::Lease`].
     FencedWrites,
+    /// Lease changes pushed to subscribers: `subscribe_lease_changes`. Notifications only
+    /// wake requesters early; every decision is still `request_lease`'s. Implies
+    /// [`Capability::Lease`].
+    LeaseChanges,
 }

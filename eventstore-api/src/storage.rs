@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest, LeaseResponse,
-    Limit, StoredEvent, Tags,
+    EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges, LeaseRequest,
+    LeaseResponse, LeaseScope, Limit, StoredEvent, Tags,
 };
 
 /// Shorthand for the result every storage operation returns.
@@ -190,6 +190,25 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         Err(EventStorageError::unsupported("storage_time", self.name()))
     }
 
+    /// Subscribes to changes of the leases in `scope` ([`Capability::LeaseChanges`]).
+    ///
+    /// Notifications are hints that wake a requester early: releases, acquisitions (and
+    /// whether they took over an expired tenure), step-down requests, contenders joining and
+    /// leaving. A missed or late notification costs latency only, never safety: every
+    /// decision is still made by [`EventStorage::request_lease`] on the storage's clock, and a
+    /// subscriber keeps requesting on its own timer. A plain renewal notifies nobody. The
+    /// subscription ends when the storage closes.
+    ///
+    /// # Errors
+    /// `Unsupported`, `Closed`, `Backend`.
+    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
+        let _ = scope;
+        Err(EventStorageError::unsupported(
+            "subscribe_lease_changes",
+            self.name(),
+        ))
+    }
+
     /// [`EventStorage::append`], only while `fence` holds ([`Capability::FencedWrites`]).
     ///
     /// The fence is checked atomically with the write: the lease must be live on the
@@ -306,6 +325,12 @@ macro_rules! forward_event_storage {
             }
             async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
                 (**self).storage_time().await
+            }
+            async fn subscribe_lease_changes(
+                &self,
+                scope: LeaseScope,
+            ) -> StorageResult<LeaseChanges> {
+                (**self).subscribe_lease_changes(scope).await
             }
             async fn append_fenced(
                 &self,

@@ -13,8 +13,8 @@ use chrono::{DateTime, Utc};
 use eventstore_api::admission::{Admission, Operation};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
-    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
+    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 use tokio::sync::oneshot;
 
@@ -252,7 +252,10 @@ impl EventStorage for FileEventStorage {
     }
 
     fn supports(&self, capability: Capability) -> bool {
-        matches!(capability, Capability::Lease | Capability::FencedWrites)
+        matches!(
+            capability,
+            Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
+        )
     }
 
     async fn append(
@@ -384,6 +387,11 @@ impl EventStorage for FileEventStorage {
         Ok(self.inner.state.clock.now())
     }
 
+    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
+        let changes = self.leases().await?.table().changes();
+        Ok(changes.subscribe(&scope))
+    }
+
     async fn append_fenced(
         &self,
         fence: &Fence,
@@ -431,7 +439,9 @@ impl EventStorage for FileEventStorage {
     async fn close(&self) -> StorageResult<()> {
         // Under the lease lock, so that no lease operation runs on after the close.
         let leases = self.inner.state.leases.lock().await;
-        self.inner.admission.close();
+        if self.inner.admission.close() {
+            leases.table().changes().close();
+        }
         drop(leases);
         let mut writer = self.inner.writer.lock().await;
         drop(

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use eventstore_api::admission::{Admission, Operation};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
-    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
+    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 
 use crate::event_log::EventLog;
@@ -118,7 +118,10 @@ impl EventStorage for MemoryEventStorage {
     }
 
     fn supports(&self, capability: Capability) -> bool {
-        matches!(capability, Capability::Lease | Capability::FencedWrites)
+        matches!(
+            capability,
+            Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
+        )
     }
 
     async fn append(
@@ -226,6 +229,12 @@ impl EventStorage for MemoryEventStorage {
         Ok(self.admit(Operation::Read)?.clock.now())
     }
 
+    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
+        let shared = self.admit(Operation::Read)?;
+        let changes = lock(&shared.leases).changes();
+        Ok(changes.subscribe(&scope))
+    }
+
     async fn append_fenced(
         &self,
         fence: &Fence,
@@ -263,7 +272,9 @@ impl EventStorage for MemoryEventStorage {
     }
 
     async fn close(&self) -> StorageResult<()> {
-        self.shared.admission.close();
+        if self.shared.admission.close() {
+            lock(&self.shared.leases).changes().close();
+        }
         Ok(())
     }
 }

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
-    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
+    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 
 /// A storage with the capabilities of the one it wraps hidden: events, bookmarks and `close`
@@ -325,6 +325,11 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.gate().await?;
         self.inner.get_leases().await
+    }
+
+    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
+        self.gate().await?;
+        self.inner.subscribe_lease_changes(scope).await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {

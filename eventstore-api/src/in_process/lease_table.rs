@@ -1,10 +1,13 @@
 //! The lease rules of the contract, for backends that keep leases in process memory.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::lease_changes::LeaseChangeHub;
 use crate::{
-    EventStorageError, Fence, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus,
+    EventStorageError, Fence, FencingToken, Lease, LeaseChange, LeaseChangeKind, LeaseRequest,
+    LeaseResponse, LeaseStatus,
 };
 use chrono::{DateTime, Utc};
 
@@ -18,15 +21,21 @@ const RELEASE_BACKDATE: Duration = Duration::from_millis(1);
 /// storage clock, so the rules are deterministic and testable. Each operation on one lease costs
 /// O(contenders of that lease); nothing scans the other leases. Requests must be validated
 /// first (`eventstore_api::validate`).
+///
+/// Every change is published on the table's [`LeaseChangeHub`] (see [`LeaseTable::changes`]),
+/// in the order the table made them; a renewal publishes nothing.
 #[derive(Debug, Default)]
 pub struct LeaseTable {
     leases: HashMap<String, LeaseEntry>,
+    changes: Arc<LeaseChangeHub>,
 }
 
 #[derive(Debug, Default)]
 struct LeaseEntry {
     /// The holder, or the last holder; `None` until first granted.
     record: Option<Lease>,
+    /// Whether the last holder released the record (rather than letting it expire).
+    released: bool,
     /// Tokens up to this one were handed out before (e.g. by an earlier process).
     floor: FencingToken,
     contenders: HashMap<String, Contender>,
@@ -59,6 +68,15 @@ impl LeaseEntry {
             contender != owner && registration.priority > priority && registration.is_live_at(now)
         })
     }
+
+    /// The live contender that should lead next: the highest priority, then the smallest id.
+    fn successor(&self, now: DateTime<Utc>) -> Option<String> {
+        self.contenders
+            .iter()
+            .filter(|(_, registration)| registration.is_live_at(now))
+            .min_by(|(a, a_reg), (b, b_reg)| b_reg.priority.cmp(&a_reg.priority).then(a.cmp(b)))
+            .map(|(owner, _)| owner.clone())
+    }
 }
 
 impl LeaseTable {
@@ -67,62 +85,108 @@ impl LeaseTable {
         LeaseTable::default()
     }
 
+    /// Where the table publishes its changes; subscribe there without locking the table.
+    pub fn changes(&self) -> Arc<LeaseChangeHub> {
+        Arc::clone(&self.changes)
+    }
+
     /// Applies one `request_lease` at `now`: registers the caller as contender, then acquires,
     /// renews, or answers standby.
     pub fn request(&mut self, request: &LeaseRequest, now: DateTime<Utc>) -> LeaseResponse {
+        let followed = self.changes.is_followed(&request.lease_name);
+        let mut changes = Vec::new();
         let entry = self.leases.entry(request.lease_name.clone()).or_default();
         // Contenders whose own ttl lapsed are gone; dropping them here keeps the map bounded.
-        entry
-            .contenders
-            .retain(|_, contender| contender.is_live_at(now));
-        entry.contenders.insert(
-            request.owner.clone(),
-            Contender {
-                priority: request.priority,
-                ttl: request.ttl,
-                heartbeat_at: now,
-            },
-        );
-
-        let next_token = entry.next_token();
-        let lease = match &mut entry.record {
-            Some(lease) if !lease.is_expired_at(now) => {
-                if lease.owner != request.owner {
-                    return LeaseResponse {
-                        status: LeaseStatus::Standby,
-                        fencing_token: lease.fencing_token,
-                        current_owner: lease.owner.clone(),
-                    };
-                }
-                lease.heartbeat_at = now;
-                lease.ttl = request.ttl;
-                lease.priority = request.priority;
-                lease
+        entry.contenders.retain(|owner, contender| {
+            let live = contender.is_live_at(now);
+            if !live && followed {
+                changes.push(LeaseChangeKind::ContenderLeft {
+                    owner: owner.clone(),
+                });
             }
-            // Never granted, or expired: the caller acquires it.
-            record => record.insert(Lease {
-                lease_name: request.lease_name.clone(),
+            live
+        });
+        let previous_priority = entry
+            .contenders
+            .insert(
+                request.owner.clone(),
+                Contender {
+                    priority: request.priority,
+                    ttl: request.ttl,
+                    heartbeat_at: now,
+                },
+            )
+            .map(|contender| contender.priority);
+        let newly_ranked = previous_priority != Some(request.priority);
+        if followed && newly_ranked {
+            changes.push(LeaseChangeKind::ContenderJoined {
                 owner: request.owner.clone(),
                 priority: request.priority,
-                fencing_token: next_token,
-                acquired_at: now,
-                heartbeat_at: now,
-                ttl: request.ttl,
-            }),
-        };
-        let fencing_token = lease.fencing_token;
-        let current_owner = lease.owner.clone();
-
-        let status = if entry.wants_step_down(&request.owner, request.priority, now) {
-            LeaseStatus::LeaderStepDownRequested
-        } else {
-            LeaseStatus::Leader
-        };
-        LeaseResponse {
-            status,
-            fencing_token,
-            current_owner,
+            });
         }
+
+        let next_token = entry.next_token();
+        let response = match &mut entry.record {
+            Some(lease) if !lease.is_expired_at(now) && lease.owner != request.owner => {
+                if followed && newly_ranked && request.priority > lease.priority {
+                    changes.push(LeaseChangeKind::StepDownRequested {
+                        holder: lease.owner.clone(),
+                        token: lease.fencing_token,
+                        contender: request.owner.clone(),
+                    });
+                }
+                LeaseResponse {
+                    status: LeaseStatus::Standby,
+                    fencing_token: lease.fencing_token,
+                    current_owner: lease.owner.clone(),
+                }
+            }
+            record => {
+                let lease = match record {
+                    Some(lease) if !lease.is_expired_at(now) => {
+                        lease.heartbeat_at = now;
+                        lease.ttl = request.ttl;
+                        lease.priority = request.priority;
+                        lease
+                    }
+                    // Never granted, released or expired: the caller acquires it.
+                    record => {
+                        let after_expiry = record.is_some() && !entry.released;
+                        entry.released = false;
+                        if followed {
+                            changes.push(LeaseChangeKind::Acquired {
+                                owner: request.owner.clone(),
+                                token: next_token,
+                                after_expiry,
+                            });
+                        }
+                        record.insert(Lease {
+                            lease_name: request.lease_name.clone(),
+                            owner: request.owner.clone(),
+                            priority: request.priority,
+                            fencing_token: next_token,
+                            acquired_at: now,
+                            heartbeat_at: now,
+                            ttl: request.ttl,
+                        })
+                    }
+                };
+                let fencing_token = lease.fencing_token;
+                let current_owner = lease.owner.clone();
+                let status = if entry.wants_step_down(&request.owner, request.priority, now) {
+                    LeaseStatus::LeaderStepDownRequested
+                } else {
+                    LeaseStatus::Leader
+                };
+                LeaseResponse {
+                    status,
+                    fencing_token,
+                    current_owner,
+                }
+            }
+        };
+        self.publish(&request.lease_name, changes);
+        response
     }
 
     /// Applies `release_lease` at `now`: withdraws `owner` as contender and, if it holds the
@@ -132,7 +196,9 @@ impl LeaseTable {
         let Some(entry) = self.leases.get_mut(lease_name) else {
             return;
         };
-        entry.contenders.remove(owner);
+        let followed = self.changes.is_followed(lease_name);
+        let mut changes = Vec::new();
+        let was_contender = entry.contenders.remove(owner).is_some();
         // An expired lease is held by nobody, so releasing it changes nothing.
         let held = entry
             .record
@@ -140,6 +206,29 @@ impl LeaseTable {
             .filter(|lease| lease.owner == owner && !lease.is_expired_at(now));
         if let Some(lease) = held {
             lease.heartbeat_at = now - to_chrono(lease.ttl) - to_chrono(RELEASE_BACKDATE);
+            entry.released = true;
+            if followed {
+                changes.push(LeaseChangeKind::Released {
+                    owner: owner.to_owned(),
+                    token: lease.fencing_token,
+                    successor: entry.successor(now),
+                });
+            }
+        }
+        if followed && was_contender {
+            changes.push(LeaseChangeKind::ContenderLeft {
+                owner: owner.to_owned(),
+            });
+        }
+        self.publish(lease_name, changes);
+    }
+
+    fn publish(&self, lease_name: &str, changes: Vec<LeaseChangeKind>) {
+        for kind in changes {
+            self.changes.publish(LeaseChange {
+                lease_name: lease_name.to_owned(),
+                kind,
+            });
         }
     }
 
@@ -256,5 +345,113 @@ mod tests {
             LeaseStatus::Leader
         );
         assert_eq!(table.leases["l"].contenders.len(), 1);
+    }
+
+    /// Every notice waiting on `changes`, as kinds.
+    fn drain(changes: &mut crate::LeaseChanges) -> Vec<LeaseChangeKind> {
+        let mut kinds = Vec::new();
+        while let Some(notice) = changes.try_next() {
+            match notice {
+                crate::LeaseNotice::Changed(change) => kinds.push(change.kind),
+                crate::LeaseNotice::Missed => panic!("no notice may be missed here"),
+            }
+        }
+        kinds
+    }
+
+    #[test]
+    fn every_change_is_published_and_a_renewal_publishes_nothing() {
+        let mut table = LeaseTable::new();
+        let mut changes = table.changes().subscribe(&crate::LeaseScope::lease("l"));
+        ask(&mut table, "a", 0, at(0));
+        assert_eq!(
+            drain(&mut changes),
+            [
+                LeaseChangeKind::ContenderJoined {
+                    owner: "a".into(),
+                    priority: 0
+                },
+                LeaseChangeKind::Acquired {
+                    owner: "a".into(),
+                    token: FencingToken(1),
+                    after_expiry: false
+                },
+            ]
+        );
+        ask(&mut table, "a", 0, at(1));
+        assert_eq!(drain(&mut changes), [], "a renewal publishes nothing");
+
+        ask(&mut table, "b", 5, at(2));
+        ask(&mut table, "c", 1, at(2));
+        assert_eq!(
+            drain(&mut changes),
+            [
+                LeaseChangeKind::ContenderJoined {
+                    owner: "b".into(),
+                    priority: 5
+                },
+                LeaseChangeKind::StepDownRequested {
+                    holder: "a".into(),
+                    token: FencingToken(1),
+                    contender: "b".into()
+                },
+                LeaseChangeKind::ContenderJoined {
+                    owner: "c".into(),
+                    priority: 1
+                },
+                LeaseChangeKind::StepDownRequested {
+                    holder: "a".into(),
+                    token: FencingToken(1),
+                    contender: "c".into()
+                },
+            ]
+        );
+        ask(&mut table, "b", 5, at(3));
+        assert_eq!(
+            drain(&mut changes),
+            [],
+            "a standby's refresh publishes nothing"
+        );
+
+        table.release("l", "a", at(4));
+        assert_eq!(
+            drain(&mut changes),
+            [
+                LeaseChangeKind::Released {
+                    owner: "a".into(),
+                    token: FencingToken(1),
+                    successor: Some("b".into())
+                },
+                LeaseChangeKind::ContenderLeft { owner: "a".into() },
+            ]
+        );
+        ask(&mut table, "b", 5, at(5));
+        assert!(drain(&mut changes).contains(&LeaseChangeKind::Acquired {
+            owner: "b".into(),
+            token: FencingToken(2),
+            after_expiry: false
+        }));
+    }
+
+    #[test]
+    fn a_takeover_of_an_expired_tenure_says_so() {
+        let mut table = LeaseTable::new();
+        let mut changes = table.changes().subscribe(&crate::LeaseScope::All);
+        ask(&mut table, "a", 0, at(0));
+        drain(&mut changes);
+        ask(&mut table, "b", 0, at(10_001));
+        let kinds = drain(&mut changes);
+        assert!(
+            kinds.contains(&LeaseChangeKind::ContenderLeft { owner: "a".into() }),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds.contains(&LeaseChangeKind::Acquired {
+                owner: "b".into(),
+                token: FencingToken(2),
+                after_expiry: true
+            }),
+            "{kinds:?}"
+        );
     }
 }
