@@ -69,6 +69,6 @@ pub mod guide;
 pub mod projector;
 pub mod store;
 
-pub use elector::{LeaderElector, Leadership, LeadershipWatch};
+pub use elector::{LeaderElector, Leadership, LeadershipWaitError, LeadershipWatch};
 pub use projector::{Projection, Projector};
 pub use store::EventStore;

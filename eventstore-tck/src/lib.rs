@@ -119,6 +119,7 @@ pub mod support;
 pub mod bookmarks;
 pub mod election;
 pub mod events;
+pub mod handover;
 pub mod leases;
 pub mod lifecycle;
 pub mod wrappers;

@@ -211,3 +211,10 @@ pub fn assert_chain_repeats_no_text(error: &(dyn std::error::Error + 'static), w
         }
     }
 }
+
+/// Awaits `future`; panics naming `what` when it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not done within {limit:?}"))
+}

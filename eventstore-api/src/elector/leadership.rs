@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -26,7 +27,8 @@ pub enum Leadership {
         token: FencingToken,
     },
     /// This instance handed the lease over after a step-down request: it released it and
-    /// stays out for a ttl, so that the higher-priority contender acquires it.
+    /// stays out for a while (the handover grace when the storage pushes lease changes, a ttl
+    /// when it does not), so that the higher-priority contender acquires it.
     SteppedDown {
         /// The token of the tenure that ended.
         token: FencingToken,
@@ -74,6 +76,28 @@ impl fmt::Display for Leadership {
             Leadership::Stopped => f.write_str("stopped"),
         }
     }
+}
+
+/// Why [`LeadershipWatch::wait_for_leadership_within`] returned without a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeadershipWaitError {
+    /// This instance did not lead within the time allowed.
+    #[error("not leading lease {lease_name} after waiting {after:?}: {leadership}")]
+    TimedOut {
+        /// The lease waited for.
+        lease_name: String,
+        /// How long it waited.
+        after: Duration,
+        /// The leadership when it gave up.
+        leadership: Leadership,
+    },
+    /// The elector stopped before this instance led.
+    #[error("the elector of lease {lease_name} stopped before leading")]
+    Stopped {
+        /// The lease waited for.
+        lease_name: String,
+    },
 }
 
 /// A confirmed tenure: valid until `deadline` on this process's monotonic clock.
@@ -231,6 +255,28 @@ impl LeadershipWatch {
             if self.current() == Leadership::Stopped || self.changed().await.is_err() {
                 return None;
             }
+        }
+    }
+
+    /// As [`LeadershipWatch::wait_for_leadership`], giving up after `limit`.
+    ///
+    /// # Errors
+    /// [`LeadershipWaitError::TimedOut`] when this instance does not lead within `limit`;
+    /// [`LeadershipWaitError::Stopped`] when the elector stops first.
+    pub async fn wait_for_leadership_within(
+        &mut self,
+        limit: Duration,
+    ) -> Result<FencingToken, LeadershipWaitError> {
+        match tokio::time::timeout(limit, self.wait_for_leadership()).await {
+            Ok(Some(token)) => Ok(token),
+            Ok(None) => Err(LeadershipWaitError::Stopped {
+                lease_name: self.shared.lease_name.clone(),
+            }),
+            Err(_elapsed) => Err(LeadershipWaitError::TimedOut {
+                lease_name: self.shared.lease_name.clone(),
+                after: limit,
+                leadership: self.current(),
+            }),
         }
     }
 

@@ -12,6 +12,24 @@
 //! a request is still outstanding. [`LeadershipWatch::is_leader`] checks the deadline itself
 //! on every call, so it is right even when the elector's task is late.
 //!
+//! # Pushed and polled
+//!
+//! With a storage that pushes lease changes ([`Capability::LeaseChanges`]) the elector also
+//! follows its lease's changes and asks at once when one calls for it:
+//!
+//! - a release wakes the standbys: the preferred contender (the live one with the highest
+//!   priority) asks within a few milliseconds and leads with the next token; the others wait
+//!   the handover grace ([`ElectorBuilder::handover_grace`]) and take the lease only if it has
+//!   not;
+//! - a higher-priority contender registering wakes the holder, which learns of the step-down
+//!   request now instead of at its next renewal;
+//! - a lost notification ([`crate::LeaseNotice::Missed`]) makes it ask at once.
+//!
+//! Renewals, and the takeover of a holder that died without releasing (within a ttl and a
+//! request interval), stay on the timer. Notifications only wake the elector early: every
+//! decision is the storage's answer to a request, so a storage without the capability, or a
+//! notification lost on the way, costs latency and nothing else.
+//!
 //! See [`crate::guide`] for a complete leader-elected projector.
 
 mod leadership;
@@ -24,15 +42,18 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use leadership::{Leadership, LeadershipWatch};
+pub use leadership::{Leadership, LeadershipWaitError, LeadershipWatch};
 pub use owner::unique_owner_id;
 
 use crate::{validate, Capability, EventStorage, EventStorageError, FencingToken};
 use leadership::Shared;
-use task::{ElectionLoop, LoopSettings};
+use task::{ElectionLoop, HandoverState, LoopSettings};
 
 /// The ttl of an elector unless set otherwise.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The least handover grace chosen by default, however short the ttl.
+const MIN_DEFAULT_HANDOVER_GRACE: Duration = Duration::from_millis(10);
 
 /// Builds a [`LeaderElector`]; see [`LeaderElector::builder`].
 #[derive(Debug)]
@@ -44,6 +65,7 @@ pub struct ElectorBuilder {
     ttl: Duration,
     request_interval: Option<Duration>,
     safety_margin: Option<Duration>,
+    handover_grace: Option<Duration>,
 }
 
 impl ElectorBuilder {
@@ -79,6 +101,16 @@ impl ElectorBuilder {
     /// rate differences and scheduling delay (a twentieth of the ttl by default).
     pub fn safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = Some(margin);
+        self
+    }
+
+    /// How long contenders other than the preferred one wait after a pushed release before
+    /// they ask (a fortieth of the ttl by default, at least 10 ms): the preferred contender
+    /// (highest priority) asks at once and takes the lease with the next token; the others
+    /// take it only if it has not asked by then. An instance that stepped down waits as long
+    /// before asking again. Only used with storages that push lease changes.
+    pub fn handover_grace(mut self, grace: Duration) -> Self {
+        self.handover_grace = Some(grace);
         self
     }
 
@@ -126,23 +158,36 @@ impl ElectorBuilder {
                 ),
             ));
         }
+        let handover_grace = self
+            .handover_grace
+            .unwrap_or_else(|| (ttl / 40).max(MIN_DEFAULT_HANDOVER_GRACE));
+        if handover_grace >= ttl {
+            return Err(EventStorageError::invalid(
+                "handover grace",
+                format!("{handover_grace:?}"),
+                format!("must be shorter than the ttl {ttl:?}"),
+            ));
+        }
         let shared = Shared::new(self.lease_name, owner);
         let (shutdown, shutdown_requested) = watch::channel(false);
+        let (priority, priority_changes) = watch::channel(self.priority);
         let election = ElectionLoop {
             storage: self.storage,
             shared: Arc::clone(&shared),
             settings: LoopSettings {
-                priority: self.priority,
                 ttl,
                 request_interval,
                 safety_margin,
+                handover_grace,
             },
             shutdown: shutdown_requested,
+            handover: HandoverState::default(),
         };
-        let task = tokio::spawn(election.run());
+        let task = tokio::spawn(election.run(priority_changes));
         Ok(LeaderElector {
             watch: LeadershipWatch::new(shared),
             shutdown,
+            priority,
             task: Some(task),
         })
     }
@@ -181,6 +226,7 @@ impl ElectorBuilder {
 pub struct LeaderElector {
     watch: LeadershipWatch,
     shutdown: watch::Sender<bool>,
+    priority: watch::Sender<i64>,
     task: Option<JoinHandle<Result<(), EventStorageError>>>,
 }
 
@@ -198,7 +244,23 @@ impl LeaderElector {
             ttl: DEFAULT_TTL,
             request_interval: None,
             safety_margin: None,
+            handover_grace: None,
         }
+    }
+
+    /// Changes this instance's priority; a request with it is sent at once, so that a higher
+    /// priority asks the holder to step down now (e.g. `in_preferred_zone ? 10 : 0`).
+    pub fn set_priority(&self, priority: i64) {
+        self.priority.send_if_modified(|current| {
+            let changed = *current != priority;
+            *current = priority;
+            changed
+        });
+    }
+
+    /// This instance's priority.
+    pub fn priority(&self) -> i64 {
+        *self.priority.borrow()
     }
 
     /// A handle for the work the lease guards; clone it freely.

@@ -10,22 +10,41 @@ use tokio::time::{sleep_until, timeout, Instant};
 
 use super::leadership::{Leadership, Shared, Tenure};
 use crate::{
-    EventStorage, EventStorageError, FencingToken, LeaseRequest, LeaseResponse, LeaseStatus,
+    Capability, EventStorage, EventStorageError, FencingToken, LeaseChangeKind, LeaseChanges,
+    LeaseNotice, LeaseRequest, LeaseResponse, LeaseScope, LeaseStatus,
 };
 
 /// The settings the loop runs with, validated by the builder.
 #[derive(Debug, Clone)]
 pub(super) struct LoopSettings {
-    pub(super) priority: i64,
     pub(super) ttl: Duration,
     pub(super) request_interval: Duration,
     pub(super) safety_margin: Duration,
+    pub(super) handover_grace: Duration,
 }
 
-/// Why waiting stopped early.
-enum Interrupt {
+/// Why waiting stopped.
+enum Wake {
+    /// Time to request: the timer ran out, a notice or a new priority asks for it.
+    Due,
     Shutdown,
     StepDownAcknowledged(FencingToken),
+}
+
+/// What woke one wait, before it is interpreted.
+enum Woken {
+    Timer,
+    Acknowledgement,
+    Notice(Option<LeaseNotice>),
+    Priority,
+}
+
+/// The signals that can cut a wait short besides the timer and the acknowledgement.
+struct Signals {
+    /// Pushed lease changes of this lease; `None` when the storage pushes none (polling only).
+    changes: Option<LeaseChanges>,
+    /// This instance's priority, changeable while running.
+    priority: watch::Receiver<i64>,
 }
 
 pub(super) struct ElectionLoop {
@@ -33,6 +52,18 @@ pub(super) struct ElectionLoop {
     pub(super) shared: Arc<Shared>,
     pub(super) settings: LoopSettings,
     pub(super) shutdown: watch::Receiver<bool>,
+    pub(super) handover: HandoverState,
+}
+
+/// What the loop remembers of its last handover.
+#[derive(Debug, Default)]
+pub(super) struct HandoverState {
+    /// The lease was released after a step-down and no answer has come since.
+    released: bool,
+    /// Until then, a step-down request that no new contender made is not passed on: the
+    /// preferred contender did not take the lease when it was handed over, so it is probably
+    /// gone, and handing over again would only churn tokens until its registration lapses.
+    quiet_until: Option<Instant>,
 }
 
 /// `base` shortened by up to a fifth at random, so that instances drift apart instead of
@@ -41,24 +72,38 @@ fn jittered(base: Duration) -> Duration {
     base.mul_f64(rand::thread_rng().gen_range(0.8..=1.0))
 }
 
+/// A few milliseconds at random: contenders woken by one notice do not ask in one burst.
+fn herd_jitter() -> Duration {
+    Duration::from_micros(rand::thread_rng().gen_range(0..=HERD_JITTER_MICROS))
+}
+
+/// The most a woken contender waits before it asks, so that a herd spreads out.
+const HERD_JITTER_MICROS: u64 = 3_000;
+
 impl ElectionLoop {
-    /// Requests on every interval until shut down; releases the lease on the way out.
-    pub(super) async fn run(mut self) -> Result<(), EventStorageError> {
+    /// Requests on every interval, and early when a pushed change asks for it, until shut
+    /// down; releases the lease on the way out.
+    pub(super) async fn run(
+        mut self,
+        priority: watch::Receiver<i64>,
+    ) -> Result<(), EventStorageError> {
+        let mut signals = Signals {
+            changes: self.subscribe().await,
+            priority,
+        };
         let mut next_request = Instant::now();
         loop {
-            match self.wait_until(next_request).await {
-                Some(Interrupt::Shutdown) => return self.release_and_stop().await,
-                Some(Interrupt::StepDownAcknowledged(token)) => {
+            match self.wait_until(next_request, &mut signals).await {
+                Wake::Shutdown => return self.release_and_stop().await,
+                Wake::StepDownAcknowledged(token) => {
                     self.hand_over(token).await;
-                    // Stay out for a ttl so that the waiting contender acquires the released
-                    // lease before this instance's own request would take it back.
-                    next_request =
-                        Instant::now() + self.settings.ttl + jittered(self.settings.ttl / 5);
+                    next_request = Instant::now() + self.sit_out_after_step_down(&signals);
                     continue;
                 }
-                None => {}
+                Wake::Due => {}
             }
-            match self.request_once().await {
+            let priority = *signals.priority.borrow_and_update();
+            match self.request_once(priority).await {
                 None => return self.release_and_stop().await,
                 Some(RequestOutcome::Closed) => {
                     self.shared.demote(Leadership::Stopped);
@@ -70,13 +115,43 @@ impl ElectionLoop {
         }
     }
 
+    /// Subscribes to this lease's pushed changes, if the storage pushes any.
+    async fn subscribe(&self) -> Option<LeaseChanges> {
+        if !self.storage.supports(Capability::LeaseChanges) {
+            return None;
+        }
+        let scope = LeaseScope::lease(self.shared.lease_name.clone());
+        match self.storage.subscribe_lease_changes(scope).await {
+            Ok(changes) => Some(changes),
+            Err(error) => {
+                tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
+                    %error, "cannot follow pushed lease changes; polling only");
+                None
+            }
+        }
+    }
+
+    /// How long an instance that just handed over waits before it asks again.
+    ///
+    /// With pushed changes the preferred contender hears of the release at once and asks
+    /// within milliseconds; waiting the handover grace lets it win, and still takes the lease
+    /// back soon if it never asks. Without them the contender only learns at its next poll,
+    /// so the instance stays out for a ttl.
+    fn sit_out_after_step_down(&self, signals: &Signals) -> Duration {
+        if signals.changes.is_some() {
+            self.settings.handover_grace + herd_jitter()
+        } else {
+            self.settings.ttl + jittered(self.settings.ttl / 5)
+        }
+    }
+
     /// Sends one request and applies the answer; demotes at the deadline while it waits.
     /// `None` when shut down meanwhile.
-    async fn request_once(&mut self) -> Option<RequestOutcome> {
+    async fn request_once(&mut self, priority: i64) -> Option<RequestOutcome> {
         let request = LeaseRequest::new(
             self.shared.lease_name.clone(),
             self.shared.owner.clone(),
-            self.settings.priority,
+            priority,
             self.settings.ttl,
         );
         let sent = Instant::now();
@@ -98,7 +173,7 @@ impl ElectionLoop {
         };
         match answer {
             Ok(response) => {
-                self.apply(response, valid_until);
+                self.apply(response, valid_until, sent);
                 Some(RequestOutcome::Answered)
             }
             Err(EventStorageError::Closed) => Some(RequestOutcome::Closed),
@@ -112,10 +187,19 @@ impl ElectionLoop {
         }
     }
 
-    fn apply(&self, response: LeaseResponse, valid_until: Instant) {
+    fn apply(&mut self, mut response: LeaseResponse, valid_until: Instant, sent: Instant) {
         if Instant::now() >= valid_until {
             self.shared.demote(Leadership::Unknown);
             return;
+        }
+        if std::mem::take(&mut self.handover.released) && response.status.is_leader() {
+            tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
+                "the preferred contender did not take the lease handed over to it; leading again");
+            self.handover.quiet_until = Some(sent + self.settings.ttl);
+        }
+        let quiet = self.handover.quiet_until.is_some_and(|until| sent < until);
+        if quiet && response.status == LeaseStatus::LeaderStepDownRequested {
+            response.status = LeaseStatus::Leader;
         }
         let token = response.fencing_token;
         let tenure = Some(Tenure {
@@ -156,35 +240,87 @@ impl ElectionLoop {
         }
     }
 
-    /// Waits until `until`, returning early on shutdown or an acknowledged step-down.
-    async fn wait_until(&mut self, until: Instant) -> Option<Interrupt> {
+    /// Waits until `until`, which pushed changes may bring forward; returns early on
+    /// shutdown, an acknowledged step-down or a new priority.
+    async fn wait_until(&mut self, mut until: Instant, signals: &mut Signals) -> Wake {
         loop {
             if let Some(tenure) = self.shared.tenure() {
                 if self.shared.take_acknowledgement(tenure.token) {
-                    return Some(Interrupt::StepDownAcknowledged(tenure.token));
+                    return Wake::StepDownAcknowledged(tenure.token);
                 }
             }
             let acknowledgement = Arc::clone(&self.shared);
             let notified = async move { acknowledgement.acknowledgement.notified().await };
-            match self
+            let Signals { changes, priority } = signals;
+            let woken = self
                 .while_waiting(async {
                     tokio::select! {
-                        () = sleep_until(until) => false,
-                        () = notified => true,
+                        () = sleep_until(until) => Woken::Timer,
+                        () = notified => Woken::Acknowledgement,
+                        notice = next_notice(changes) => Woken::Notice(notice),
+                        Ok(()) = priority.changed() => Woken::Priority,
                     }
                 })
-                .await
-            {
-                None => return Some(Interrupt::Shutdown),
-                Some(false) => return None,
-                Some(true) => continue,
+                .await;
+            match woken {
+                None => return Wake::Shutdown,
+                Some(Woken::Timer | Woken::Priority) => return Wake::Due,
+                Some(Woken::Acknowledgement) => {}
+                Some(Woken::Notice(None)) => {
+                    // The storage closed the subscription: poll from here on.
+                    signals.changes = None;
+                }
+                Some(Woken::Notice(Some(notice))) => {
+                    if let Some(delay) = self.request_delay_after(&notice) {
+                        until = until.min(Instant::now() + delay);
+                    }
+                }
             }
+        }
+    }
+
+    /// How soon to ask after `notice`, if it calls for asking before the next poll.
+    ///
+    /// A notice is only a hint: whatever it says, the request that follows decides.
+    fn request_delay_after(&mut self, notice: &LeaseNotice) -> Option<Duration> {
+        let me = self.shared.owner.as_str();
+        let change = match notice {
+            // Anything may have changed meanwhile: ask, as every contender does, spread out.
+            LeaseNotice::Missed => return Some(herd_jitter()),
+            LeaseNotice::Changed(change) => change,
+        };
+        match &change.kind {
+            LeaseChangeKind::Released {
+                owner, successor, ..
+            } if owner != me => match successor.as_deref() {
+                // The preferred contender asks at once; the others give it the handover grace
+                // and take the lease only if it never does.
+                Some(successor) if successor != me => {
+                    Some(self.settings.handover_grace + herd_jitter())
+                }
+                _ => Some(herd_jitter()),
+            },
+            // The holder hears of a higher-priority contender now, not at its next renewal;
+            // a contender that newly asks is alive, so its request is passed on again.
+            LeaseChangeKind::StepDownRequested { holder, .. } if holder == me => {
+                self.handover.quiet_until = None;
+                Some(Duration::ZERO)
+            }
+            // Someone else acquired the lease while this instance believes it leads: ask, and
+            // learn that it does not.
+            LeaseChangeKind::Acquired { owner, .. }
+                if owner != me && self.shared.tenure().is_some() =>
+            {
+                Some(Duration::ZERO)
+            }
+            _ => None,
         }
     }
 
     /// Releases the lease after an acknowledged step-down and stands by.
     async fn hand_over(&mut self, token: FencingToken) {
         self.shared.demote(Leadership::SteppedDown { token });
+        self.handover.released = true;
         match self.release().await {
             Ok(()) => tracing::info!(lease = %self.shared.lease_name, owner = %self.shared.owner,
                 "stepped down and released the lease"),
@@ -224,4 +360,12 @@ enum RequestOutcome {
     Answered,
     Failed,
     Closed,
+}
+
+/// The next pushed notice, or never when nothing is pushed.
+async fn next_notice(changes: &mut Option<LeaseChanges>) -> Option<LeaseNotice> {
+    match changes {
+        Some(changes) => changes.next().await,
+        None => std::future::pending().await,
+    }
 }
