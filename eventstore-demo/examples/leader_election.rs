@@ -418,7 +418,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     say(
         "",
         format!(
-            "handover done {} ms after instance-c asked; no ttl waited out",
+            "handover done {} ms after instance-c asked: the holder heard of it at once, \
+             finished its batch and released",
             asked.elapsed().as_millis()
         ),
     );
@@ -475,7 +476,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let unchanged = shop.get_bookmark(READER).await? == bookmark;
     say("", format!("bookmark still at #22: {unchanged}"));
 
-    act("6. Shutdown: every instance releases");
+    act("6. Shutdown: the leader releases and a standby leads at once, then the rest stop");
+    let leader = wait_for_leader(&instances).await;
+    let leaving = instances.remove(leader);
+    let leaving_name = leaving.name.clone();
+    let released = Instant::now();
+    leaving.shut_down().await;
+    let next = wait_for_leader(&instances).await;
+    say(
+        "",
+        format!(
+            "{} leads {} ms after {} began to release (pushed, not polled: the request \
+             interval is {} ms)",
+            instances[next].name,
+            released.elapsed().as_millis(),
+            leaving_name,
+            (TTL / 3).as_millis()
+        ),
+    );
     for instance in instances {
         instance.shut_down().await;
     }

@@ -61,17 +61,18 @@ pub async fn released_lease_is_led_by_the_waiting_standby_at_once<F: StorageFact
 
 /// A higher-priority instance that starts takes over at once: the holder hears of the
 /// step-down request when it is made, finishes (acknowledges), releases, and the new instance
-/// leads with the very next token, although a third, lower-priority standby waits too.
+/// leads with the very next token, although a third standby, of lower priority than both,
+/// waits too and hears of the release as well.
 pub async fn higher_priority_instance_leads_at_once_with_the_next_token<F: StorageFactory>(
     factory: &F,
 ) {
     let Some(handles) = pushing_handles(factory, 3).await else {
         return;
     };
-    let holder = start(&handles[0], "node-a", 0);
+    let holder = start(&handles[0], "node-a", 5);
     let _holder_work = acknowledge_step_downs(holder.watch());
     let token = support::within(PUSHED, "node-a leads", wait_for_leadership(&holder)).await;
-    let standby = start(&handles[1], "node-b", 5);
+    let standby = start(&handles[1], "node-b", 0);
     let _standby_work = acknowledge_step_downs(standby.watch());
     wait_for_standby(&standby.watch()).await;
 
