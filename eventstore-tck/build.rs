@@ -9,7 +9,14 @@ mod scenarios;
 
 /// The scenario modules (files of `src/`, each a `pub mod` of the crate), in the order their
 /// tests are generated. `tests/registration.rs` fails if a file with scenarios is missing here.
-const MODULES: &[&str] = &["events", "bookmarks", "lifecycle", "leases", "election"];
+const MODULES: &[&str] = &[
+    "events",
+    "bookmarks",
+    "lifecycle",
+    "leases",
+    "lease_changes",
+    "election",
+];
 
 fn main() {
     let mut names_by_module = Vec::new();
