@@ -14,6 +14,7 @@ const MODULES: &[&str] = &[
     "bookmarks",
     "lifecycle",
     "leases",
+    "lease_changes",
     "election",
     "handover",
 ];

@@ -13,12 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWaitError, LeadershipWatch};
-use eventstore_api::{
-    Capability, EventStorage, FencingToken, LeaseRequest, LeaseScope, LeaseStatus,
-};
+use eventstore_api::{Capability, EventStorage, FencingToken, LeaseRequest, LeaseStatus};
 use tokio::task::JoinHandle;
 
-use crate::support::{self, assert_unsupported};
+use crate::support;
 use crate::StorageFactory;
 
 /// A ttl whose default request interval (a third) is far longer than any pushed handover.
@@ -218,11 +216,7 @@ async fn pushing_handles<F: StorageFactory>(
     count: usize,
 ) -> Option<Vec<Arc<dyn EventStorage>>> {
     let first = factory.create().await;
-    if !first.supports(Capability::LeaseChanges) {
-        assert_unsupported(
-            first.subscribe_lease_changes(LeaseScope::All).await,
-            "subscribe_lease_changes without Capability::LeaseChanges",
-        );
+    if !support::lease_changes_supported(&first).await {
         return None;
     }
     let mut handles: Vec<Arc<dyn EventStorage>> = Vec::with_capacity(count);

@@ -1005,7 +1005,7 @@ async fn two_handles_with_leases<F: StorageFactory>(
 }
 
 /// Sends a request that must succeed.
-async fn request<S: EventStorage + ?Sized>(
+pub(crate) async fn request<S: EventStorage + ?Sized>(
     storage: &S,
     lease_name: &str,
     owner: &str,
@@ -1021,14 +1021,14 @@ async fn request<S: EventStorage + ?Sized>(
 }
 
 /// Releases, which must succeed.
-async fn release<S: EventStorage + ?Sized>(storage: &S, lease_name: &str, owner: &str) {
+pub(crate) async fn release<S: EventStorage + ?Sized>(storage: &S, lease_name: &str, owner: &str) {
     storage
         .release_lease(lease_name, owner)
         .await
         .unwrap_or_else(|error| panic!("release_lease({lease_name:?}, {owner:?}): {error}"));
 }
 
-async fn storage_time<S: EventStorage + ?Sized>(storage: &S) -> DateTime<Utc> {
+pub(crate) async fn storage_time<S: EventStorage + ?Sized>(storage: &S) -> DateTime<Utc> {
     storage.storage_time().await.expect("storage_time")
 }
 

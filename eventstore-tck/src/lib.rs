@@ -103,6 +103,15 @@
 //!   write only while the fence's lease is live on the storage's clock with the presented
 //!   token as its current one, checked atomically with the write; otherwise `Fenced` and
 //!   nothing written ([`election`]). Without it, those methods return `Unsupported`.
+//! - **`Capability::LeaseChanges`** (needs `Lease`): `subscribe_lease_changes` pushes every
+//!   change of the leases in its scope ([`lease_changes`]): releases (owner, token, preferred
+//!   successor), acquisitions (token, and whether they took over an expired tenure),
+//!   step-down requests, contenders joining and leaving, from every handle of the storage;
+//!   a renewal pushes nothing, and closing the storage ends every subscription. Notifications
+//!   are hints that only wake requesters early: every decision stays with `request_lease`.
+//!   `eventstore_api::lease_changes::LeaseChangeHub` does the fan-out: publish each change
+//!   there and hand out its subscriptions. Without the capability, `subscribe_lease_changes`
+//!   returns `Unsupported`.
 //!
 //! A backend written before leases existed still passes the kit, by refusing them honestly.
 //!
@@ -120,6 +129,7 @@ pub mod bookmarks;
 pub mod election;
 pub mod events;
 pub mod handover;
+pub mod lease_changes;
 pub mod leases;
 pub mod lifecycle;
 pub mod wrappers;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use eventstore_api::{
     AppendCriteria, Capability, Direction, EventFilter, EventId, EventStorage, EventStorageError,
-    EventStreamId, Fence, FencingToken, Limit, StorageResult, Tags,
+    EventStreamId, Fence, FencingToken, LeaseScope, Limit, StorageResult, Tags,
 };
 use tokio::sync::Barrier;
 
@@ -142,6 +142,16 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S, argu
         } else {
             assert_closed_or_unsupported(result, call);
         }
+    }
+
+    let subscribed = storage
+        .subscribe_lease_changes(LeaseScope::lease(*lease_name))
+        .await
+        .map(drop);
+    if storage.supports(Capability::LeaseChanges) {
+        assert_closed(subscribed, "subscribe_lease_changes");
+    } else {
+        assert_closed_or_unsupported(subscribed, "subscribe_lease_changes");
     }
 
     let fence = Fence::new(*lease_name, FencingToken(1));

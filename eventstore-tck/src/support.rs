@@ -6,7 +6,9 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use eventstore_api::{Capability, EventStorage, EventStorageError, LeaseRequest, StorageResult};
+use eventstore_api::{
+    Capability, EventStorage, EventStorageError, LeaseRequest, LeaseScope, StorageResult,
+};
 
 /// How long a scenario waits for a condition that should become true (an expiry, say)
 /// before it fails. Generous, because CI machines are shared and slow.
@@ -82,6 +84,30 @@ pub async fn assert_lease_methods_unsupported<S: EventStorage + ?Sized>(storage:
     assert_unsupported(storage.release_lease("l", "o").await, "release_lease");
     assert_unsupported(storage.get_leases().await, "get_leases");
     assert_unsupported(storage.storage_time().await, "storage_time");
+}
+
+/// Whether the storage claims lease changes (which implies leases). When it does not,
+/// asserts that `subscribe_lease_changes` refuses with `Unsupported`, so a lease-change
+/// scenario still proves something on such a backend.
+pub async fn lease_changes_supported<S: EventStorage + ?Sized>(storage: &S) -> bool {
+    if storage.supports(Capability::LeaseChanges) {
+        assert!(
+            storage.supports(Capability::Lease),
+            "Capability::LeaseChanges implies Capability::Lease"
+        );
+        return true;
+    }
+    assert_lease_changes_unsupported(storage).await;
+    false
+}
+
+/// Asserts that `subscribe_lease_changes` of `storage` returns `Unsupported`, for one lease
+/// and for every lease.
+pub async fn assert_lease_changes_unsupported<S: EventStorage + ?Sized>(storage: &S) {
+    for scope in [LeaseScope::lease("l"), LeaseScope::All] {
+        let what = format!("subscribe_lease_changes({scope:?})");
+        assert_unsupported(storage.subscribe_lease_changes(scope).await, &what);
+    }
 }
 
 /// A span of the storage's clock, from when it was opened to when an instant is checked
