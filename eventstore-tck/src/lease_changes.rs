@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use eventstore_api::lease_changes::SUBSCRIBER_BACKLOG;
 use eventstore_api::{
     EventStorage, FencingToken, LeaseChange, LeaseChangeKind, LeaseChanges, LeaseNotice,
     LeaseScope, LeaseStatus,
@@ -24,6 +25,9 @@ use crate::leases::{release, request, storage_time};
 use crate::support::{self, assert_closed, DEADLINE, LONG_TTL, SHORT_TTL};
 use crate::wrappers::EventsOnly;
 use crate::StorageFactory;
+
+/// How long the flood of changes may take at most (thousands of requests, on any backend).
+const FLOOD_DEADLINE: Duration = Duration::from_secs(60);
 
 /// How soon a release made by another task must reach a subscriber that only waits.
 const PUSH_DEADLINE: Duration = Duration::from_secs(2);
@@ -299,6 +303,55 @@ pub async fn a_release_reaches_a_waiting_subscriber_without_polling<F: StorageFa
         successor: None,
     };
     assert_eq!(released, change("orders", expected), "{rule}");
+}
+
+/// A subscriber that reads nothing never holds up lease requests: a flood of changes, more
+/// than any backlog holds, is answered in full; the slow subscriber is then told that it
+/// missed notices, and still gets the newest change after that.
+pub async fn a_flood_of_changes_never_blocks_requests_and_a_slow_subscriber_is_told_it_lagged<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let Some(storage) = storage_with_lease_changes(factory).await else {
+        return;
+    };
+    let mut slow = subscribe(&storage, LeaseScope::lease("orders")).await;
+    // Each round is a release and an acquisition: at least two changes.
+    let rounds = SUBSCRIBER_BACKLOG;
+    let flood = async {
+        for round in 0..rounds {
+            let owner = if round % 2 == 0 { "node-a" } else { "node-b" };
+            acquire(&storage, "orders", owner, 0, LONG_TTL).await;
+            release(&storage, "orders", owner).await;
+        }
+    };
+    tokio::time::timeout(FLOOD_DEADLINE, flood)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{rounds} acquisitions and releases with a subscriber that reads nothing must \
+                 not block: not done within {FLOOD_DEADLINE:?}"
+            )
+        });
+    let last = acquire(&storage, "orders", "node-c", 0, LONG_TTL).await;
+
+    let first = tokio::time::timeout(DEADLINE, slow.next()).await;
+    assert_eq!(
+        first,
+        Ok(Some(LeaseNotice::Missed)),
+        "a subscriber that fell more than a backlog behind is told that it missed notices first"
+    );
+    let newest = changes_until(
+        &mut slow,
+        "after the missed notices, the slow subscriber still gets the newest change",
+        |change| {
+            matches!(&change.kind, LeaseChangeKind::Acquired { owner, token, .. }
+                if owner == "node-c" && *token == last)
+        },
+    )
+    .await;
+    assert!(!newest.is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------
