@@ -1,7 +1,7 @@
 //! Whether a storage takes a call: the one order every backend answers in.
 //!
 //! A closed storage answers `Closed` to every call but `name`, whatever its input; an open one
-//! then applies the input rules of [`validate`](crate::validate) for that call. A backend keeps
+//! then applies the input rules of [`validate`](mod@crate::validate) for that call. A backend keeps
 //! one [`Admission`] shared by all its handles and starts every [`EventStorage`] method with
 //! [`Admission::admit`], so the order and the rules are decided here, not in each backend.
 //!

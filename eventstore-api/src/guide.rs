@@ -150,15 +150,37 @@
 //!
 //! ## Handing over
 //!
+//! Every storage of this project pushes lease changes ([`Capability::LeaseChanges`]): the
+//! elector follows its lease and asks the moment something calls for it, instead of at its
+//! next request. What is pushed and what is polled:
+//!
+//! | event | how the elector hears of it | how soon (measured in `docs/BENCHMARKS.md`) |
+//! |---|---|---|
+//! | the leader releases (shutdown, step-down) | pushed: the preferred standby asks at once | milliseconds |
+//! | a higher-priority instance starts, or [`LeaderElector::set_priority`] raises one | pushed: the holder asks at once and is asked to step down | milliseconds, plus the time the work takes to finish its unit |
+//! | a notification was lost | pushed as [`LeaseNotice::Missed`]: every elector asks | milliseconds |
+//! | the leader dies without releasing | polled: its lease lapses after the ttl; a standby's next request takes it | within a ttl and a request interval |
+//! | renewals | polled, every request interval | |
+//!
 //! - **Deploys and restarts**: stop the work, then [`LeaderElector::shutdown`]. It releases
-//!   the lease, so a standby takes over at its next request — milliseconds, not a ttl.
-//! - **Priority**: an instance with a higher priority makes the holder's next renewal answer
-//!   [`Leadership::StepDownRequested`]. The work finishes its current unit and calls
-//!   [`LeadershipWatch::acknowledge_step_down`]; then the elector releases and stays out for
-//!   a ttl, so the higher-priority instance acquires. [`ElectedProjector`] does this after
-//!   the batch in hand. A holder that never acknowledges keeps renewing and keeps the lease.
+//!   the lease; the live contender with the highest priority asks at once and leads with the
+//!   next token, while the others wait the handover grace
+//!   ([`ElectorBuilder::handover_grace`]) and take the lease only if it did not.
+//! - **Priority**: an instance with a higher priority makes the holder answer
+//!   [`Leadership::StepDownRequested`] as soon as it registers. The work finishes its current
+//!   unit and calls [`LeadershipWatch::acknowledge_step_down`]; the elector releases, and the
+//!   higher-priority instance leads with the next token: no tenure in between. The instance
+//!   that stepped down waits the handover grace and leads again if the preferred contender
+//!   never asks. [`ElectedProjector`] acknowledges after the batch in hand. A holder that
+//!   never acknowledges keeps renewing and keeps the lease.
 //! - **Crashes**: a dead leader stops renewing; its lease lapses after its ttl on the
 //!   storage's clock and a standby takes over with the next fencing token.
+//!
+//! Notifications are hints. A storage without them (or one that loses them) still elects
+//! correctly by polling: a standby then learns of a release at its next request, and an
+//! instance that stepped down stays out for a ttl so that the preferred contender gets in
+//! first. To wait for leadership with a bound, use
+//! [`LeadershipWatch::wait_for_leadership_within`].
 //!
 //! ## Zombies and fences
 //!
@@ -178,6 +200,11 @@
 //! the same transaction as its data, as the [`projector`] module describes.
 //!
 //! [`LeaderElector`]: crate::elector::LeaderElector
+//! [`LeaderElector::set_priority`]: crate::elector::LeaderElector::set_priority
+//! [`ElectorBuilder::handover_grace`]: crate::elector::ElectorBuilder::handover_grace
+//! [`LeadershipWatch::wait_for_leadership_within`]: crate::elector::LeadershipWatch::wait_for_leadership_within
+//! [`LeaseNotice::Missed`]: crate::LeaseNotice::Missed
+//! [`Capability::LeaseChanges`]: crate::Capability::LeaseChanges
 //! [`LeaderElector::shutdown`]: crate::elector::LeaderElector::shutdown
 //! [`Leadership`]: crate::elector::Leadership
 //! [`Leadership::Unknown`]: crate::elector::Leadership::Unknown
