@@ -54,9 +54,14 @@ CREATE TABLE IF NOT EXISTS __prefix__leases (
     acquired_at   timestamptz NOT NULL,
     heartbeat_at  timestamptz NOT NULL,
     ttl           interval    NOT NULL,
+    released      boolean     NOT NULL DEFAULT false,
     CONSTRAINT __prefix__leases_pkey PRIMARY KEY (lease_name),
     CONSTRAINT __prefix__leases_fencing_token_check CHECK (fencing_token > 0)
 ) WITH (fillfactor = 50); -- room on each page, so that renewals are HOT updates
+-- Whether the last holder released the lease rather than letting it expire, so that the next
+-- acquisition can say whether it took over an expired tenure. Added apart as well, for tables
+-- created before the column existed.
+ALTER TABLE __prefix__leases ADD COLUMN IF NOT EXISTS released boolean NOT NULL DEFAULT false;
 
 -- Everyone else who asked for a lease, live while now() <= heartbeat_at + ttl. The holder is
 -- a contender through its lease row (same owner, priority, heartbeat and ttl), so a renewal
@@ -72,6 +77,16 @@ CREATE TABLE IF NOT EXISTS __prefix__lease_contenders (
     ttl          interval    NOT NULL,
     CONSTRAINT __prefix__lease_contenders_pkey PRIMARY KEY (lease_name, owner)
 ) WITH (fillfactor = 50);
+
+
+-- Lease changes are notified on the channel __prefix__lease_changes, one JSON object per
+-- change: {"lease", "kind", ...} with kind released (owner, token, successor), acquired
+-- (owner, token, after_expiry), step_down_requested (holder, token, contender),
+-- contender_joined (owner, priority) or contender_left (owner). pg_notify delivers them when
+-- the transaction commits, never when it rolls back. A renewal, and a standby's refresh of
+-- its registration, notify nothing. A change too long for a notification (names full of
+-- characters JSON escapes) is sent as {"kind": "missed"}: listeners learn only that something
+-- changed.
 
 -- Acquire, renew or contend for a batch of leases in one call, answering each request as if
 -- it ran alone, in order. Each lease is serialized by a transaction-scoped advisory lock in a
@@ -92,6 +107,12 @@ DECLARE
     v_key integer;
     v_lease __prefix__leases%ROWTYPE;
     v_step_down boolean;
+    v_gone record;
+    v_lapsed text[];
+    v_refreshed boolean;
+    v_ranked_as bigint;
+    v_changes json[];
+    v_change json;
     i integer;
 BEGIN
     -- Every statement below must see what committed while the lock was awaited: under
@@ -114,11 +135,12 @@ BEGIN
     END IF;
 
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
-        -- The common case in one statement: the caller renews the live lease it holds.
+        -- The common case in one statement: the caller renews the live lease it holds, at the
+        -- same priority. It changes nothing anyone waits for, so it notifies nothing.
         UPDATE __prefix__leases AS l
-           SET priority = p_priorities[i], heartbeat_at = v_now, ttl = p_ttls[i]
+           SET heartbeat_at = v_now, ttl = p_ttls[i]
          WHERE l.lease_name = p_names[i] AND l.owner = p_owners[i]
-           AND l.heartbeat_at + l.ttl >= v_now
+           AND l.priority = p_priorities[i] AND l.heartbeat_at + l.ttl >= v_now
         RETURNING l.fencing_token, l.owner, EXISTS (
             SELECT 1 FROM __prefix__lease_contenders AS c
              WHERE c.lease_name = p_names[i]
@@ -135,36 +157,107 @@ BEGIN
                     (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
                 VALUES (p_names[i], p_owners[i], p_priorities[i], 1, v_now, v_now, p_ttls[i])
                 RETURNING * INTO STRICT v_lease;
+                v_changes := v_changes
+                    || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
+                           'owner', p_owners[i], 'priority', p_priorities[i])
+                    || json_build_object('lease', p_names[i], 'kind', 'acquired',
+                           'owner', p_owners[i], 'token', v_lease.fencing_token,
+                           'after_expiry', false);
             ELSIF v_lease.heartbeat_at + v_lease.ttl < v_now THEN
+                -- A holder that let its lease expire lapsed as a contender with it; one that
+                -- released it withdrew then.
+                IF NOT v_lease.released THEN
+                    v_changes := v_changes
+                        || json_build_object('lease', p_names[i], 'kind', 'contender_left',
+                               'owner', v_lease.owner);
+                END IF;
+                -- The lease row now stands for the caller as a contender. A change of holder
+                -- is rare: the moment to forget contenders long gone too.
+                v_ranked_as := NULL;
+                FOR v_gone IN
+                    DELETE FROM __prefix__lease_contenders AS c
+                     WHERE c.lease_name = p_names[i]
+                       AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now)
+                    RETURNING c.owner, c.priority, c.heartbeat_at + c.ttl >= v_now AS live
+                LOOP
+                    IF v_gone.live THEN
+                        v_ranked_as := v_gone.priority;
+                    ELSE
+                        v_changes := v_changes
+                            || json_build_object('lease', p_names[i], 'kind', 'contender_left',
+                                   'owner', v_gone.owner);
+                    END IF;
+                END LOOP;
+                IF v_ranked_as IS DISTINCT FROM p_priorities[i] THEN
+                    v_changes := v_changes
+                        || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
+                               'owner', p_owners[i], 'priority', p_priorities[i]);
+                END IF;
+                v_changes := v_changes
+                    || json_build_object('lease', p_names[i], 'kind', 'acquired',
+                           'owner', p_owners[i], 'token', v_lease.fencing_token + 1,
+                           'after_expiry', NOT v_lease.released);
                 -- Nobody holds it live: the caller takes it under the next token, even when
                 -- it was the caller's own lease, so that two tenures never share a token.
                 UPDATE __prefix__leases AS l
                    SET owner = p_owners[i], priority = p_priorities[i],
                        fencing_token = l.fencing_token + 1,
-                       acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i]
+                       acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i],
+                       released = false
                  WHERE l.lease_name = p_names[i]
                 RETURNING * INTO STRICT v_lease;
-                -- The lease row now stands for the caller as a contender. A change of holder
-                -- is rare: the moment to forget contenders long gone too.
-                DELETE FROM __prefix__lease_contenders AS c
-                 WHERE c.lease_name = p_names[i]
-                   AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now);
+            ELSIF v_lease.owner = p_owners[i] THEN
+                -- The holder renews under another priority.
+                UPDATE __prefix__leases AS l
+                   SET priority = p_priorities[i], heartbeat_at = v_now, ttl = p_ttls[i]
+                 WHERE l.lease_name = p_names[i]
+                RETURNING * INTO STRICT v_lease;
+                v_changes := v_changes
+                    || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
+                           'owner', p_owners[i], 'priority', p_priorities[i]);
             ELSE
-                -- Someone else holds it live: register or refresh the caller as a contender,
-                -- and forget this lease's lapsed contenders, so that instances which came
-                -- and went under identities of their own leave no rows behind while one
-                -- leader holds the lease for months.
+                -- Someone else holds it live: refresh the caller's registration, and forget
+                -- this lease's lapsed contenders, so that instances which came and went under
+                -- identities of their own leave no rows behind while one leader holds the
+                -- lease for months. A plain refresh (live, same priority) is one statement.
                 WITH lapsed AS (
                     DELETE FROM __prefix__lease_contenders AS c
-                     WHERE c.lease_name = p_names[i] AND c.owner <> p_owners[i]
-                       AND c.heartbeat_at + c.ttl < v_now
+                     WHERE c.lease_name = p_names[i] AND c.heartbeat_at + c.ttl < v_now
+                    RETURNING c.owner
+                ), refreshed AS (
+                    UPDATE __prefix__lease_contenders AS c
+                       SET heartbeat_at = v_now, ttl = p_ttls[i]
+                     WHERE c.lease_name = p_names[i] AND c.owner = p_owners[i]
+                       AND c.priority = p_priorities[i] AND c.heartbeat_at + c.ttl >= v_now
+                    RETURNING c.owner
                 )
-                INSERT INTO __prefix__lease_contenders AS c
-                    (lease_name, owner, priority, heartbeat_at, ttl)
-                VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
-                ON CONFLICT (lease_name, owner) DO UPDATE
-                    SET priority = excluded.priority, heartbeat_at = excluded.heartbeat_at,
-                        ttl = excluded.ttl;
+                SELECT (SELECT array_agg(lapsed.owner) FROM lapsed),
+                       EXISTS (SELECT 1 FROM refreshed)
+                  INTO v_lapsed, v_refreshed;
+                IF v_lapsed IS NOT NULL THEN
+                    SELECT v_changes || array_agg(json_build_object('lease', p_names[i],
+                               'kind', 'contender_left', 'owner', gone))
+                      INTO v_changes
+                      FROM unnest(v_lapsed) AS gone;
+                END IF;
+                IF NOT v_refreshed THEN
+                    -- New, lapsed, or under another priority: registered anew.
+                    INSERT INTO __prefix__lease_contenders AS c
+                        (lease_name, owner, priority, heartbeat_at, ttl)
+                    VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
+                    ON CONFLICT (lease_name, owner) DO UPDATE
+                        SET priority = excluded.priority, heartbeat_at = excluded.heartbeat_at,
+                            ttl = excluded.ttl;
+                    v_changes := v_changes
+                        || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
+                               'owner', p_owners[i], 'priority', p_priorities[i]);
+                    IF p_priorities[i] > v_lease.priority THEN
+                        v_changes := v_changes
+                            || json_build_object('lease', p_names[i],
+                                   'kind', 'step_down_requested', 'holder', v_lease.owner,
+                                   'token', v_lease.fencing_token, 'contender', p_owners[i]);
+                    END IF;
+                END IF;
                 lease_status := 'standby';
                 lease_token := v_lease.fencing_token;
                 lease_owner := v_lease.owner;
@@ -184,6 +277,14 @@ BEGIN
         lease_status := CASE WHEN v_step_down THEN 'step_down_requested' ELSE 'leader' END;
         RETURN NEXT;
     END LOOP;
+
+    IF v_changes IS NOT NULL THEN
+        FOREACH v_change IN ARRAY v_changes LOOP
+            PERFORM pg_notify('__prefix__lease_changes',
+                CASE WHEN octet_length(v_change::text) < 8000 THEN v_change::text
+                     ELSE '{"kind": "missed"}' END);
+        END LOOP;
+    END IF;
 END
 $$;
 
@@ -200,7 +301,10 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_now constant timestamptz := now();
-    v_released boolean;
+    v_withdrawn boolean;
+    v_token bigint;
+    v_changes json[];
+    v_change json;
 BEGIN
     -- Every statement below must see what committed while the lock was awaited: under
     -- REPEATABLE READ or SERIALIZABLE it would keep the snapshot taken before the lock.
@@ -214,10 +318,35 @@ BEGIN
        FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
     DELETE FROM __prefix__lease_contenders AS c
      WHERE c.lease_name = p_name AND c.owner = p_owner;
+    v_withdrawn := FOUND;
     UPDATE __prefix__leases AS l
-       SET heartbeat_at = v_now - l.ttl - interval '1 millisecond'
+       SET heartbeat_at = v_now - l.ttl - interval '1 millisecond', released = true
      WHERE l.lease_name = p_name AND l.owner = p_owner AND l.heartbeat_at + l.ttl >= v_now
-    RETURNING true INTO v_released;
-    RETURN coalesce(v_released, false);
+    RETURNING l.fencing_token INTO v_token;
+    IF v_token IS NOT NULL THEN
+        v_changes := v_changes
+            || json_build_object('lease', p_name, 'kind', 'released', 'owner', p_owner,
+                   'token', v_token,
+                   -- The live contender that should lead next: the highest priority, then
+                   -- the smallest owner id.
+                   'successor', (
+                       SELECT c.owner FROM __prefix__lease_contenders AS c
+                        WHERE c.lease_name = p_name AND c.heartbeat_at + c.ttl >= v_now
+                        ORDER BY c.priority DESC, c.owner COLLATE "C"
+                        LIMIT 1));
+    END IF;
+    IF v_token IS NOT NULL OR v_withdrawn THEN
+        v_changes := v_changes
+            || json_build_object('lease', p_name, 'kind', 'contender_left', 'owner', p_owner);
+    END IF;
+
+    IF v_changes IS NOT NULL THEN
+        FOREACH v_change IN ARRAY v_changes LOOP
+            PERFORM pg_notify('__prefix__lease_changes',
+                CASE WHEN octet_length(v_change::text) < 8000 THEN v_change::text
+                     ELSE '{"kind": "missed"}' END);
+        END LOOP;
+    END IF;
+    RETURN v_token IS NOT NULL;
 END
 $$;

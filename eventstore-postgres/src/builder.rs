@@ -39,6 +39,7 @@ enum Source {
 /// ```
 pub struct PostgresEventStorageBuilder {
     source: Option<Source>,
+    listen_url: Option<String>,
     prefix: String,
     init_mode: DatabaseInitMode,
     lock_timeout: Duration,
@@ -53,6 +54,7 @@ impl Default for PostgresEventStorageBuilder {
     fn default() -> Self {
         PostgresEventStorageBuilder {
             source: None,
+            listen_url: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             init_mode: DatabaseInitMode::default(),
             lock_timeout: Duration::from_secs(10),
@@ -80,8 +82,13 @@ impl fmt::Debug for PostgresEventStorageBuilder {
             Some(Source::Url(_)) => "url (hidden: it may hold a password)",
             Some(Source::Pool(_)) => "caller's pool",
         };
+        let listen_url = match &self.listen_url {
+            None => "none: the storage's own connection settings",
+            Some(_) => "given (hidden: it may hold a password)",
+        };
         f.debug_struct("PostgresEventStorageBuilder")
             .field("source", &source)
+            .field("listen_url", &listen_url)
             .field("prefix", &self.prefix)
             .field("init_mode", &self.init_mode)
             .field("lock_timeout", &self.lock_timeout)
@@ -112,6 +119,21 @@ impl PostgresEventStorageBuilder {
     /// error naming it. The storage's own transactions set `READ COMMITTED` themselves.
     pub fn pool(mut self, pool: PgPool) -> Self {
         self.source = Some(Source::Pool(pool));
+        self
+    }
+
+    /// Connects the lease change listener with `url` instead of the storage's own url or the
+    /// pool's connection settings: a direct connection to the server where the storage goes
+    /// through a transaction-pooling PgBouncer, which cannot `LISTEN`.
+    ///
+    /// The storage opens one listener connection (`application_name` `eventstore-listener`),
+    /// at the first [`subscribe_lease_changes`]. When it cannot connect or `LISTEN`, it logs a
+    /// warning, keeps retrying with backoff, and subscriptions stay silent meanwhile: lease
+    /// decisions never depend on it.
+    ///
+    /// [`subscribe_lease_changes`]: eventstore_api::EventStorage::subscribe_lease_changes
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
         self
     }
 
@@ -186,12 +208,16 @@ impl PostgresEventStorageBuilder {
                 "must be at least 1ms (PostgreSQL reads 0 as no timeout at all)",
             ));
         }
+        let listen_options = match &self.listen_url {
+            None => None,
+            Some(url) => Some(parse_url("listen url", url)?),
+        };
         let mut settings = Settings {
             lock_timeout: self.lock_timeout,
             visibility_wait: self.visibility_wait,
             acquire_timeout: self.acquire_timeout,
         };
-        let (pool, owns_pool) = match self.source {
+        let (pool, owns_pool, listen_options) = match self.source {
             None => {
                 return Err(EventStorageError::invalid(
                     "database",
@@ -201,16 +227,12 @@ impl PostgresEventStorageBuilder {
             }
             Some(Source::Pool(pool)) => {
                 settings.acquire_timeout = pool.options().get_acquire_timeout();
-                (pool, false)
+                let pool_options = PgConnectOptions::clone(&pool.connect_options());
+                (pool, false, listen_options.unwrap_or(pool_options))
             }
             Some(Source::Url(url)) => {
-                let options = PgConnectOptions::from_str(&url).map_err(|error| {
-                    EventStorageError::invalid(
-                        "database url",
-                        "(hidden: it may hold a password)",
-                        format!("is not a PostgreSQL url: {error}"),
-                    )
-                })?;
+                let options = parse_url("database url", &url)?;
+                let listen_options = listen_options.unwrap_or_else(|| options.clone());
                 if self.max_connections == 0 || self.min_connections > self.max_connections {
                     return Err(EventStorageError::invalid(
                         "pool size",
@@ -232,7 +254,7 @@ impl PostgresEventStorageBuilder {
                     )
                     .await
                     .map_err(|error| settings.failing("connect").map(error))?;
-                (pool, true)
+                (pool, true, listen_options)
             }
         };
         if let Err(error) = schema::initialize(&pool, &prefix, self.init_mode, &settings).await {
@@ -241,6 +263,24 @@ impl PostgresEventStorageBuilder {
             }
             return Err(error);
         }
-        Ok(PostgresEventStorage::new(pool, owns_pool, prefix, settings))
+        Ok(PostgresEventStorage::new(
+            pool,
+            owns_pool,
+            prefix,
+            settings,
+            listen_options,
+        ))
     }
+}
+
+/// The connection settings in `url`, or `InvalidInput` naming `field` without showing the
+/// url, which may hold a password.
+fn parse_url(field: &str, url: &str) -> Result<PgConnectOptions, EventStorageError> {
+    PgConnectOptions::from_str(url).map_err(|error| {
+        EventStorageError::invalid(
+            field,
+            "(hidden: it may hold a password)",
+            format!("is not a PostgreSQL url: {error}"),
+        )
+    })
 }

@@ -32,6 +32,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod backoff;
 mod bookmarks;
 mod builder;
 mod errors;
@@ -40,7 +41,9 @@ mod fencing;
 mod filter_sql;
 mod init_mode;
 mod isolation;
+mod lease_notification;
 mod leases;
+mod listener;
 mod prefix;
 mod schema;
 mod settings;

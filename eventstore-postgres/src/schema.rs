@@ -69,6 +69,7 @@ const TABLES: &[(&str, &[ExpectedColumn])] = &[
             ("acquired_at", "timestamp with time zone", true),
             ("heartbeat_at", "timestamp with time zone", true),
             ("ttl", "interval", true),
+            ("released", "boolean", true),
         ],
     ),
     (

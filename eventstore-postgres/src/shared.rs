@@ -1,11 +1,15 @@
-//! What every handle of one storage shares: the pool, the prefix, the settings and whether
-//! the storage is closed, with the way its own transactions begin and end.
+//! What every handle of one storage shares: the pool, the prefix, the settings, the lease
+//! change listener and whether the storage is closed, with the way its own transactions
+//! begin and end.
 
 use eventstore_api::admission::Admission;
 use eventstore_api::StorageResult;
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::isolation::BEGIN_READ_COMMITTED;
+use crate::lease_notification::CHANNEL_SUFFIX;
+use crate::listener::LeaseListener;
 use crate::prefix::TablePrefix;
 use crate::settings::Settings;
 
@@ -16,22 +20,27 @@ pub(crate) struct Shared {
     pub(crate) prefix: TablePrefix,
     pub(crate) settings: Settings,
     pub(crate) admission: Admission,
+    pub(crate) lease_changes: LeaseListener,
 }
 
 impl Shared {
-    /// An open storage's state; `owns_pool` says whether closing the storage closes `pool`.
+    /// An open storage's state; `owns_pool` says whether closing the storage closes `pool`,
+    /// and `listen_options` are how the lease change listener connects, once needed.
     pub(crate) fn new(
         pool: PgPool,
         owns_pool: bool,
         prefix: TablePrefix,
         settings: Settings,
+        listen_options: PgConnectOptions,
     ) -> Self {
+        let lease_changes = LeaseListener::new(listen_options, prefix.name(CHANNEL_SUFFIX));
         Shared {
             pool,
             owns_pool,
             prefix,
             settings,
             admission: Admission::new(),
+            lease_changes,
         }
     }
 
@@ -40,11 +49,15 @@ impl Shared {
         self.owns_pool
     }
 
-    /// Marks the storage closed. The first close closes the pool if it is the storage's own;
-    /// a caller's pool stays open for the caller.
+    /// Marks the storage closed. The first close stops the lease change listener, ending
+    /// every subscription, and closes the pool if it is the storage's own; a caller's pool
+    /// stays open for the caller.
     pub(crate) async fn close(&self) {
-        if self.admission.close() && self.owns_pool {
-            self.pool.close().await;
+        if self.admission.close() {
+            self.lease_changes.close().await;
+            if self.owns_pool {
+                self.pool.close().await;
+            }
         }
     }
 

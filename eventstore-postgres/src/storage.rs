@@ -8,9 +8,10 @@ use chrono::{DateTime, Utc};
 use eventstore_api::admission::Operation;
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseRequest,
-    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
+    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
+use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 
 use crate::prefix::TablePrefix;
@@ -27,6 +28,10 @@ use crate::{bookmarks, events, leases};
 /// reads return only events below the oldest running transaction, so a reader that moves
 /// its bookmark forward never skips an event that commits later with a lower position.
 /// Leases live in two tables of their own and never touch the events.
+///
+/// Lease changes ([`Capability::LeaseChanges`]) come from the lease functions' `pg_notify`
+/// at commit, through one `LISTEN` connection per storage, shared by its clones and opened by
+/// the first subscription.
 #[derive(Clone)]
 pub struct PostgresEventStorage {
     shared: Arc<Shared>,
@@ -49,9 +54,16 @@ impl PostgresEventStorage {
         owns_pool: bool,
         prefix: TablePrefix,
         settings: Settings,
+        listen_options: PgConnectOptions,
     ) -> Self {
         PostgresEventStorage {
-            shared: Arc::new(Shared::new(pool, owns_pool, prefix, settings)),
+            shared: Arc::new(Shared::new(
+                pool,
+                owns_pool,
+                prefix,
+                settings,
+                listen_options,
+            )),
         }
     }
 
@@ -79,7 +91,10 @@ impl EventStorage for PostgresEventStorage {
     }
 
     fn supports(&self, capability: Capability) -> bool {
-        matches!(capability, Capability::Lease | Capability::FencedWrites)
+        matches!(
+            capability,
+            Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
+        )
     }
 
     async fn append(
@@ -195,6 +210,11 @@ impl EventStorage for PostgresEventStorage {
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         leases::storage_time(self.admit(Operation::Read)?).await
+    }
+
+    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
+        let shared = self.admit(Operation::Read)?;
+        Ok(shared.lease_changes.subscribe(&scope).await)
     }
 
     async fn append_fenced(

@@ -186,6 +186,43 @@ async fn ensure_repairs_what_is_missing_but_not_what_differs() {
 }
 
 #[tokio::test]
+async fn ensure_upgrades_a_leases_table_of_an_earlier_version() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let ttl = Duration::from_secs(60);
+    let storage = open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure");
+    storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+    // Leases tables created before releases were recorded have no such column.
+    pool.execute(format!("ALTER TABLE {prefix}leases DROP COLUMN released").as_str())
+        .await
+        .unwrap();
+    assert_schema_error(
+        open(&prefix, DatabaseInitMode::Validate).await,
+        &format!("column {prefix}leases.released"),
+        "missing",
+    );
+
+    let storage = open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure adds the column");
+    storage.release_lease("orders", "a").await.unwrap();
+    let next = storage
+        .request_lease(LeaseRequest::new("orders", "b", 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(next.fencing_token, eventstore_api::FencingToken(2));
+    storage.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn none_touches_nothing_and_calls_name_the_missing_schema() {
     let Some(pool) = common::try_pool().await else {
         return;

@@ -1,6 +1,6 @@
 //! PostgreSQL-only behaviour: init modes, prefixes, lock timeouts, contention between
-//! separate pools, killed connections, the visibility barrier, and fencing tokens that
-//! survive a server restart.
+//! separate pools, killed connections, the visibility barrier, lease change notifications,
+//! and fencing tokens that survive a server restart.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,6 +12,7 @@ mod index_use;
 mod init_modes;
 mod isolation;
 mod killed_connection;
+mod lease_changes;
 mod lease_contenders;
 mod least_privileges;
 mod lock_timeout;
