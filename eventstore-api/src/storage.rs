@@ -167,6 +167,14 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
 
     /// Releases `lease_name` if `owner` holds it, and withdraws `owner` as a contender.
     ///
+    /// A released lease is acquirable by the next request of any contender, whatever its
+    /// priority: the storage never reserves a lease for a contender that may be gone. Who
+    /// should ask first is a hint instead: the release's [`LeaseChangeKind::Released`] names
+    /// the live contender with the highest priority, which asks at once while the others give
+    /// it a grace period, so a planned handover still takes exactly one token.
+    ///
+    /// [`LeaseChangeKind::Released`]: crate::LeaseChangeKind::Released
+    ///
     /// # Errors
     /// `InvalidInput`, `Unsupported`, `Closed`, `Timeout`, `Backend`.
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
