@@ -88,18 +88,22 @@ async fn ask(
         .status
 }
 
-/// The backend pid of the listener connection of `prefix`, found by its application name
-/// and the `LISTEN` it ran last.
-async fn listener_pid(admin: &PgPool, prefix: &str) -> Option<i32> {
+/// The backend pids of the listener connections of `prefix` (one per storage), found by
+/// their application name and the `LISTEN` they ran last.
+pub(crate) async fn listener_pids(admin: &PgPool, prefix: &str) -> sqlx::Result<Vec<i32>> {
     sqlx::query_scalar(
         "SELECT pid FROM pg_stat_activity \
          WHERE application_name = $1 AND position($2 IN query) > 0",
     )
     .bind(LISTENER_APPLICATION)
     .bind(format!("LISTEN \"{prefix}lease_changes\""))
-    .fetch_optional(admin)
+    .fetch_all(admin)
     .await
-    .unwrap()
+}
+
+/// The backend pid of the one storage's listener connection of `prefix`.
+async fn listener_pid(admin: &PgPool, prefix: &str) -> Option<i32> {
+    listener_pids(admin, prefix).await.unwrap().first().copied()
 }
 
 #[tokio::test]

@@ -1,11 +1,13 @@
 //! PostgreSQL-only behaviour: init modes, prefixes, lock timeouts, contention between
 //! separate pools, killed connections, the visibility barrier, lease change notifications,
-//! and fencing tokens that survive a server restart.
+//! fencing tokens that survive a server restart, and electors that outlive a failing push
+//! channel.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod contention;
+mod elector_faults;
 mod event_order;
 mod fenced_writes;
 mod index_use;
@@ -20,3 +22,4 @@ mod prefixes;
 mod read_your_writes;
 mod restart;
 mod session_locks;
+mod throwaway_cluster;
