@@ -15,6 +15,7 @@ const MODULES: &[&str] = &[
     "lifecycle",
     "leases",
     "lease_changes",
+    "append_hints",
     "election",
     "handover",
 ];

@@ -19,4 +19,7 @@ pub enum Capability {
     /// wake requesters early; every decision is still `request_lease`'s. Implies
     /// [`Capability::Lease`].
     LeaseChanges,
+    /// Hints pushed after appends: `subscribe_appends`. A hint only wakes a reader early;
+    /// the read decides what is new.
+    AppendHints,
 }

@@ -37,6 +37,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admission;
+pub mod append_hints;
 mod bookmark;
 mod capability;
 mod error;
@@ -52,6 +53,7 @@ mod stream;
 mod tag;
 pub mod validate;
 
+pub use append_hints::{AppendHint, AppendHints, AppendNotice};
 pub use bookmark::Bookmark;
 pub use capability::Capability;
 pub use error::EventStorageError;

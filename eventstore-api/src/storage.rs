@@ -4,9 +4,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges, LeaseRequest,
-    LeaseResponse, LeaseScope, Limit, StoredEvent, Tags,
+    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
+    EventReference, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
+    LeaseRequest, LeaseResponse, LeaseScope, Limit, StoredEvent, Tags,
 };
 
 /// Shorthand for the result every storage operation returns.
@@ -217,6 +217,24 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         ))
     }
 
+    /// Subscribes to hints of appends to the streams `stream` covers
+    /// ([`Capability::AppendHints`]).
+    ///
+    /// A hint is sent after an append is durable and visible to readers, at most one per
+    /// append (never one per event). It only wakes a reader early: the read decides what is
+    /// new, and a reader keeps polling on its own timer, so a missed hint costs at most one
+    /// poll interval. The subscription ends when the storage closes.
+    ///
+    /// # Errors
+    /// `InvalidInput` (invalid stream), `Unsupported`, `Closed`, `Backend`.
+    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
+        let _ = stream;
+        Err(EventStorageError::unsupported(
+            "subscribe_appends",
+            self.name(),
+        ))
+    }
+
     /// [`EventStorage::append`], only while `fence` holds ([`Capability::FencedWrites`]).
     ///
     /// The fence is checked atomically with the write: the lease must be live on the
@@ -339,6 +357,12 @@ macro_rules! forward_event_storage {
                 scope: LeaseScope,
             ) -> StorageResult<LeaseChanges> {
                 (**self).subscribe_lease_changes(scope).await
+            }
+            async fn subscribe_appends(
+                &self,
+                stream: &EventStreamId,
+            ) -> StorageResult<AppendHints> {
+                (**self).subscribe_appends(stream).await
             }
             async fn append_fenced(
                 &self,

@@ -12,9 +12,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::{Admission, Operation};
 use eventstore_api::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
-    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
+    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
+    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 use tokio::sync::oneshot;
 
@@ -254,7 +254,10 @@ impl EventStorage for FileEventStorage {
     fn supports(&self, capability: Capability) -> bool {
         matches!(
             capability,
-            Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
+            Capability::Lease
+                | Capability::FencedWrites
+                | Capability::LeaseChanges
+                | Capability::AppendHints
         )
     }
 
@@ -387,6 +390,11 @@ impl EventStorage for FileEventStorage {
         Ok(self.inner.state.clock.now())
     }
 
+    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
+        self.admit(Operation::Query { stream })?;
+        Ok(self.inner.state.appends.subscribe(stream))
+    }
+
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         let changes = self.leases().await?.table().changes();
         Ok(changes.subscribe(&scope))
@@ -441,6 +449,7 @@ impl EventStorage for FileEventStorage {
         let leases = self.inner.state.leases.lock().await;
         if self.inner.admission.close() {
             leases.table().changes().close();
+            self.inner.state.appends.close();
         }
         drop(leases);
         let mut writer = self.inner.writer.lock().await;

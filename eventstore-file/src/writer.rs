@@ -17,11 +17,12 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Instant;
 
+use eventstore_api::append_hints::AppendHintHub;
 use eventstore_api::idempotency::{self, Idempotency};
 use eventstore_api::in_process::StorageClock;
 use eventstore_api::{
-    AppendCriteria, Bookmark, EventId, EventReference, EventStorageError, EventStreamId,
-    EventToStore, StoredEvent,
+    AppendCriteria, AppendHint, Bookmark, EventId, EventReference, EventStorageError,
+    EventStreamId, EventToStore, StoredEvent,
 };
 
 use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks};
@@ -44,6 +45,7 @@ pub(crate) struct SharedState {
     pub(crate) bookmarks: Arc<RwLock<Bookmarks>>,
     pub(crate) leases: Arc<tokio::sync::Mutex<LeaseState>>,
     pub(crate) clock: Arc<StorageClock>,
+    pub(crate) appends: Arc<AppendHintHub>,
 }
 
 /// The writer thread's state. Dropping it releases the directory lock.
@@ -110,6 +112,7 @@ impl Writer {
                 bookmarks: Arc::new(RwLock::new(bookmarks)),
                 leases: Arc::new(tokio::sync::Mutex::new(leases)),
                 clock: Arc::new(StorageClock::new()),
+                appends: Arc::new(AppendHintHub::new()),
             },
             lock,
             failure: None,
@@ -405,6 +408,13 @@ impl Writer {
             }
         }
         for append in appends {
+            // Durable and in the index: readers woken by the hint find the events.
+            if let Some(last) = append.events.last() {
+                self.shared.appends.publish(AppendHint {
+                    stream: last.stream.clone(),
+                    last: last.reference,
+                });
+            }
             drop(append.reply.send(Ok(append.events)));
         }
     }

@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::{Admission, Operation};
+use eventstore_api::append_hints::AppendHintHub;
 use eventstore_api::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
-    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    AppendCriteria, AppendHint, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
+    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
+    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 
 use crate::event_log::EventLog;
@@ -49,6 +50,7 @@ struct Shared {
     leases: Mutex<LeaseTable>,
     log: RwLock<EventLog>,
     bookmarks: Mutex<BTreeMap<String, Bookmark>>,
+    appends: AppendHintHub,
 }
 
 impl MemoryEventStorage {
@@ -92,7 +94,14 @@ impl Shared {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let now = self.clock.now();
-        self.write_log().append(criteria, stream, events, now)
+        let stored = self.write_log().append(criteria, stream, events, now)?;
+        if let Some(last) = stored.last() {
+            self.appends.publish(AppendHint {
+                stream: stream.clone(),
+                last: last.reference,
+            });
+        }
+        Ok(stored)
     }
 
     fn bookmark(&self, reader: &str, reference: &EventReference, tags: Tags) -> StorageResult<()> {
@@ -120,7 +129,10 @@ impl EventStorage for MemoryEventStorage {
     fn supports(&self, capability: Capability) -> bool {
         matches!(
             capability,
-            Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
+            Capability::Lease
+                | Capability::FencedWrites
+                | Capability::LeaseChanges
+                | Capability::AppendHints
         )
     }
 
@@ -229,6 +241,11 @@ impl EventStorage for MemoryEventStorage {
         Ok(self.admit(Operation::Read)?.clock.now())
     }
 
+    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
+        let shared = self.admit(Operation::Query { stream })?;
+        Ok(shared.appends.subscribe(stream))
+    }
+
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         let shared = self.admit(Operation::Read)?;
         let changes = lock(&shared.leases).changes();
@@ -274,6 +291,7 @@ impl EventStorage for MemoryEventStorage {
     async fn close(&self) -> StorageResult<()> {
         if self.shared.admission.close() {
             lock(&self.shared.leases).changes().close();
+            self.shared.appends.close();
         }
         Ok(())
     }

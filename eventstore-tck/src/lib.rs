@@ -125,6 +125,7 @@
 mod factory;
 pub mod support;
 
+pub mod append_hints;
 pub mod bookmarks;
 pub mod election;
 pub mod events;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{Projection, Projector, ProjectorError, ProjectorRun};
 use crate::elector::{Leadership, LeadershipWatch};
-use crate::{Capability, Fence};
+use crate::{AppendHints, AppendNotice, Capability, Fence};
 
 /// How long an elected projector waits for new events between runs unless set otherwise.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -13,7 +13,9 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Runs a [`Projector`] on the one instance that leads, with its writes fenced.
 ///
 /// While its instance leads it runs the projector (which reads the bookmark before each run,
-/// so it resumes where the previous leader stopped), then polls for new events. It stops
+/// so it resumes where the previous leader stopped), then waits for new events: woken by an
+/// append hint where the storage offers [`Capability::AppendHints`], and by the poll
+/// interval in any case, as the safety net for a hint that never came. It stops
 /// between batches as soon as the tenure ends. On a step-down request it finishes the batch
 /// in hand, then acknowledges, so the elector releases the lease to the waiting contender.
 /// Where the storage offers [`Capability::FencedWrites`] every bookmark carries the tenure's
@@ -37,7 +39,8 @@ impl<P: Projection> ElectedProjector<P> {
         }
     }
 
-    /// How long to wait for new events after catching up ([`DEFAULT_POLL_INTERVAL`]).
+    /// How long to wait for new events after catching up ([`DEFAULT_POLL_INTERVAL`]). With
+    /// append hints this is only the safety net: an append wakes the projector at once.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
@@ -72,6 +75,7 @@ impl<P: Projection> ElectedProjector<P> {
     ) -> Result<ProjectorRun, ProjectorError> {
         tokio::pin!(stop);
         let fenced = self.projector.storage.supports(Capability::FencedWrites);
+        let mut hints = self.subscribe_to_appends().await;
         loop {
             let leadership = self.leadership.current();
             match leadership {
@@ -108,8 +112,38 @@ impl<P: Projection> ElectedProjector<P> {
                         return Ok(self.totals);
                     }
                 }
+                notice = next_hint(&mut hints) => {
+                    if notice.is_none() {
+                        // The storage closed the subscription: poll from here on.
+                        hints = None;
+                    }
+                }
                 () = tokio::time::sleep(self.poll_interval) => {}
             }
         }
+    }
+
+    /// Append hints for the projector's stream, if the storage pushes any.
+    async fn subscribe_to_appends(&self) -> Option<AppendHints> {
+        let storage = &self.projector.storage;
+        if !storage.supports(Capability::AppendHints) {
+            return None;
+        }
+        match storage.subscribe_appends(&self.projector.stream).await {
+            Ok(hints) => Some(hints),
+            Err(error) => {
+                tracing::warn!(stream = %self.projector.stream, %error,
+                    "cannot follow append hints; polling only");
+                None
+            }
+        }
+    }
+}
+
+/// The next append hint, or never when nothing is pushed.
+async fn next_hint(hints: &mut Option<AppendHints>) -> Option<AppendNotice> {
+    match hints {
+        Some(hints) => hints.next().await,
+        None => std::future::pending().await,
     }
 }

@@ -1,0 +1,241 @@
+//! Scenarios: append hints ([`Capability::AppendHints`]).
+//!
+//! A hint reaches the subscribers whose stream covers the stream appended to, names the last
+//! event appended, comes once per append (never once per event), and wakes an elected
+//! projector so that it projects an append at once, although its poll interval is long.
+//! Closing the storage ends every subscription. A backend without the capability proves
+//! instead that `subscribe_appends` answers `Unsupported`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use eventstore_api::elector::LeaderElector;
+use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+use eventstore_api::{
+    AppendHint, AppendHints, AppendNotice, Capability, EventStorage, EventStreamId, StoredEvent,
+};
+
+use crate::events::{append, labelled, orders};
+use crate::support::{self, assert_closed, assert_invalid_input, assert_unsupported, DEADLINE};
+use crate::wrappers::EventsOnly;
+use crate::StorageFactory;
+
+/// How soon an append must be projected by a projector that polls only every [`LONG_POLL`].
+const PUSHED: Duration = Duration::from_secs(3);
+
+/// A poll interval far longer than any pushed hint takes.
+const LONG_POLL: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+// ---------------------------------------------------------------------------------------------
+
+/// An append is hinted to every subscriber whose stream covers the stream appended to (the
+/// stream itself, its context with any purpose, every stream), naming the last event
+/// appended; a subscriber of another stream hears only of its own stream.
+pub async fn an_append_is_hinted_to_the_subscribers_whose_stream_covers_it<F: StorageFactory>(
+    factory: &F,
+) {
+    let Some(storage) = storage_with_append_hints(factory).await else {
+        return;
+    };
+    let mut exact = subscribe(&storage, &orders()).await;
+    let mut context = subscribe(&storage, &orders().any_purpose()).await;
+    let mut every = subscribe(&storage, &EventStreamId::any()).await;
+    let billing = EventStreamId::for_context("billing");
+    let mut other = subscribe(&storage, &billing).await;
+
+    let stored = append(
+        &storage,
+        &orders(),
+        vec![labelled("A", "a"), labelled("B", "b")],
+    )
+    .await;
+    let expected = AppendHint {
+        stream: orders(),
+        last: stored[1].reference,
+    };
+    for (who, hints) in [
+        ("the stream's subscriber", &mut exact),
+        ("its context's subscriber", &mut context),
+        ("every stream's subscriber", &mut every),
+    ] {
+        let hint = next_hint(hints, who).await;
+        assert_eq!(
+            hint, expected,
+            "{who} is told of the append and its last event"
+        );
+    }
+    let billed = append(&storage, &billing, vec![labelled("C", "c")]).await;
+    let hint = next_hint(&mut other, "billing's subscriber").await;
+    assert_eq!(
+        hint.last, billed[0].reference,
+        "a subscriber hears nothing of a stream its stream does not cover"
+    );
+}
+
+/// One append of many events is one hint, not one per event: the hint after it names the
+/// next append.
+pub async fn an_append_of_many_events_is_one_hint<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_append_hints(factory).await else {
+        return;
+    };
+    let mut hints = subscribe(&storage, &orders()).await;
+    let batch = (0..5).map(|n| labelled("A", &n.to_string())).collect();
+    let first = append(&storage, &orders(), batch).await;
+    let second = append(&storage, &orders(), vec![labelled("B", "next")]).await;
+    let hint = next_hint(&mut hints, "the first append").await;
+    assert_eq!(
+        hint.last, first[4].reference,
+        "the hint names the last event"
+    );
+    let hint = next_hint(&mut hints, "the second append").await;
+    assert_eq!(
+        hint.last, second[0].reference,
+        "the next hint is the next append's: a batch is one hint"
+    );
+}
+
+/// An elected projector whose poll interval is a minute projects an append within moments:
+/// the hint wakes it.
+pub async fn an_elected_projector_projects_an_append_at_once<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_append_hints(factory).await else {
+        return;
+    };
+    if !storage.supports(Capability::Lease) {
+        return;
+    }
+    let storage: Arc<dyn EventStorage> = Arc::new(storage);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let projector = Projector::builder(Arc::clone(&storage), Recording(Arc::clone(&seen)))
+        .stream(orders())
+        .bookmark("hinted")
+        .build()
+        .expect("the projector builds");
+    let elector = LeaderElector::builder(Arc::clone(&storage), "hinted-projector")
+        .owner("node-a")
+        .start()
+        .expect("the elector starts");
+    let mut leadership = elector.watch();
+    support::within(DEADLINE, "node-a leads", leadership.wait_for_leadership()).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut elected = ElectedProjector::new(projector, elector.watch()).poll_interval(LONG_POLL);
+    let running = tokio::spawn(async move {
+        elected
+            .run_until(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    // Once the first event is projected the projector waits: for a hint, or for a minute.
+    for label in ["first", "hinted"] {
+        let stored = append(&*storage, &orders(), vec![labelled("A", label)]).await;
+        let position = stored[0].reference.position;
+        support::within(
+            PUSHED,
+            &format!("the {label} event is projected without waiting for the minute-long poll"),
+            async {
+                while !recorded(&seen).contains(&position) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            },
+        )
+        .await;
+    }
+    let _ = stop.send(());
+    running
+        .await
+        .expect("the projector task")
+        .expect("the projector ran");
+    elector.shutdown().await.expect("shutdown");
+}
+
+/// Subscribing to an invalid stream is `InvalidInput`; closing the storage ends every
+/// subscription, and subscribing to a closed storage is `Closed`.
+pub async fn closing_the_storage_ends_append_subscriptions<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_append_hints(factory).await else {
+        return;
+    };
+    assert_invalid_input(
+        storage
+            .subscribe_appends(&EventStreamId::new(" ", "default"))
+            .await,
+        "subscribe_appends to a stream with a blank context",
+    );
+    let mut hints = subscribe(&storage, &EventStreamId::any()).await;
+    storage.close().await.expect("close");
+    support::within(DEADLINE, "closing the storage ends a subscription", async {
+        while hints.next().await.is_some() {}
+    })
+    .await;
+    assert_closed(
+        storage.subscribe_appends(&orders()).await,
+        "subscribe_appends on a closed storage",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the scenarios share
+// ---------------------------------------------------------------------------------------------
+
+/// A fresh storage, or `None` when it does not offer append hints (having proved that it,
+/// and any storage with its capabilities hidden, refuses subscriptions with `Unsupported`).
+async fn storage_with_append_hints<F: StorageFactory>(factory: &F) -> Option<F::Storage> {
+    let storage = factory.create().await;
+    assert_unsupported(
+        EventsOnly::new(storage.clone())
+            .subscribe_appends(&orders())
+            .await,
+        "subscribe_appends with the capabilities hidden",
+    );
+    if storage.supports(Capability::AppendHints) {
+        return Some(storage);
+    }
+    assert_unsupported(
+        storage.subscribe_appends(&orders()).await,
+        "subscribe_appends without Capability::AppendHints",
+    );
+    None
+}
+
+async fn subscribe<S: EventStorage + ?Sized>(storage: &S, stream: &EventStreamId) -> AppendHints {
+    storage
+        .subscribe_appends(stream)
+        .await
+        .unwrap_or_else(|error| panic!("subscribe_appends({stream}): {error}"))
+}
+
+/// The next hint, skipping `Missed`; panics naming `who` when none comes within [`DEADLINE`].
+async fn next_hint(hints: &mut AppendHints, who: &str) -> AppendHint {
+    support::within(DEADLINE, &format!("{who} hears of an append"), async {
+        loop {
+            match hints.next().await {
+                Some(AppendNotice::Appended(hint)) => return hint,
+                Some(AppendNotice::Missed) => {}
+                None => panic!("{who}: the subscription ended before a hint came"),
+            }
+        }
+    })
+    .await
+}
+
+/// A projection that records the positions it handled.
+struct Recording(Arc<Mutex<Vec<u64>>>);
+
+#[async_trait]
+impl Projection for Recording {
+    async fn handle(&mut self, event: &StoredEvent) -> Result<(), ProjectionError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(event.reference.position);
+        Ok(())
+    }
+}
+
+fn recorded(seen: &Mutex<Vec<u64>>) -> Vec<u64> {
+    seen.lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
+}
