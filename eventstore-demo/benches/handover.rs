@@ -32,12 +32,12 @@ use eventstore_api::{
 };
 use eventstore_file::FileEventStorage;
 use eventstore_memory::MemoryEventStorage;
-use eventstore_postgres::PostgresEventStorage;
+
+mod common;
+use common::{handles_of, millis, percentile, postgres_handles, Handles};
 
 const TTL: Duration = Duration::from_secs(30);
 const PATIENCE: Duration = Duration::from_secs(10);
-
-type Handles = Vec<Arc<dyn EventStorage>>;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -274,46 +274,6 @@ impl Drop for AcknowledgingWork {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-fn handles_of<S: EventStorage + Clone + 'static>(storage: S) -> Handles {
-    (0..3)
-        .map(|_| Arc::new(storage.clone()) as Arc<dyn EventStorage>)
-        .collect()
-}
-
-/// Three handles on one fresh prefix, each with its own pool, as three processes would have.
-async fn postgres_handles(url: &str) -> Result<Handles, Box<dyn std::error::Error>> {
-    let prefix = format!("handover{:08x}_", rand_suffix());
-    let mut handles: Handles = Vec::new();
-    for _ in 0..3 {
-        let storage = PostgresEventStorage::builder()
-            .url(url)
-            .prefix(&prefix)
-            .max_connections(4)
-            .build()
-            .await?;
-        handles.push(Arc::new(storage));
-    }
-    Ok(handles)
-}
-
-fn rand_suffix() -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.subsec_nanos());
-    nanos ^ std::process::id()
-}
-
-fn percentile(samples: &[Duration], fraction: f64) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted.get(index).copied().unwrap_or_default()
-}
-
-fn millis(duration: Duration) -> String {
-    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
 }
 
 /// A storage that counts lease requests by lease and forwards everything.
