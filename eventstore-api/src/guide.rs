@@ -171,7 +171,9 @@
 //!   unit and calls [`LeadershipWatch::acknowledge_step_down`]; the elector releases, and the
 //!   higher-priority instance leads with the next token: no tenure in between. The instance
 //!   that stepped down waits the handover grace and leads again if the preferred contender
-//!   never asks. [`ElectedProjector`] acknowledges after the batch in hand. A holder that
+//!   never asks; it then ignores that contender's standing request for a ttl (it probably
+//!   died), and a later handover waits a whole request interval, in case the contender only
+//!   polls. [`ElectedProjector`] acknowledges after the batch in hand. A holder that
 //!   never acknowledges keeps renewing and keeps the lease.
 //! - **Crashes**: a dead leader stops renewing; its lease lapses after its ttl on the
 //!   storage's clock and a standby takes over with the next fencing token.

@@ -108,7 +108,10 @@ impl ElectorBuilder {
     /// they ask (a fortieth of the ttl by default, at least 10 ms): the preferred contender
     /// (highest priority) asks at once and takes the lease with the next token; the others
     /// take it only if it has not asked by then. An instance that stepped down waits as long
-    /// before asking again. Only used with storages that push lease changes.
+    /// before asking again, and leads again if the preferred contender has not taken the
+    /// lease; it then passes on no step-down request from that contender for a ttl (it
+    /// probably died) and, should it hand over again, waits a whole request interval, for a
+    /// contender that may only poll. Only used with storages that push lease changes.
     pub fn handover_grace(mut self, grace: Duration) -> Self {
         self.handover_grace = Some(grace);
         self
@@ -120,7 +123,8 @@ impl ElectorBuilder {
     /// [`EventStorageError::Unsupported`] when the storage does not offer
     /// [`Capability::Lease`]; [`EventStorageError::InvalidInput`] for an invalid lease name
     /// or owner, a ttl out of range, a request interval that is zero or not shorter than the
-    /// ttl, or a safety margin that leaves no time between renewals.
+    /// ttl, a safety margin that leaves no time between renewals, or a handover grace not
+    /// shorter than the ttl.
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -248,8 +252,11 @@ impl LeaderElector {
         }
     }
 
-    /// Changes this instance's priority; a request with it is sent at once, so that a higher
-    /// priority asks the holder to step down now (e.g. `in_preferred_zone ? 10 : 0`).
+    /// Changes this instance's priority; a request with it is sent at once (e.g.
+    /// `in_preferred_zone ? 10 : 0`). With a storage that pushes lease changes the holder
+    /// hears of a higher priority at once; otherwise at its next renewal. A holder whose last
+    /// handover was not taken passes on no step-down request for a ttl (see
+    /// [`ElectorBuilder::handover_grace`]), unless a contender newly registers.
     pub fn set_priority(&self, priority: i64) {
         self.priority.send_if_modified(|current| {
             let changed = *current != priority;

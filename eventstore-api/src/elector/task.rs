@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::leadership::{Leadership, Shared, Tenure};
@@ -36,6 +37,7 @@ enum Woken {
     Timer,
     Acknowledgement,
     Notice(Option<LeaseNotice>),
+    Subscribed(Option<LeaseChanges>),
     Priority,
 }
 
@@ -43,6 +45,8 @@ enum Woken {
 struct Signals {
     /// Pushed lease changes of this lease; `None` when the storage pushes none (polling only).
     changes: Option<LeaseChanges>,
+    /// The subscription on its way, until it is ready.
+    subscribing: Option<JoinHandle<Option<LeaseChanges>>>,
     /// This instance's priority, changeable while running.
     priority: watch::Receiver<i64>,
 }
@@ -64,6 +68,8 @@ pub(super) struct HandoverState {
     /// preferred contender did not take the lease when it was handed over, so it is probably
     /// gone, and handing over again would only churn tokens until its registration lapses.
     quiet_until: Option<Instant>,
+    /// A handover was not taken: the next one waits a request interval, not the grace.
+    failed_before: bool,
 }
 
 /// `base` shortened by up to a fifth at random, so that instances drift apart instead of
@@ -87,17 +93,26 @@ impl ElectionLoop {
         mut self,
         priority: watch::Receiver<i64>,
     ) -> Result<(), EventStorageError> {
+        // Subscribing may wait for the storage (a listener connection): never hold the
+        // requests up for it.
         let mut signals = Signals {
-            changes: self.subscribe().await,
+            changes: None,
+            subscribing: self.subscribe(),
             priority,
         };
         let mut next_request = Instant::now();
+        let mut not_before = next_request;
         loop {
-            match self.wait_until(next_request, &mut signals).await {
+            match self
+                .wait_until(next_request, not_before, &mut signals)
+                .await
+            {
                 Wake::Shutdown => return self.release_and_stop().await,
                 Wake::StepDownAcknowledged(token) => {
                     self.hand_over(token).await;
                     next_request = Instant::now() + self.sit_out_after_step_down(&signals);
+                    // No notice may cut the sit-out short: the preferred contender goes first.
+                    not_before = next_request;
                     continue;
                 }
                 Wake::Due => {}
@@ -115,20 +130,25 @@ impl ElectionLoop {
         }
     }
 
-    /// Subscribes to this lease's pushed changes, if the storage pushes any.
-    async fn subscribe(&self) -> Option<LeaseChanges> {
+    /// Subscribes to this lease's pushed changes on a task of its own, if the storage pushes
+    /// any; the loop picks the subscription up when it is ready.
+    fn subscribe(&self) -> Option<JoinHandle<Option<LeaseChanges>>> {
         if !self.storage.supports(Capability::LeaseChanges) {
             return None;
         }
-        let scope = LeaseScope::lease(self.shared.lease_name.clone());
-        match self.storage.subscribe_lease_changes(scope).await {
-            Ok(changes) => Some(changes),
-            Err(error) => {
-                tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
-                    %error, "cannot follow pushed lease changes; polling only");
-                None
+        let storage = Arc::clone(&self.storage);
+        let shared = Arc::clone(&self.shared);
+        Some(tokio::spawn(async move {
+            let scope = LeaseScope::lease(shared.lease_name.clone());
+            match storage.subscribe_lease_changes(scope).await {
+                Ok(changes) => Some(changes),
+                Err(error) => {
+                    tracing::warn!(lease = %shared.lease_name, owner = %shared.owner,
+                        error = %error.report(), "cannot follow pushed lease changes; polling only");
+                    None
+                }
             }
-        }
+        }))
     }
 
     /// How long an instance that just handed over waits before it asks again.
@@ -137,11 +157,17 @@ impl ElectionLoop {
     /// within milliseconds; waiting the handover grace lets it win, and still takes the lease
     /// back soon if it never asks. Without them the contender only learns at its next poll,
     /// so the instance stays out for a ttl.
+    ///
+    /// After a handover the preferred contender did not take, the next sit-out lasts a request
+    /// interval: that contender may hear nothing pushed (its own notifications may be down)
+    /// and only learns of a release at its next poll.
     fn sit_out_after_step_down(&self, signals: &Signals) -> Duration {
-        if signals.changes.is_some() {
-            self.settings.handover_grace + herd_jitter()
-        } else {
+        if signals.changes.is_none() {
             self.settings.ttl + jittered(self.settings.ttl / 5)
+        } else if self.handover.failed_before {
+            self.settings.request_interval + herd_jitter()
+        } else {
+            self.settings.handover_grace + herd_jitter()
         }
     }
 
@@ -180,7 +206,7 @@ impl ElectionLoop {
             Err(error) => {
                 // A failed renewal is never evidence of still leading.
                 tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
-                    %error, "lease request failed; not leading");
+                    error = %error.report(), "lease request failed; not leading");
                 self.shared.demote(Leadership::Unknown);
                 Some(RequestOutcome::Failed)
             }
@@ -196,6 +222,7 @@ impl ElectionLoop {
             tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
                 "the preferred contender did not take the lease handed over to it; leading again");
             self.handover.quiet_until = Some(sent + self.settings.ttl);
+            self.handover.failed_before = true;
         }
         let quiet = self.handover.quiet_until.is_some_and(|until| sent < until);
         if quiet && response.status == LeaseStatus::LeaderStepDownRequested {
@@ -242,7 +269,12 @@ impl ElectionLoop {
 
     /// Waits until `until`, which pushed changes may bring forward; returns early on
     /// shutdown, an acknowledged step-down or a new priority.
-    async fn wait_until(&mut self, mut until: Instant, signals: &mut Signals) -> Wake {
+    async fn wait_until(
+        &mut self,
+        mut until: Instant,
+        not_before: Instant,
+        signals: &mut Signals,
+    ) -> Wake {
         loop {
             if let Some(tenure) = self.shared.tenure() {
                 if self.shared.take_acknowledgement(tenure.token) {
@@ -251,28 +283,39 @@ impl ElectionLoop {
             }
             let acknowledgement = Arc::clone(&self.shared);
             let notified = async move { acknowledgement.acknowledgement.notified().await };
-            let Signals { changes, priority } = signals;
+            let Signals {
+                changes,
+                subscribing,
+                priority,
+            } = signals;
             let woken = self
                 .while_waiting(async {
                     tokio::select! {
                         () = sleep_until(until) => Woken::Timer,
                         () = notified => Woken::Acknowledgement,
                         notice = next_notice(changes) => Woken::Notice(notice),
+                        subscribed = subscription(subscribing) => Woken::Subscribed(subscribed),
                         Ok(()) = priority.changed() => Woken::Priority,
                     }
                 })
                 .await;
             match woken {
                 None => return Wake::Shutdown,
-                Some(Woken::Timer | Woken::Priority) => return Wake::Due,
+                Some(Woken::Timer) => return Wake::Due,
+                Some(Woken::Priority) if Instant::now() >= not_before => return Wake::Due,
+                Some(Woken::Priority) => until = until.min(not_before),
                 Some(Woken::Acknowledgement) => {}
+                Some(Woken::Subscribed(subscribed)) => {
+                    signals.subscribing = None;
+                    signals.changes = subscribed;
+                }
                 Some(Woken::Notice(None)) => {
                     // The storage closed the subscription: poll from here on.
                     signals.changes = None;
                 }
                 Some(Woken::Notice(Some(notice))) => {
                     if let Some(delay) = self.request_delay_after(&notice) {
-                        until = until.min(Instant::now() + delay);
+                        until = until.min((Instant::now() + delay).max(not_before));
                     }
                 }
             }
@@ -285,8 +328,15 @@ impl ElectionLoop {
     fn request_delay_after(&mut self, notice: &LeaseNotice) -> Option<Duration> {
         let me = self.shared.owner.as_str();
         let change = match notice {
-            // Anything may have changed meanwhile: ask, as every contender does, spread out.
-            LeaseNotice::Missed => return Some(herd_jitter()),
+            // Anything may have changed meanwhile: ask, as every contender of every lease does,
+            // so spread the requests over the handover grace.
+            LeaseNotice::Missed => {
+                return Some(
+                    self.settings
+                        .handover_grace
+                        .mul_f64(rand::thread_rng().gen()),
+                );
+            }
             LeaseNotice::Changed(change) => change,
         };
         match &change.kind {
@@ -320,13 +370,15 @@ impl ElectionLoop {
     /// Releases the lease after an acknowledged step-down and stands by.
     async fn hand_over(&mut self, token: FencingToken) {
         self.shared.demote(Leadership::SteppedDown { token });
-        self.handover.released = true;
         match self.release().await {
-            Ok(()) => tracing::info!(lease = %self.shared.lease_name, owner = %self.shared.owner,
-                "stepped down and released the lease"),
+            Ok(()) => {
+                self.handover.released = true;
+                tracing::info!(lease = %self.shared.lease_name, owner = %self.shared.owner,
+                    "stepped down and released the lease");
+            }
             Err(error) => {
                 tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
-                %error, "releasing the lease after stepping down failed; it expires after its ttl")
+                error = %error.report(), "releasing the lease after stepping down failed; it expires after its ttl")
             }
         }
     }
@@ -336,7 +388,7 @@ impl ElectionLoop {
         let released = self.release().await;
         if let Err(error) = &released {
             tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
-                %error, "releasing the lease on shutdown failed; it expires after its ttl");
+                error = %error.report(), "releasing the lease on shutdown failed; it expires after its ttl");
         }
         released
     }
@@ -366,6 +418,16 @@ enum RequestOutcome {
 async fn next_notice(changes: &mut Option<LeaseChanges>) -> Option<LeaseNotice> {
     match changes {
         Some(changes) => changes.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The subscription once it is ready, or never when none is on its way.
+async fn subscription(
+    subscribing: &mut Option<JoinHandle<Option<LeaseChanges>>>,
+) -> Option<LeaseChanges> {
+    match subscribing {
+        Some(task) => task.await.ok().flatten(),
         None => std::future::pending().await,
     }
 }

@@ -85,7 +85,8 @@ impl LeaseTable {
         LeaseTable::default()
     }
 
-    /// Where the table publishes its changes; subscribe there without locking the table.
+    /// Where the table publishes its changes; a backend may keep this handle beside the table
+    /// to subscribe without locking it.
     pub fn changes(&self) -> Arc<LeaseChangeHub> {
         Arc::clone(&self.changes)
     }

@@ -132,7 +132,7 @@ impl<P: Projection> ElectedProjector<P> {
         match storage.subscribe_appends(&self.projector.stream).await {
             Ok(hints) => Some(hints),
             Err(error) => {
-                tracing::warn!(stream = %self.projector.stream, %error,
+                tracing::warn!(stream = %self.projector.stream, error = %error.report(),
                     "cannot follow append hints; polling only");
                 None
             }
