@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
-    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
+    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
+    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 
 /// A storage with the capabilities of the one it wraps hidden: events, bookmarks and `close`
@@ -330,6 +330,11 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         self.gate().await?;
         self.inner.subscribe_lease_changes(scope).await
+    }
+
+    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
+        self.gate().await?;
+        self.inner.subscribe_appends(stream).await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
