@@ -12,11 +12,11 @@
 //! | [`ElectedProjector`] | runs the projector only while its instance leads, with its writes fenced |
 //! | [`Fence`] | a lease name and token: a write carrying it succeeds only for the live holder |
 //!
-//! ## A complete example
+//! ## An example
 //!
-//! Two instances of a revenue projection share one storage (here the in-memory backend;
-//! `Arc<dyn EventStorage>` of any backend works the same). One leads and projects; when it
-//! shuts down, the other takes over from its bookmark.
+//! A revenue projection, run by every instance of a deployment on one shared storage
+//! (`Arc<dyn EventStorage>` of any backend with leases). The instance that leads projects;
+//! when it shuts down, the next one takes over from its bookmark.
 //!
 //! ```
 //! use std::sync::{Arc, Mutex};
@@ -24,8 +24,8 @@
 //!
 //! use eventstore_api::elector::LeaderElector;
 //! use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
-//! use eventstore_api::store::{Envelope, EventStore, NamedEvent};
-//! use eventstore_api::{AppendCriteria, EventReference, EventStorage, EventStreamId, StoredEvent};
+//! use eventstore_api::store::{Envelope, NamedEvent};
+//! use eventstore_api::{EventReference, EventStorage, EventStreamId, StoredEvent};
 //!
 //! /// The event, stored under an explicit name that a Rust rename does not change.
 //! #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -55,76 +55,32 @@
 //!     }
 //! }
 //!
-//! /// One instance: an elector, and a projector that runs while the elector leads.
-//! struct Instance {
-//!     elector: LeaderElector,
-//!     stop: tokio::sync::oneshot::Sender<()>,
-//!     work: tokio::task::JoinHandle<()>,
-//! }
-//!
-//! fn start(storage: Arc<dyn EventStorage>, owner: &str, revenue: Arc<Mutex<u64>>) -> Instance {
+//! /// One instance (its owner id a fresh `unique_owner_id()`): elects, and projects while
+//! /// it leads, until `stopped`; then releases the lease, so that a standby takes over at once.
+//! async fn run_instance(
+//!     storage: Arc<dyn EventStorage>,
+//!     revenue: Arc<Mutex<u64>>,
+//!     stopped: impl std::future::Future<Output = ()>,
+//! ) {
 //!     let elector = LeaderElector::builder(storage.clone(), "revenue-projector")
-//!         .owner(owner) // in production: eventstore_api::elector::unique_owner_id()
-//!         .ttl(Duration::from_millis(600))
+//!         .ttl(Duration::from_secs(15))
 //!         .start()
 //!         .expect("a storage with leases");
 //!     let projector = Projector::builder(storage, Revenue { committed: revenue, pending: 0 })
 //!         .stream(EventStreamId::for_context("orders"))
 //!         .bookmark("revenue")
-//!         .batch_size(100)
 //!         .build()
 //!         .expect("valid settings");
-//!     let mut elected = ElectedProjector::new(projector, elector.watch())
-//!         .poll_interval(Duration::from_millis(20));
-//!     let (stop, stopped) = tokio::sync::oneshot::channel();
-//!     let work = tokio::spawn(async move {
-//!         let stop = async { let _ = stopped.await; };
-//!         elected.run_until(stop).await.expect("the projection never fails");
-//!     });
-//!     Instance { elector, stop, work }
+//!     let mut elected = ElectedProjector::new(projector, elector.watch());
+//!     elected.run_until(stopped).await.expect("the projection never fails");
+//!     elector.shutdown().await.expect("the lease released");
 //! }
-//!
-//! impl Instance {
-//!     /// Stop the work first, then release the lease: the standby takes over at once.
-//!     async fn shut_down(self) {
-//!         let _ = self.stop.send(());
-//!         self.work.await.unwrap();
-//!         self.elector.shutdown().await.unwrap();
-//!     }
-//! }
-//!
-//! async fn until(mut condition: impl FnMut() -> bool) {
-//!     tokio::time::timeout(Duration::from_secs(10), async {
-//!         while !condition() { tokio::time::sleep(Duration::from_millis(10)).await; }
-//!     }).await.expect("in time");
-//! }
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
-//! let storage: Arc<dyn EventStorage> = Arc::new(eventstore_memory::MemoryEventStorage::new());
-//! let orders = EventStore::new(storage.clone())
-//!     .stream::<OrderPlaced>(EventStreamId::for_context("orders"));
-//!
-//! // Each instance keeps its read model; only the leader's moves.
-//! let (revenue_a, revenue_b) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
-//! let a = start(storage.clone(), "instance-a", revenue_a.clone());
-//! let mut leadership_a = a.elector.watch();
-//! leadership_a.wait_for_leadership().await; // a asked first, so a leads
-//! let b = start(storage.clone(), "instance-b", revenue_b.clone());
-//!
-//! orders.append(AppendCriteria::none(), [OrderPlaced { amount: 30 }, OrderPlaced { amount: 12 }])
-//!     .await.unwrap();
-//! until(|| *revenue_a.lock().unwrap() == 42).await;
-//!
-//! // A deploy: a shuts down gracefully and b resumes from a's bookmark, so b projects only
-//! // what a did not (b's read model starts empty here, so it counts the new order alone).
-//! a.shut_down().await;
-//! orders.append(AppendCriteria::none(), [OrderPlaced { amount: 8 }]).await.unwrap();
-//! until(|| *revenue_b.lock().unwrap() == 8).await;
-//! assert_eq!(b.elector.token().map(|t| t.0), Some(2), "the second tenure");
-//! b.shut_down().await;
-//! # }
 //! ```
+//!
+//! The repository runs this projection on the in-memory backend with two instances and a
+//! deploy between them (`eventstore-tests/tests/guide.rs`): the second instance resumes from
+//! the first one's bookmark, so it projects only the orders the first did not, and leads
+//! with the next fencing token.
 //!
 //! ## Leadership is a deadline, not a flag
 //!

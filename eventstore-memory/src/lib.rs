@@ -15,8 +15,3 @@ mod event_log;
 mod storage;
 
 pub use storage::MemoryEventStorage;
-
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeDoctests;

@@ -14,12 +14,16 @@
 //!
 //! ## 1. Run the kit
 //!
-//! Add the kit and tokio as dev-dependencies:
+//! A backend depends on the API (and on `async-trait`, which `EventStorage` and
+//! [`StorageFactory`] are written with); the kit and tokio are dev-dependencies:
 //!
 //! ```toml
+//! [dependencies]
+//! eventstore-api = "0.1"
+//! async-trait = "0.1"
+//!
 //! [dev-dependencies]
 //! eventstore-tck = "0.1"
-//! async-trait = "0.1"
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!
@@ -48,6 +52,9 @@
 //!
 //! eventstore_tck::tck_tests!(MyFactory);
 //! ```
+//!
+//! The repository's `tests-external/minimal-backend` is a complete backend written this way:
+//! events in a `Vec` behind a mutex, no leases, and a `tests/tck.rs` like this one.
 //!
 //! `cargo test --test tck` now runs every scenario; `cargo test --test tck leases::` runs one
 //! module. Scenarios run in parallel, so `create` must isolate storages from each other (a

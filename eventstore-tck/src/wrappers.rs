@@ -30,17 +30,15 @@ use eventstore_api::{
 /// # Examples
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
 /// use eventstore_api::{Capability, EventStorage};
-/// use eventstore_memory::MemoryEventStorage;
 /// use eventstore_tck::wrappers::EventsOnly;
 ///
-/// let storage = EventsOnly::new(MemoryEventStorage::new());
-/// assert!(storage.inner().supports(Capability::Lease));
-/// assert!(!storage.supports(Capability::Lease));
-/// eventstore_tck::support::assert_lease_methods_unsupported(&storage).await;
-/// # }
+/// /// Whatever `storage` offers, the wrapper offers nothing and refuses every lease method.
+/// async fn hide_leases<S: EventStorage>(storage: S) {
+///     let storage = EventsOnly::new(storage);
+///     assert!(!storage.supports(Capability::Lease));
+///     eventstore_tck::support::assert_lease_methods_unsupported(&storage).await;
+/// }
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct EventsOnly<S> {
@@ -142,25 +140,25 @@ impl<S: EventStorage> EventStorage for EventsOnly<S> {
 /// # Examples
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
 /// use std::time::Duration;
 ///
 /// use eventstore_api::EventStorage;
-/// use eventstore_memory::MemoryEventStorage;
 /// use eventstore_tck::support::request;
 /// use eventstore_tck::wrappers::Unreliable;
 ///
-/// let storage = Unreliable::new(MemoryEventStorage::new());
-/// storage.hang(true);
-/// let call = storage.request_lease(request("jobs", "node-a"));
-/// let answered = tokio::time::timeout(Duration::from_millis(20), call).await;
-/// assert!(answered.is_err(), "a hanging storage never answers");
-/// assert_eq!(storage.hung_calls(), 0, "the timed-out call was dropped");
+/// /// A lease request to a hanging `storage` (one with leases) times out; after the hang, the
+/// /// same request is answered.
+/// async fn hang_and_recover<S: EventStorage>(storage: S) {
+///     let storage = Unreliable::new(storage);
+///     storage.hang(true);
+///     let call = storage.request_lease(request("jobs", "node-a"));
+///     let answered = tokio::time::timeout(Duration::from_millis(20), call).await;
+///     assert!(answered.is_err(), "a hanging storage never answers");
+///     assert_eq!(storage.hung_calls(), 0, "the timed-out call was dropped");
 ///
-/// storage.hang(false);
-/// assert!(storage.request_lease(request("jobs", "node-a")).await.is_ok());
-/// # }
+///     storage.hang(false);
+///     assert!(storage.request_lease(request("jobs", "node-a")).await.is_ok());
+/// }
 /// ```
 #[derive(Debug, Default)]
 pub struct Unreliable<S> {

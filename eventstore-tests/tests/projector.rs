@@ -1,7 +1,8 @@
 //! Projectors on the in-memory backend: batches and bookmarks, resuming, bookmark reading,
-//! cancelled batches, stopping between batches, stale fences and refused settings.
+//! cancelled batches, stopping between batches, stale fences, refused settings, and a
+//! position kept in the projection's own store.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -269,4 +270,56 @@ fn invalid_settings_are_refused_with_a_clear_error() {
         .build()
         .unwrap_err();
     assert!(error.to_string().contains("blank"), "{error}");
+}
+
+/// The projection's own store of the module's example "Exactly-once against your own
+/// store": its data and its position, committed together.
+#[derive(Default)]
+struct OwnStore {
+    count: u64,
+    position: Option<EventReference>,
+}
+
+struct Counter {
+    store: Arc<Mutex<OwnStore>>,
+    pending: u64,
+}
+
+#[async_trait]
+impl Projection for Counter {
+    async fn handle(&mut self, _event: &StoredEvent) -> Result<(), ProjectionError> {
+        self.pending += 1;
+        Ok(())
+    }
+    async fn after_batch(&mut self, last: &EventReference) -> Result<(), ProjectionError> {
+        let mut store = self.store.lock().unwrap();
+        store.count += std::mem::take(&mut self.pending);
+        store.position = Some(*last);
+        Ok(())
+    }
+    async fn cancel_batch(&mut self) {
+        self.pending = 0;
+    }
+}
+
+#[tokio::test]
+async fn runs_that_seek_to_the_position_of_the_own_store_count_each_event_once() {
+    let storage = storage_with(3).await;
+    let store = Arc::new(Mutex::new(OwnStore::default()));
+    for _ in 0..2 {
+        // every run (on whichever instance) starts where the own store says
+        let counter = Counter {
+            store: store.clone(),
+            pending: 0,
+        };
+        let mut projector = Projector::builder(storage.clone(), counter)
+            .stream(stream())
+            .bookmark_reading(BookmarkReading::OnRequest)
+            .build()
+            .unwrap();
+        let position = store.lock().unwrap().position;
+        projector.seek(position);
+        projector.run().await.unwrap();
+    }
+    assert_eq!(store.lock().unwrap().count, 3, "each event counted once");
 }
