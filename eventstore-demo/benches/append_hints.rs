@@ -34,7 +34,7 @@ const CLIENTS: usize = 8;
 const BATCH: usize = 100;
 const ROUNDS: usize = 5;
 const BATCHES_PER_CLIENT: usize = 10;
-const QUIET: Duration = Duration::from_secs(5);
+const QUIET: Duration = Duration::from_secs(10);
 const QUIET_PROJECTORS: usize = 10;
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
