@@ -5,10 +5,14 @@ use std::time::Duration;
 
 use super::{Projection, Projector, ProjectorError, ProjectorRun};
 use crate::elector::{Leadership, LeadershipWatch};
-use crate::{AppendHints, AppendNotice, Capability, Fence};
+use crate::{AppendHints, AppendNotice, Capability, EventReference, Fence};
 
 /// How long an elected projector waits for new events between runs unless set otherwise.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The first wait before reading again when a hint announced an event the read did not find
+/// yet; it doubles up to the poll interval.
+const FIRST_RETRY: Duration = Duration::from_millis(5);
 
 /// Runs a [`Projector`] on the one instance that leads, with its writes fenced.
 ///
@@ -76,6 +80,11 @@ impl<P: Projection> ElectedProjector<P> {
         tokio::pin!(stop);
         let fenced = self.projector.storage.supports(Capability::FencedWrites);
         let mut hints = self.subscribe_to_appends().await;
+        // The newest event a hint announced, and how soon to look again while the projector
+        // has not reached it: a hint may come before readers can see the event (PostgreSQL's
+        // visibility barrier), and that must not cost a whole poll interval.
+        let mut announced: Option<EventReference> = None;
+        let mut retry = FIRST_RETRY;
         loop {
             let leadership = self.leadership.current();
             match leadership {
@@ -105,6 +114,17 @@ impl<P: Projection> ElectedProjector<P> {
                 | Leadership::SteppedDown { .. }
                 | Leadership::Standby { .. } => {}
             }
+            let behind = self.leadership.is_leader()
+                && announced.is_some_and(|last| self.projector.position() < Some(last));
+            let wait = if behind {
+                let wait = retry.min(self.poll_interval);
+                retry = retry.saturating_mul(2);
+                wait
+            } else {
+                announced = None;
+                retry = FIRST_RETRY;
+                self.poll_interval
+            };
             tokio::select! {
                 () = &mut stop => return Ok(self.totals),
                 changed = self.leadership.changed() => {
@@ -112,13 +132,16 @@ impl<P: Projection> ElectedProjector<P> {
                         return Ok(self.totals);
                     }
                 }
-                notice = next_hint(&mut hints) => {
-                    if notice.is_none() {
-                        // The storage closed the subscription: poll from here on.
-                        hints = None;
+                notice = next_hint(&mut hints) => match notice {
+                    Some(AppendNotice::Appended(hint)) => {
+                        announced = announced.max(Some(hint.last));
+                        retry = FIRST_RETRY;
                     }
-                }
-                () = tokio::time::sleep(self.poll_interval) => {}
+                    Some(AppendNotice::Missed) => {}
+                    // The storage closed the subscription: poll from here on.
+                    None => hints = None,
+                },
+                () = tokio::time::sleep(wait) => {}
             }
         }
     }
