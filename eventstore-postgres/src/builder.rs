@@ -122,16 +122,18 @@ impl PostgresEventStorageBuilder {
         self
     }
 
-    /// Connects the lease change listener with `url` instead of the storage's own url or the
-    /// pool's connection settings: a direct connection to the server where the storage goes
-    /// through a transaction-pooling PgBouncer, which cannot `LISTEN`.
+    /// Connects the notification listener (lease changes and append hints) with `url`
+    /// instead of the storage's own url or the pool's connection settings: a direct
+    /// connection to the server where the storage goes through a transaction-pooling
+    /// PgBouncer, which cannot `LISTEN`.
     ///
     /// The storage opens one listener connection (`application_name` `eventstore-listener`),
-    /// at the first [`subscribe_lease_changes`]. When it cannot connect or `LISTEN`, it logs a
-    /// warning, keeps retrying with backoff, and subscriptions stay silent meanwhile: lease
-    /// decisions never depend on it.
+    /// at the first [`subscribe_lease_changes`] or [`subscribe_appends`]. When it cannot
+    /// connect or `LISTEN`, it logs a warning, keeps retrying with backoff, and subscriptions
+    /// stay silent meanwhile: neither lease decisions nor reads depend on it.
     ///
     /// [`subscribe_lease_changes`]: eventstore_api::EventStorage::subscribe_lease_changes
+    /// [`subscribe_appends`]: eventstore_api::EventStorage::subscribe_appends
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
         self.listen_url = Some(url.into());
         self

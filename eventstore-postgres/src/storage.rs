@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::Operation;
 use eventstore_api::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
-    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
+    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
+    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
@@ -29,9 +29,11 @@ use crate::{bookmarks, events, leases};
 /// its bookmark forward never skips an event that commits later with a lower position.
 /// Leases live in two tables of their own and never touch the events.
 ///
-/// Lease changes ([`Capability::LeaseChanges`]) come from the lease functions' `pg_notify`
-/// at commit, through one `LISTEN` connection per storage, shared by its clones and opened by
-/// the first subscription.
+/// Lease changes ([`Capability::LeaseChanges`]) and append hints
+/// ([`Capability::AppendHints`]) come from `pg_notify` at commit (in the lease functions and
+/// in each append's insert), through one `LISTEN` connection per storage, shared by its
+/// clones and opened by the first subscription of either kind. A hint may come before the
+/// visibility barrier lets readers see the append: it only wakes a reader.
 #[derive(Clone)]
 pub struct PostgresEventStorage {
     shared: Arc<Shared>,
@@ -93,7 +95,10 @@ impl EventStorage for PostgresEventStorage {
     fn supports(&self, capability: Capability) -> bool {
         matches!(
             capability,
-            Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
+            Capability::Lease
+                | Capability::FencedWrites
+                | Capability::LeaseChanges
+                | Capability::AppendHints
         )
     }
 
@@ -214,7 +219,12 @@ impl EventStorage for PostgresEventStorage {
 
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         let shared = self.admit(Operation::Read)?;
-        Ok(shared.lease_changes.subscribe(&scope).await)
+        Ok(shared.listener.subscribe_lease_changes(&scope).await)
+    }
+
+    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
+        let shared = self.admit(Operation::Query { stream })?;
+        Ok(shared.listener.subscribe_appends(stream).await)
     }
 
     async fn append_fenced(
