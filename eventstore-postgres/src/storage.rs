@@ -29,9 +29,9 @@ use crate::{bookmarks, events, leases};
 /// its bookmark forward never skips an event that commits later with a lower position.
 /// Leases live in two tables of their own and never touch the events.
 ///
-/// Lease changes ([`Capability::LeaseChanges`]) and append hints
-/// ([`Capability::AppendHints`]) come from `pg_notify` at commit (in the lease functions and
-/// in each append's insert), through one `LISTEN` connection per storage, shared by its
+/// Lease changes ([`Capability::LeaseChanges`]) and, when the builder turns them on, append
+/// hints ([`Capability::AppendHints`]) come from `pg_notify` at commit (in the lease functions
+/// and in each append's insert), through one `LISTEN` connection per storage, shared by its
 /// clones and opened by the first subscription of either kind. A hint may come before the
 /// visibility barrier lets readers see the append: it only wakes a reader.
 #[derive(Clone)]
@@ -95,11 +95,8 @@ impl EventStorage for PostgresEventStorage {
     fn supports(&self, capability: Capability) -> bool {
         matches!(
             capability,
-            Capability::Lease
-                | Capability::FencedWrites
-                | Capability::LeaseChanges
-                | Capability::AppendHints
-        )
+            Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
+        ) || (capability == Capability::AppendHints && self.shared.settings.append_hints)
     }
 
     async fn append(
@@ -223,6 +220,13 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
+        if !self.shared.settings.append_hints {
+            // As a storage without the capability answers, open or closed.
+            return Err(EventStorageError::unsupported(
+                "subscribe_appends",
+                self.name(),
+            ));
+        }
         let shared = self.admit(Operation::Query { stream })?;
         Ok(shared.listener.subscribe_appends(stream).await)
     }

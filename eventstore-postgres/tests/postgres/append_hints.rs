@@ -1,6 +1,7 @@
-//! Append hints pushed through `pg_notify` and the storage's one `LISTEN` connection: one hint
-//! per append however many events it stores, none for an append that did not commit, other
-//! processes hearing them, and a killed listener connection.
+//! Append hints pushed through `pg_notify` and the storage's one `LISTEN` connection: off
+//! unless the builder turns them on, then one hint per append however many events it stores,
+//! none for an append that did not commit, other processes hearing them, and a killed listener
+//! connection.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -79,11 +80,53 @@ async fn listener_pid(admin: &PgPool, prefix: &str) -> Option<i32> {
 }
 
 #[tokio::test]
+async fn without_the_option_a_storage_offers_no_hints_and_its_appends_notify_nothing() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    assert!(!storage.supports(Capability::AppendHints));
+    let refused = storage.subscribe_appends(&orders()).await;
+    assert!(
+        matches!(refused, Err(EventStorageError::Unsupported { .. })),
+        "{refused:?}"
+    );
+
+    // A listener of its own on the channel hears nothing of the storage's appends.
+    let mut listener = sqlx::postgres::PgListener::connect_with(&admin)
+        .await
+        .unwrap();
+    listener.listen(&format!("{prefix}appends")).await.unwrap();
+    let batch = append(&storage, &orders(), (0..3).map(event).collect()).await;
+    let keyed = append(
+        &storage,
+        &orders(),
+        vec![event(3).with_idempotency_key("key-3")],
+    )
+    .await;
+    let read = storage
+        .query(
+            &EventFilter::match_all(),
+            &orders(),
+            None,
+            eventstore_api::Limit::none(),
+            eventstore_api::Direction::Forward,
+        )
+        .await
+        .unwrap();
+    assert_eq!(read, [batch, keyed].concat());
+    let heard = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+    assert!(heard.is_err(), "an append notified: {heard:?}");
+    storage.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn an_append_of_many_events_is_one_hint_in_autocommit_and_in_a_transaction() {
     let Some(_admin) = common::try_pool().await else {
         return;
     };
-    let storage = common::storage_on(&common::unique_prefix()).await;
+    let storage = common::hinting_storage_on(&common::unique_prefix()).await;
     assert!(storage.supports(Capability::AppendHints));
     let mut hints = storage.subscribe_appends(&orders()).await.unwrap();
 
@@ -119,7 +162,7 @@ async fn an_append_that_does_not_commit_never_hints() {
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = common::storage_on(&prefix).await;
+    let storage = common::hinting_storage_on(&prefix).await;
     let first = append(&storage, &orders(), vec![event(0)]).await;
     let mut hints = storage.subscribe_appends(&orders()).await.unwrap();
 
@@ -169,7 +212,7 @@ async fn another_storage_on_the_same_prefix_hears_the_hints() {
         return;
     };
     let prefix = common::unique_prefix();
-    let writer = common::storage_on(&prefix).await;
+    let writer = common::hinting_storage_on(&prefix).await;
     // Another process's storage, on a pool of its own.
     let pool = PgPoolOptions::new()
         .max_connections(2)
@@ -179,6 +222,7 @@ async fn another_storage_on_the_same_prefix_hears_the_hints() {
     let reader = PostgresEventStorage::builder()
         .pool(pool.clone())
         .prefix(&prefix)
+        .append_hints(true)
         .build()
         .await
         .unwrap();
@@ -215,7 +259,7 @@ async fn a_killed_listener_says_hints_may_have_been_missed_and_hints_resume() {
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = common::storage_on(&prefix).await;
+    let storage = common::hinting_storage_on(&prefix).await;
     // The first subscription to appends starts the listener; a lease subscription shares it.
     let mut hints = storage.subscribe_appends(&orders()).await.unwrap();
     let killed = listener_pid(&admin, &prefix)
@@ -254,7 +298,7 @@ async fn a_notification_that_does_not_decode_is_heard_as_missed() {
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = common::storage_on(&prefix).await;
+    let storage = common::hinting_storage_on(&prefix).await;
     let mut hints = storage.subscribe_appends(&orders()).await.unwrap();
     sqlx::query("SELECT pg_notify($1, 'not an append')")
         .bind(format!("{prefix}appends"))
@@ -273,7 +317,7 @@ async fn close_ends_append_subscriptions_and_the_listener_connection() {
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = common::storage_on(&prefix).await;
+    let storage = common::hinting_storage_on(&prefix).await;
     let mut hints = storage.subscribe_appends(&orders()).await.unwrap();
     assert!(listener_pid(&admin, &prefix).await.is_some());
 
