@@ -32,6 +32,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod append_notification;
 mod backoff;
 mod bookmarks;
 mod builder;

@@ -1,13 +1,16 @@
 //! The one `LISTEN` connection of a storage, shared by all its handles: started by the first
-//! subscription to lease changes, it feeds what the lease functions notify to the storage's
-//! [`LeaseChangeHub`], and stops when the storage closes or its last handle goes.
+//! subscription to lease changes or append hints, it feeds what the lease functions and the
+//! appends notify to the storage's hubs, and stops when the storage closes or its last handle
+//! goes.
 
+mod dispatch;
 mod task;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use eventstore_api::append_hints::AppendHintHub;
 use eventstore_api::lease_changes::LeaseChangeHub;
-use eventstore_api::{LeaseChanges, LeaseScope};
+use eventstore_api::{AppendHints, EventStreamId, LeaseChanges, LeaseScope};
 use sqlx::postgres::PgConnectOptions;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -16,11 +19,10 @@ use tokio::task::JoinHandle;
 /// `pg_stat_activity`.
 pub(crate) const APPLICATION_NAME: &str = "eventstore-listener";
 
-/// The listener of one storage and the hub it publishes on.
-pub(crate) struct LeaseListener {
-    hub: Arc<LeaseChangeHub>,
+/// The listener of one storage and the hubs it publishes on.
+pub(crate) struct Listener {
+    hubs: Arc<dispatch::Hubs>,
     connect_options: PgConnectOptions,
-    channel: String,
     state: Mutex<State>,
 }
 
@@ -40,14 +42,22 @@ struct Running {
     task: JoinHandle<()>,
 }
 
-impl LeaseListener {
+impl Listener {
     /// A listener, not yet connected, that will connect with `connect_options` and listen
-    /// on `channel`.
-    pub(crate) fn new(connect_options: PgConnectOptions, channel: String) -> Self {
-        LeaseListener {
-            hub: Arc::new(LeaseChangeHub::new()),
+    /// on `lease_channel` and `append_channel`.
+    pub(crate) fn new(
+        connect_options: PgConnectOptions,
+        lease_channel: String,
+        append_channel: String,
+    ) -> Self {
+        Listener {
+            hubs: Arc::new(dispatch::Hubs {
+                lease_channel,
+                leases: LeaseChangeHub::new(),
+                append_channel,
+                appends: AppendHintHub::new(),
+            }),
             connect_options: connect_options.application_name(APPLICATION_NAME),
-            channel,
             state: Mutex::new(State::Idle),
         }
     }
@@ -58,17 +68,31 @@ impl LeaseListener {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A subscription to the leases of `scope`, starting the listener if it is not running.
+    /// A subscription to the leases of `scope`; see [`Listener::started`].
+    pub(crate) async fn subscribe_lease_changes(&self, scope: &LeaseScope) -> LeaseChanges {
+        let subscription = self.hubs.leases.subscribe(scope);
+        self.started().await;
+        subscription
+    }
+
+    /// A subscription to the append hints of the streams `stream` covers; see
+    /// [`Listener::started`].
+    pub(crate) async fn subscribe_appends(&self, stream: &EventStreamId) -> AppendHints {
+        let subscription = self.hubs.appends.subscribe(stream);
+        self.started().await;
+        subscription
+    }
+
+    /// Starts the listener if it is not running, for a subscription made just before.
     ///
     /// Returns once the listener's first attempt to listen has ended, so that every change
     /// committed after this returns reaches the subscription, unless the listener is down;
     /// then the subscription stays silent until it is back, and hears `Missed` then.
-    pub(crate) async fn subscribe(&self, scope: &LeaseScope) -> LeaseChanges {
-        let subscription = self.hub.subscribe(scope);
+    async fn started(&self) {
         let mut first_attempt_ended = {
             let mut state = self.state();
             match &*state {
-                State::Closed => return subscription,
+                State::Closed => return,
                 State::Running(running) => running.first_attempt_ended.clone(),
                 State::Idle => {
                     let running = self.start();
@@ -80,7 +104,6 @@ impl LeaseListener {
         };
         // An error means the task is gone (the storage closed): nothing to wait for.
         let _ = first_attempt_ended.wait_for(|ended| *ended).await;
-        subscription
     }
 
     fn start(&self) -> Running {
@@ -88,9 +111,8 @@ impl LeaseListener {
         let (first_attempt, first_attempt_ended) = watch::channel(false);
         let task = tokio::spawn(task::listen_until_stopped(
             task::Listen {
-                hub: Arc::clone(&self.hub),
+                hubs: Arc::clone(&self.hubs),
                 connect_options: self.connect_options.clone(),
-                channel: self.channel.clone(),
             },
             stop_requested,
             first_attempt,
@@ -111,6 +133,7 @@ impl LeaseListener {
             // A task that panicked has nothing left to stop.
             let _ = running.task.await;
         }
-        self.hub.close();
+        self.hubs.leases.close();
+        self.hubs.appends.close();
     }
 }

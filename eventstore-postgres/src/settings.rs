@@ -13,6 +13,8 @@ pub(crate) struct Settings {
     pub(crate) visibility_wait: Duration,
     /// How long a call waits for a pooled connection.
     pub(crate) acquire_timeout: Duration,
+    /// Whether each append's insert notifies `<prefix>appends` (append hints).
+    pub(crate) append_hints: bool,
 }
 
 impl Settings {

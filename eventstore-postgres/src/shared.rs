@@ -1,5 +1,5 @@
-//! What every handle of one storage shares: the pool, the prefix, the settings, the lease
-//! change listener and whether the storage is closed, with the way its own transactions
+//! What every handle of one storage shares: the pool, the prefix, the settings, the
+//! notification listener and whether the storage is closed, with the way its own transactions
 //! begin and end.
 
 use eventstore_api::admission::Admission;
@@ -8,10 +8,10 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::isolation::BEGIN_READ_COMMITTED;
-use crate::lease_notification::CHANNEL_SUFFIX;
-use crate::listener::LeaseListener;
+use crate::listener::Listener;
 use crate::prefix::TablePrefix;
 use crate::settings::Settings;
+use crate::{append_notification, lease_notification};
 
 /// What every handle of one storage shares.
 pub(crate) struct Shared {
@@ -20,12 +20,13 @@ pub(crate) struct Shared {
     pub(crate) prefix: TablePrefix,
     pub(crate) settings: Settings,
     pub(crate) admission: Admission,
-    pub(crate) lease_changes: LeaseListener,
+    /// Lease changes and append hints, pushed by the server.
+    pub(crate) listener: Listener,
 }
 
 impl Shared {
     /// An open storage's state; `owns_pool` says whether closing the storage closes `pool`,
-    /// and `listen_options` are how the lease change listener connects, once needed.
+    /// and `listen_options` are how the notification listener connects, once needed.
     pub(crate) fn new(
         pool: PgPool,
         owns_pool: bool,
@@ -33,14 +34,18 @@ impl Shared {
         settings: Settings,
         listen_options: PgConnectOptions,
     ) -> Self {
-        let lease_changes = LeaseListener::new(listen_options, prefix.name(CHANNEL_SUFFIX));
+        let listener = Listener::new(
+            listen_options,
+            prefix.name(lease_notification::CHANNEL_SUFFIX),
+            prefix.name(append_notification::CHANNEL_SUFFIX),
+        );
         Shared {
             pool,
             owns_pool,
             prefix,
             settings,
             admission: Admission::new(),
-            lease_changes,
+            listener,
         }
     }
 
@@ -49,12 +54,12 @@ impl Shared {
         self.owns_pool
     }
 
-    /// Marks the storage closed. The first close stops the lease change listener, ending
+    /// Marks the storage closed. The first close stops the notification listener, ending
     /// every subscription, and closes the pool if it is the storage's own; a caller's pool
     /// stays open for the caller.
     pub(crate) async fn close(&self) {
         if self.admission.close() {
-            self.lease_changes.close().await;
+            self.listener.close().await;
             if self.owns_pool {
                 self.pool.close().await;
             }

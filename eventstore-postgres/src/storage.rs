@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::Operation;
 use eventstore_api::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
-    LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
+    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
+    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
@@ -29,9 +29,11 @@ use crate::{bookmarks, events, leases};
 /// its bookmark forward never skips an event that commits later with a lower position.
 /// Leases live in two tables of their own and never touch the events.
 ///
-/// Lease changes ([`Capability::LeaseChanges`]) come from the lease functions' `pg_notify`
-/// at commit, through one `LISTEN` connection per storage, shared by its clones and opened by
-/// the first subscription.
+/// Lease changes ([`Capability::LeaseChanges`]) and, when the builder turns them on, append
+/// hints ([`Capability::AppendHints`]) come from `pg_notify` at commit (in the lease functions
+/// and in each append's insert), through one `LISTEN` connection per storage, shared by its
+/// clones and opened by the first subscription of either kind. A hint may come before the
+/// visibility barrier lets readers see the append: it only wakes a reader.
 #[derive(Clone)]
 pub struct PostgresEventStorage {
     shared: Arc<Shared>,
@@ -94,7 +96,7 @@ impl EventStorage for PostgresEventStorage {
         matches!(
             capability,
             Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
-        )
+        ) || (capability == Capability::AppendHints && self.shared.settings.append_hints)
     }
 
     async fn append(
@@ -214,7 +216,19 @@ impl EventStorage for PostgresEventStorage {
 
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         let shared = self.admit(Operation::Read)?;
-        Ok(shared.lease_changes.subscribe(&scope).await)
+        Ok(shared.listener.subscribe_lease_changes(&scope).await)
+    }
+
+    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
+        if !self.shared.settings.append_hints {
+            // As a storage without the capability answers, open or closed.
+            return Err(EventStorageError::unsupported(
+                "subscribe_appends",
+                self.name(),
+            ));
+        }
+        let shared = self.admit(Operation::Query { stream })?;
+        Ok(shared.listener.subscribe_appends(stream).await)
     }
 
     async fn append_fenced(

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use eventstore_postgres::PostgresEventStorage;
 use eventstore_tck::StorageFactory;
 
-/// Fresh storages on unique prefixes of the test database.
+/// Fresh storages on unique prefixes of the test database, with append hints on, so that
+/// the kit's append hint scenarios run too.
 struct PostgresFactory;
 
 #[async_trait]
@@ -30,11 +31,11 @@ impl StorageFactory for PostgresFactory {
     }
 
     async fn create(&self) -> PostgresEventStorage {
-        common::storage_on(&common::unique_prefix()).await
+        common::hinting_storage_on(&common::unique_prefix()).await
     }
 
     async fn another_handle(&self, storage: &PostgresEventStorage) -> PostgresEventStorage {
-        common::storage_on(storage.prefix()).await
+        common::hinting_storage_on(storage.prefix()).await
     }
 }
 

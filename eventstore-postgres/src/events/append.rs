@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::rows::{concrete, decode_event, decode_reference, EVENT_COLUMNS};
 use super::visibility;
+use crate::append_notification;
 use crate::fencing;
 use crate::filter_sql::{push_after, push_filter, push_stream};
 use crate::shared::Shared;
@@ -216,6 +217,10 @@ fn stream_key(context: &str, purpose: &str) -> String {
 /// Inserts the batch in one statement that first takes the stream's lock (again, when the
 /// caller's transaction holds it already: advisory locks nest), so that an unconditional
 /// append in autocommit is serialized with every other append of the stream as well.
+///
+/// With append hints on, the same statement notifies the append's hint, once, naming the last
+/// inserted event: `pg_notify` delivers it when the transaction commits, and never if it rolls
+/// back. Every append inserts once, so a transaction notifies at most once per stream.
 async fn insert(
     shared: &Shared,
     connection: &mut PgConnection,
@@ -236,33 +241,19 @@ async fn insert(
         .iter()
         .map(|e| e.idempotency_key.as_deref())
         .collect();
-    let rows = sqlx::query(&format!(
-        "INSERT INTO {events} \
-             (id, tx, stream_context, stream_purpose, event_type, payload, tags, idempotency_key) \
-         SELECT e.id, pg_current_xact_id(), $1, $2, e.event_type, e.payload, \
-                ARRAY(SELECT jsonb_array_elements_text(e.tags)), e.idempotency_key \
-         FROM (SELECT {lock} FROM (SELECT set_config('lock_timeout', $9, true)) AS setting) \
-                  AS locked, \
-              unnest($3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
-              WITH ORDINALITY AS e(id, event_type, payload, tags, idempotency_key, ordinality) \
-         ORDER BY e.ordinality \
-         RETURNING id, position, tx::text AS tx_text, stored_at, \
-                   pg_snapshot_xmin(pg_current_snapshot()) = tx AS visible_at_commit",
-        events = shared.prefix.name("events"),
-        lock = stream_lock(shared, "$8"),
-    ))
-    .bind(context)
-    .bind(purpose)
-    .bind(&ids)
-    .bind(&types)
-    .bind(&payloads)
-    .bind(&tags)
-    .bind(&keys)
-    .bind(stream_key(context, purpose))
-    .bind(shared.settings.lock_timeout_setting())
-    .fetch_all(&mut *connection)
-    .await
-    .map_err(|e| failing.map(e))?;
+    let rows = sqlx::query(&insert_sql(shared))
+        .bind(context)
+        .bind(purpose)
+        .bind(&ids)
+        .bind(&types)
+        .bind(&payloads)
+        .bind(&tags)
+        .bind(&keys)
+        .bind(stream_key(context, purpose))
+        .bind(shared.settings.lock_timeout_setting())
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(|e| failing.map(e))?;
 
     // The statement's snapshot was taken before the insert gave the transaction its id, so
     // its xmin equals that id only when no older transaction was running, nor started in
@@ -302,4 +293,44 @@ async fn insert(
         events: stored,
         visible_at_commit,
     })
+}
+
+/// The insert statement of [`insert`]: `$1`, `$2` the stream, `$3`…`$7` the events' columns,
+/// `$8` the stream's lock key, `$9` the lock timeout.
+fn insert_sql(shared: &Shared) -> String {
+    let events = shared.prefix.name("events");
+    let lock = stream_lock(shared, "$8");
+    let values = format!(
+        "SELECT e.id, pg_current_xact_id(), $1, $2, e.event_type, e.payload, \
+                         ARRAY(SELECT jsonb_array_elements_text(e.tags)), e.idempotency_key \
+                  FROM (SELECT {lock} FROM (SELECT set_config('lock_timeout', $9, true)) \
+                            AS setting) AS locked, \
+                       unnest($3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
+                       WITH ORDINALITY \
+                       AS e(id, event_type, payload, tags, idempotency_key, ordinality) \
+                  ORDER BY e.ordinality"
+    );
+    let columns =
+        "(id, tx, stream_context, stream_purpose, event_type, payload, tags, idempotency_key)";
+    let visible_at_commit = "pg_snapshot_xmin(pg_current_snapshot()) = tx AS visible_at_commit";
+    if !shared.settings.append_hints {
+        return format!(
+            "INSERT INTO {events} {columns} {values} \
+             RETURNING id, position, tx::text AS tx_text, stored_at, {visible_at_commit}"
+        );
+    }
+    // The notifying CTE is materialized, so it runs once, and the one-row filter that reads
+    // it is evaluated once (an init plan), so that it runs at all.
+    format!(
+        "WITH inserted AS ( \
+             INSERT INTO {events} {columns} {values} \
+             RETURNING id, position, tx, stored_at, {visible_at_commit}), \
+         notified AS MATERIALIZED ( \
+             SELECT pg_notify('{channel}', {payload}) \
+             FROM (SELECT id, position, tx FROM inserted ORDER BY position DESC LIMIT 1) AS last) \
+         SELECT id, position, tx::text AS tx_text, stored_at, visible_at_commit \
+         FROM inserted WHERE (SELECT count(*) FROM notified) = 1",
+        channel = shared.prefix.name(append_notification::CHANNEL_SUFFIX),
+        payload = append_notification::payload_sql("$1", "$2", "last"),
+    )
 }

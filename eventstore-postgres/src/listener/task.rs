@@ -1,17 +1,16 @@
-//! The listener's task: connect, `LISTEN`, forward every notification to the hub, and after
+//! The listener's task: connect, `LISTEN`, forward every notification to its hub, and after
 //! a lost connection connect again with backoff, telling subscribers they may have missed
-//! changes in between.
+//! notifications in between.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::lease_changes::LeaseChangeHub;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use sqlx::PgPool;
 use tokio::sync::watch;
 
+use super::dispatch::Hubs;
 use crate::backoff::Backoff;
-use crate::lease_notification::{self, LeaseNotification};
 
 /// The longest one attempt to connect and `LISTEN` may take. The pool retries a refused
 /// connection until then, so this is also how long an unreachable server delays the first
@@ -20,9 +19,8 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the task listens to and where it publishes.
 pub(super) struct Listen {
-    pub(super) hub: Arc<LeaseChangeHub>,
+    pub(super) hubs: Arc<Hubs>,
     pub(super) connect_options: PgConnectOptions,
-    pub(super) channel: String,
 }
 
 /// Why forwarding ended.
@@ -52,23 +50,23 @@ pub(super) async fn listen_until_stopped(
     loop {
         let attempt = tokio::select! {
             () = stop_requested(&mut stop) => break,
-            attempt = start_listening(&pool, &listen.channel) => attempt,
+            attempt = start_listening(&pool, &listen.hubs) => attempt,
         };
         first_attempt.send_replace(true);
         match attempt {
             Ok(mut listener) => {
                 outage.listening(&listen);
                 backoff.reset();
-                match forward(&mut listener, &listen.hub, &mut stop).await {
+                match forward(&mut listener, &listen.hubs, &mut stop).await {
                     Ended::Stopped => break,
                     Ended::Lost(error) => tracing::info!(
-                        channel = %listen.channel,
+                        channels = ?listen.hubs.channels(),
                         error = error.map_or_else(|| "connection closed".to_owned(), |e| e.to_string()),
-                        "the lease change listener lost its connection; reconnecting"
+                        "the notification listener lost its connection; reconnecting"
                     ),
                 }
             }
-            Err(error) => outage.failed(&listen.channel, &error),
+            Err(error) => outage.failed(&listen.hubs, &error),
         }
         tokio::select! {
             () = stop_requested(&mut stop) => break,
@@ -94,10 +92,13 @@ impl Outage {
     fn listening(&mut self, listen: &Listen) {
         if self.attempted_before {
             // Whatever changed while nobody listened went unnoticed.
-            listen.hub.missed();
+            listen.hubs.missed();
         }
         if self.warned {
-            tracing::info!(channel = %listen.channel, "lease changes are pushed again");
+            tracing::info!(
+                channels = ?listen.hubs.channels(),
+                "lease changes and append hints are pushed again"
+            );
         }
         *self = Outage {
             attempted_before: true,
@@ -105,19 +106,20 @@ impl Outage {
         };
     }
 
-    fn failed(&mut self, channel: &str, error: &sqlx::Error) {
+    fn failed(&mut self, hubs: &Hubs, error: &sqlx::Error) {
         if self.warned {
             tracing::debug!(
-                channel,
+                channels = ?hubs.channels(),
                 error = %explain(error),
-                "the lease change listener still cannot LISTEN"
+                "the notification listener still cannot LISTEN"
             );
         } else {
             tracing::warn!(
-                channel,
+                channels = ?hubs.channels(),
                 error = %explain(error),
-                "lease changes fall back to polling: the listener cannot LISTEN; it keeps \
-                 retrying in the background and subscriptions stay silent until then"
+                "lease changes fall back to polling, and so do append hints: the listener \
+                 cannot LISTEN; it keeps retrying in the background and subscriptions stay \
+                 silent until then"
             );
         }
         *self = Outage {
@@ -132,14 +134,14 @@ async fn stop_requested(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-/// A listener on `channel`, within [`ATTEMPT_TIMEOUT`].
-async fn start_listening(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
+/// A listener on the channels of `hubs`, within [`ATTEMPT_TIMEOUT`].
+async fn start_listening(pool: &PgPool, hubs: &Hubs) -> Result<PgListener, sqlx::Error> {
     let attempt = async {
         let mut listener = PgListener::connect_with(pool).await?;
         // A lost connection ends forwarding, so that this task reconnects with backoff and
         // says that notices may have been missed.
         listener.eager_reconnect(false);
-        listener.listen(channel).await?;
+        listener.listen_all(hubs.channels()).await?;
         Ok(listener)
     };
     tokio::time::timeout(ATTEMPT_TIMEOUT, attempt)
@@ -162,7 +164,7 @@ fn explain(error: &sqlx::Error) -> String {
 /// Publishes every notification until a stop is asked for or the connection is lost.
 async fn forward(
     listener: &mut PgListener,
-    hub: &LeaseChangeHub,
+    hubs: &Hubs,
     stop: &mut watch::Receiver<bool>,
 ) -> Ended {
     loop {
@@ -171,25 +173,9 @@ async fn forward(
             received = listener.try_recv() => received,
         };
         match received {
-            Ok(Some(notification)) => publish(hub, notification.payload()),
+            Ok(Some(notification)) => hubs.publish(notification.channel(), notification.payload()),
             Ok(None) => return Ended::Lost(None),
             Err(error) => return Ended::Lost(Some(error)),
-        }
-    }
-}
-
-/// Publishes one payload. One that does not decode says only that something changed.
-fn publish(hub: &LeaseChangeHub, payload: &str) {
-    match lease_notification::decode(payload) {
-        Ok(LeaseNotification::Changed(change)) => hub.publish(change),
-        Ok(LeaseNotification::Missed) => hub.missed(),
-        Err(error) => {
-            tracing::warn!(
-                %error,
-                payload,
-                "a lease change notification does not decode; subscribers are told they missed changes"
-            );
-            hub.missed();
         }
     }
 }

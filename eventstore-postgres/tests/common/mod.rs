@@ -70,6 +70,15 @@ pub async fn storage_on(prefix: &str) -> PostgresEventStorage {
         .unwrap_or_else(|error| panic!("opening a storage on prefix {prefix}: {error}"))
 }
 
+/// A storage on `prefix` as [`storage_on`] opens it, with append hints on.
+pub async fn hinting_storage_on(prefix: &str) -> PostgresEventStorage {
+    builder(prefix)
+        .append_hints(true)
+        .build()
+        .await
+        .unwrap_or_else(|error| panic!("opening a storage on prefix {prefix}: {error}"))
+}
+
 /// A builder for `prefix` on the test database, with a pool small enough for many
 /// parallel tests.
 pub fn builder(prefix: &str) -> eventstore_postgres::PostgresEventStorageBuilder {

@@ -1,11 +1,12 @@
 //! PostgreSQL-only behaviour: init modes, prefixes, lock timeouts, contention between
 //! separate pools, killed connections, the visibility barrier, lease change notifications,
-//! fencing tokens that survive a server restart, and electors that outlive a failing push
-//! channel.
+//! append hints, fencing tokens that survive a server restart, and electors that outlive a
+//! failing push channel.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod append_hints;
 mod contention;
 mod elector_faults;
 mod event_order;
