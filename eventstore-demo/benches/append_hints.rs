@@ -51,7 +51,7 @@ async fn main() -> BenchResult<()> {
         ("file", handles_of(file)),
     ];
     if let Ok(url) = std::env::var("DATABASE_URL") {
-        backends.push(("postgres", postgres_handles(&url).await?));
+        backends.push(("postgres", postgres_handles(&url, true).await?));
     }
 
     println!("# Append hints ({SAMPLES} appends; poll interval {POLL:?}; {CLIENTS} clients × batches of {BATCH}, {ROUNDS} alternating rounds; {QUIET_PROJECTORS} projectors quiet for {QUIET:?})\n");

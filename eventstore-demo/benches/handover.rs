@@ -56,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("file", handles_of(file)),
     ];
     if let Ok(url) = std::env::var("DATABASE_URL") {
-        backends.push(("postgres", postgres_handles(&url).await?));
+        backends.push(("postgres", postgres_handles(&url, false).await?));
     }
 
     println!("# Handovers with pushed lease changes ({rounds} rounds each, ttl {TTL:?}, request interval {:?})\n", TTL / 3);

@@ -18,7 +18,11 @@ pub(crate) fn handles_of<S: EventStorage + Clone + 'static>(storage: S) -> Handl
 }
 
 /// Three handles on one fresh prefix, each with its own pool, as three processes would have.
-pub(crate) async fn postgres_handles(url: &str) -> Result<Handles, Box<dyn std::error::Error>> {
+/// With `append_hints`, appends notify readers (`PostgresEventStorageBuilder::append_hints`).
+pub(crate) async fn postgres_handles(
+    url: &str,
+    append_hints: bool,
+) -> Result<Handles, Box<dyn std::error::Error>> {
     let prefix = format!("handover{:08x}_", rand_suffix());
     let mut handles: Handles = Vec::new();
     for _ in 0..3 {
@@ -26,6 +30,7 @@ pub(crate) async fn postgres_handles(url: &str) -> Result<Handles, Box<dyn std::
             .url(url)
             .prefix(&prefix)
             .max_connections(4)
+            .append_hints(append_hints)
             .build()
             .await?;
         handles.push(Arc::new(storage));
