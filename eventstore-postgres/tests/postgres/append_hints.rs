@@ -3,7 +3,6 @@
 //! none for an append that did not commit, other processes hearing them, and a killed listener
 //! connection.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use eventstore_api::{
@@ -12,7 +11,6 @@ use eventstore_api::{
 };
 use eventstore_postgres::PostgresEventStorage;
 use serde_json::json;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 use crate::common;
@@ -208,17 +206,12 @@ async fn an_append_that_does_not_commit_never_hints() {
 
 #[tokio::test]
 async fn another_storage_on_the_same_prefix_hears_the_hints() {
-    let Some(_admin) = common::try_pool().await else {
+    // The reader's own pool, as another process would have.
+    let Some(pool) = common::try_pool().await else {
         return;
     };
     let prefix = common::unique_prefix();
     let writer = common::hinting_storage_on(&prefix).await;
-    // Another process's storage, on a pool of its own.
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(PgConnectOptions::from_str(&common::database_url()).unwrap())
-        .await
-        .unwrap();
     let reader = PostgresEventStorage::builder()
         .pool(pool.clone())
         .prefix(&prefix)

@@ -2,7 +2,6 @@
 //! notified and in which order, what is not (renewals, refreshes, rolled-back changes), other
 //! processes hearing them, a killed listener connection, no listener at all, and `close`.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use eventstore_api::{
@@ -11,7 +10,6 @@ use eventstore_api::{
 };
 use eventstore_postgres::PostgresEventStorage;
 use sqlx::postgres::types::PgInterval;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 use crate::common;
@@ -388,18 +386,12 @@ async fn a_killed_listener_reconnects_and_says_notices_may_have_been_missed() {
 
 #[tokio::test]
 async fn another_storage_on_the_same_prefix_hears_the_changes() {
-    let Some(_admin) = common::try_pool().await else {
+    // The reader's own pool, as another process would have.
+    let Some(pool) = common::try_pool().await else {
         return;
     };
     let prefix = common::unique_prefix();
     let writer = common::storage_on(&prefix).await;
-    // Another process's storage, on the caller's pool: its listener connects with the
-    // pool's connection settings.
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(PgConnectOptions::from_str(&common::database_url()).unwrap())
-        .await
-        .unwrap();
     let reader = PostgresEventStorage::builder()
         .pool(pool.clone())
         .prefix(&prefix)
