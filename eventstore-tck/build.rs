@@ -18,6 +18,7 @@ const MODULES: &[&str] = &[
     "append_hints",
     "election",
     "handover",
+    "partitions",
 ];
 
 fn main() {
