@@ -17,24 +17,17 @@
 //! cargo bench -p eventstore-demo --bench handover -- --rounds 100  # more rounds (default 50)
 //! ```
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWatch};
 use eventstore_api::validate::MAX_TTL;
-use eventstore_api::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStreamId, EventToStore, FencingToken, Lease, LeaseChanges, LeaseRequest,
-    LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
-};
+use eventstore_api::{EventStorage, FencingToken, StorageResult};
 use eventstore_file::FileEventStorage;
 use eventstore_memory::MemoryEventStorage;
 
 mod common;
-use common::{handles_of, millis, percentile, postgres_handles, Handles};
+use common::{handles_of, millis, percentile, postgres_handles, CountingStorage, Handles};
 
 const TTL: Duration = Duration::from_secs(30);
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -273,116 +266,5 @@ impl AcknowledgingWork {
 impl Drop for AcknowledgingWork {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// A storage that counts lease requests by lease and forwards everything.
-#[derive(Debug)]
-struct CountingStorage<S> {
-    inner: S,
-    requests: Mutex<HashMap<String, usize>>,
-}
-
-impl<S> CountingStorage<S> {
-    fn new(inner: S) -> Self {
-        CountingStorage {
-            inner,
-            requests: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn count(&self, lease: &str) {
-        let mut requests = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        *requests.entry(lease.to_owned()).or_default() += 1;
-    }
-
-    fn total(&self) -> usize {
-        self.by_lease().values().sum()
-    }
-
-    fn by_lease(&self) -> HashMap<String, usize> {
-        self.requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn reset(&self) {
-        self.requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-    }
-}
-
-#[async_trait]
-impl<S: EventStorage> EventStorage for CountingStorage<S> {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn supports(&self, capability: Capability) -> bool {
-        self.inner.supports(capability)
-    }
-    async fn append(
-        &self,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner.append(criteria, stream, events).await
-    }
-    async fn query(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner
-            .query(filter, stream, after, limit, direction)
-            .await
-    }
-    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.inner.get_event_by_id(id).await
-    }
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.inner.head(stream).await
-    }
-    async fn bookmark(
-        &self,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner.bookmark(reader, reference, tags).await
-    }
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.inner.get_bookmark(reader).await
-    }
-    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        self.inner.remove_bookmark(reader).await
-    }
-    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.inner.get_bookmarks().await
-    }
-    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
-        self.count(&request.lease_name);
-        self.inner.request_lease(request).await
-    }
-    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        self.inner.release_lease(lease_name, owner).await
-    }
-    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-        self.inner.get_leases().await
-    }
-    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        self.inner.storage_time().await
-    }
-    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
-        self.inner.subscribe_lease_changes(scope).await
-    }
-    async fn close(&self) -> StorageResult<()> {
-        self.inner.close().await
     }
 }

@@ -315,6 +315,9 @@ impl LeaderElector {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        // Drop must not signal a shutdown: a task still inside its current poll would see it
+        // and release. Dropping the real sender without a value is no signal to it.
+        self.shutdown = watch::channel(false).0;
         self.watch.shared().demote(Leadership::Stopped);
     }
 }

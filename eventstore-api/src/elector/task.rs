@@ -256,7 +256,7 @@ impl ElectionLoop {
             let deadline = self.shared.tenure().map(|tenure| tenure.deadline);
             tokio::select! {
                 biased;
-                _ = self.shutdown.changed() => return None,
+                Ok(()) = self.shutdown.changed() => return None,
                 output = &mut work => return Some(output),
                 () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,

@@ -33,6 +33,14 @@ impl Assignment {
             .collect()
     }
 
+    /// Whether every partition is held by its target member.
+    pub(crate) fn is_reached(&self, holders: &BTreeMap<u32, usize>) -> bool {
+        holders.len() == self.owners.len()
+            && holders
+                .iter()
+                .all(|(partition, member)| self.owners.get(*partition as usize) == Some(member))
+    }
+
     /// The target member of `partition`.
     #[cfg(test)]
     pub(crate) fn owner_of(&self, partition: u32) -> usize {
@@ -58,11 +66,21 @@ pub(crate) fn assign(
             held[member].push(partition);
         }
     }
-    // The members that hold most get the extra partitions: that moves the fewest.
-    let mut by_holdings: Vec<usize> = (0..members.len()).collect();
-    by_holdings.sort_by(|a, b| held[*b].len().cmp(&held[*a].len()).then(a.cmp(b)));
+    // The extra partitions go first to members that already hold that many (moving the
+    // fewest), then by a rank of the member alone. Never by how many a member holds below
+    // that: those counts change while partitions move, and members reading the group a
+    // moment apart would disagree on who gets the extra ones.
+    let ceil = floor as usize + 1;
+    let mut extra_first: Vec<usize> = (0..members.len()).collect();
+    extra_first.sort_by_key(|member| {
+        let full = held[*member].len() >= ceil;
+        (
+            !full,
+            std::cmp::Reverse(rank(partitions, &members[*member])),
+        )
+    });
     let mut quota = vec![floor as usize; members.len()];
-    for member in by_holdings.into_iter().take(extra) {
+    for member in extra_first.into_iter().take(extra) {
         quota[member] += 1;
     }
 
@@ -161,7 +179,10 @@ mod tests {
         for (partitions, n) in [(12, 5), (1000, 10), (10, 4)] {
             let members = members(n);
             let target = assign(partitions, &members, &BTreeMap::new()).unwrap();
-            let again = assign(partitions, &members, &holders_of(&target, partitions)).unwrap();
+            assert!(!target.is_reached(&BTreeMap::new()));
+            let holders = holders_of(&target, partitions);
+            assert!(target.is_reached(&holders));
+            let again = assign(partitions, &members, &holders).unwrap();
             assert_eq!(again, target, "{partitions} partitions over {n} members");
         }
     }

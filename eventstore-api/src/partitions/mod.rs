@@ -342,6 +342,9 @@ impl PartitionElector {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        // Drop must not signal a shutdown: a task still inside its current poll would see it
+        // and release. Dropping the real sender without a value is no signal to it.
+        self.shutdown = channel::channel(false).0;
         self.watch.lapse_as_stopped();
     }
 }

@@ -17,7 +17,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::names::{member_lease_name, partition_lease_name, GroupLease, GroupNames};
-use super::view::GroupView;
+use super::view::{GroupView, Plan};
 use super::watch::{Holdings, Shared};
 use crate::elector::{herd_jitter, jittered};
 use crate::{
@@ -30,6 +30,34 @@ use crate::{
 const TARGET_PRIORITY: i64 = 1;
 /// The priority of the membership lease and of held partitions that should move.
 const OTHER_PRIORITY: i64 = 0;
+
+/// The first wait before the next round while the group is moving partitions; it doubles up
+/// to the request interval. Members read the group at slightly different instants while
+/// partitions move, and may disagree for a moment on where a free partition goes: reading
+/// again soon settles it without waiting a whole interval.
+const FIRST_SETTLING_WAIT: Duration = Duration::from_millis(10);
+
+/// When the next round and the next claim are due.
+struct Due {
+    round: Instant,
+    claim: Option<Instant>,
+}
+
+/// What a pushed change calls for.
+enum FollowUp {
+    /// A whole round: the group changed.
+    Round,
+    /// A claim of the target partitions not held: one of them was released.
+    Claim,
+}
+
+/// How soon the next round is due.
+enum Pace {
+    /// Every partition is with its target member: the next round renews, after an interval.
+    Steady,
+    /// Partitions are moving: look again soon.
+    Settling,
+}
 
 /// The settings the loop runs with, validated by the builder.
 #[derive(Debug, Clone)]
@@ -45,6 +73,8 @@ pub(super) struct LoopSettings {
 enum Wake {
     /// Time for a round.
     Due,
+    /// Time to ask for target partitions just released, without a whole round.
+    Claim,
     /// Handovers are due: acknowledged, or their drain timeout passed.
     Handovers,
     Shutdown,
@@ -53,6 +83,7 @@ enum Wake {
 /// What woke one wait, before it is interpreted.
 enum Woken {
     Timer,
+    ClaimTimer,
     Acknowledgement,
     DrainTimeout,
     Notice(Option<LeaseNotice>),
@@ -78,20 +109,44 @@ impl PartitionLoop {
         let mut changes = None;
         let mut subscribing = self.subscribe();
         let mut next_round = Instant::now();
+        let mut claim_at = None;
+        let mut settling_wait = FIRST_SETTLING_WAIT;
         loop {
-            match self
-                .wait_until(next_round, &mut changes, &mut subscribing)
-                .await
-            {
+            let mut due = Due {
+                round: next_round,
+                claim: claim_at,
+            };
+            let wake = self
+                .wait_until(&mut due, &mut changes, &mut subscribing)
+                .await;
+            (next_round, claim_at) = (due.round, due.claim);
+            match wake {
                 Wake::Shutdown => return self.release_all().await,
                 Wake::Handovers => {
                     self.hand_over_due().await;
                     continue;
                 }
-                Wake::Due => {}
+                Wake::Claim => {
+                    claim_at = None;
+                    let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
+                    match while_waiting(&shared, &mut shutdown, self.claim()).await {
+                        None => return self.release_all().await,
+                        Some(Err(EventStorageError::Closed)) => {
+                            self.shared.lapse(true);
+                            return Ok(());
+                        }
+                        Some(Err(error)) => {
+                            tracing::warn!(group = %self.shared.group, owner = %self.shared.owner,
+                                error = %error.report(), "claiming released partitions failed");
+                        }
+                        Some(Ok(())) => {}
+                    }
+                    continue;
+                }
+                Wake::Due => claim_at = None,
             }
             let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
-            match while_waiting(&shared, &mut shutdown, self.round()).await {
+            let pace = match while_waiting(&shared, &mut shutdown, self.round()).await {
                 None => return self.release_all().await,
                 Some(Err(EventStorageError::Closed)) => {
                     self.shared.lapse(true);
@@ -100,10 +155,23 @@ impl PartitionLoop {
                 Some(Err(error)) => {
                     tracing::warn!(group = %self.shared.group, owner = %self.shared.owner,
                         error = %error.report(), "partition round failed; holding nothing new");
+                    Pace::Steady
                 }
-                Some(Ok(())) => {}
-            }
-            next_round = Instant::now() + jittered(self.settings.request_interval);
+                Some(Ok(pace)) => pace,
+            };
+            let interval = self.settings.request_interval;
+            next_round = Instant::now()
+                + match pace {
+                    Pace::Steady => {
+                        settling_wait = FIRST_SETTLING_WAIT;
+                        jittered(interval)
+                    }
+                    Pace::Settling => {
+                        let wait = settling_wait.min(interval) + herd_jitter();
+                        settling_wait = settling_wait.saturating_mul(2);
+                        wait
+                    }
+                };
         }
     }
 
@@ -127,17 +195,24 @@ impl PartitionLoop {
     }
 
     /// One round: read the group, ask for the target, renew what is held, publish.
-    async fn round(&mut self) -> Result<(), EventStorageError> {
+    async fn round(&mut self) -> Result<Pace, EventStorageError> {
         let previous_target = self.target.clone();
-        self.target = match self.read_target().await {
-            Ok(target) => target,
+        let pace = match self.read_plan().await {
+            Ok(plan) => {
+                self.target = plan.target.into_iter().collect();
+                if plan.settled {
+                    Pace::Steady
+                } else {
+                    Pace::Settling
+                }
+            }
             Err(EventStorageError::Closed) => return Err(EventStorageError::Closed),
             Err(error) => {
                 // Without a fresh view the last target stands: renewing what is held matters
                 // more than balance.
                 tracing::warn!(group = %self.shared.group, owner = %self.shared.owner,
                     error = %error.report(), "cannot read the group; keeping the last target");
-                self.target.clone()
+                Pace::Steady
             }
         };
         let previous = self.shared.holdings();
@@ -158,38 +233,88 @@ impl PartitionLoop {
         }
         let sent = Instant::now();
         let valid_until = sent + self.settings.ttl - self.settings.safety_margin;
-        let storage = Arc::clone(&self.storage);
-        let answer = timeout(valid_until - sent, async move {
-            storage.request_leases(requests).await
-        })
-        .await;
-        let responses = match answer {
-            Ok(Ok(responses)) => responses,
-            Ok(Err(error)) => return Err(error),
-            Err(_elapsed) => {
-                return Err(EventStorageError::Timeout {
-                    operation: format!("request_leases(group {})", self.shared.group),
-                    after: valid_until - sent,
-                })
-            }
-        };
+        let responses = self.send(requests, valid_until - sent).await?;
         if Instant::now() >= valid_until {
             self.shared.lapse(false);
-            return Ok(());
+            return Ok(pace);
         }
         self.apply(&partitions, &responses[1..], valid_until);
         self.withdraw_dropped(&previous, &previous_target).await;
+        Ok(pace)
+    }
+
+    /// Asks for the target partitions not held, and only those: after a pushed release the
+    /// target is known and the rest needs no renewal yet, so one small batch takes them.
+    async fn claim(&mut self) -> Result<(), EventStorageError> {
+        let mut holdings = self.shared.holdings();
+        let wanted: Vec<u32> = self
+            .target
+            .iter()
+            .copied()
+            .filter(|partition| {
+                !holdings.held.contains_key(partition)
+                    && !holdings.handing_over.contains_key(partition)
+            })
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let requests = wanted
+            .iter()
+            .map(|partition| {
+                let lease_name = partition_lease_name(&self.shared.group, *partition);
+                self.request(lease_name, TARGET_PRIORITY)
+            })
+            .collect();
+        let sent = Instant::now();
+        let valid_until = sent + self.settings.ttl - self.settings.safety_margin;
+        let responses = self.send(requests, valid_until - sent).await?;
+        // Re-read: a deadline may have lapsed everything while the batch was out.
+        let current = self.shared.holdings();
+        if current.deadline.is_none() && holdings.deadline.is_some() {
+            return Ok(());
+        }
+        holdings = current;
+        let mut taken = false;
+        for (partition, response) in wanted.iter().zip(&responses) {
+            if response.status == LeaseStatus::Leader {
+                holdings.held.insert(*partition, response.fencing_token);
+                taken = true;
+            }
+        }
+        if taken {
+            // One deadline covers every partition: the earliest of the confirmations.
+            holdings.deadline = Some(
+                holdings
+                    .deadline
+                    .map_or(valid_until, |d| d.min(valid_until)),
+            );
+            self.shared.publish(holdings);
+        }
         Ok(())
     }
 
-    /// This member's target partitions, from the group's leases on the storage's clock.
-    async fn read_target(&self) -> Result<BTreeSet<u32>, EventStorageError> {
+    /// Sends a batch, giving up after `limit`.
+    async fn send(
+        &self,
+        requests: Vec<LeaseRequest>,
+        limit: Duration,
+    ) -> Result<Vec<LeaseResponse>, EventStorageError> {
+        let storage = Arc::clone(&self.storage);
+        match timeout(limit, async move { storage.request_leases(requests).await }).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => Err(EventStorageError::Timeout {
+                operation: format!("request_leases(group {})", self.shared.group),
+                after: limit,
+            }),
+        }
+    }
+
+    /// This member's plan, from the group's leases on the storage's clock.
+    async fn read_plan(&self) -> Result<Plan, EventStorageError> {
         let (leases, now) = tokio::join!(self.storage.get_leases(), self.storage.storage_time());
         let view = GroupView::read(&self.names, &leases?, now?, &self.shared.owner);
-        Ok(view
-            .target_of(self.shared.partitions, &self.shared.owner)
-            .into_iter()
-            .collect())
+        Ok(view.plan(self.shared.partitions, &self.shared.owner))
     }
 
     /// The target, and every partition still held (renewed until handed over).
@@ -341,21 +466,24 @@ impl PartitionLoop {
         membership
     }
 
-    /// Waits until `until`, which pushed changes may bring forward; returns early on
-    /// shutdown and when handovers are due.
+    /// Waits until the next round or claim is due, which pushed changes may bring forward;
+    /// returns early on shutdown and when handovers are due.
     async fn wait_until(
         &mut self,
-        mut until: Instant,
+        due: &mut Due,
         changes: &mut Option<LeaseChanges>,
         subscribing: &mut Option<JoinHandle<Option<LeaseChanges>>>,
     ) -> Wake {
         loop {
+            let until = due.round;
+            let claim = due.claim.filter(|claim| *claim < until);
             let drain = self.drain_deadlines.values().min().copied();
             let shared = Arc::clone(&self.shared);
             let mut shutdown = self.shutdown.clone();
             let woken = while_waiting(&shared, &mut shutdown, async {
                     tokio::select! {
                         () = sleep_until(until) => Woken::Timer,
+                        () = sleep_until(claim.unwrap_or(until)), if claim.is_some() => Woken::ClaimTimer,
                         () = shared.acknowledgement.notified() => Woken::Acknowledgement,
                         () = sleep_until(drain.unwrap_or(until)), if drain.is_some() => Woken::DrainTimeout,
                         notice = next_notice(changes) => Woken::Notice(notice),
@@ -366,6 +494,7 @@ impl PartitionLoop {
             match woken {
                 None => return Wake::Shutdown,
                 Some(Woken::Timer) => return Wake::Due,
+                Some(Woken::ClaimTimer) => return Wake::Claim,
                 Some(Woken::Acknowledgement | Woken::DrainTimeout) => return Wake::Handovers,
                 Some(Woken::Subscribed(subscribed)) => {
                     *subscribing = None;
@@ -373,26 +502,31 @@ impl PartitionLoop {
                 }
                 // The storage closed the subscription: poll from here on.
                 Some(Woken::Notice(None)) => *changes = None,
-                Some(Woken::Notice(Some(notice))) => {
-                    if let Some(delay) = self.round_delay_after(&notice) {
-                        until = until.min(Instant::now() + delay);
+                Some(Woken::Notice(Some(notice))) => match self.follow_up(&notice) {
+                    Some((FollowUp::Round, delay)) => {
+                        due.round = due.round.min(Instant::now() + delay);
                     }
-                }
+                    Some((FollowUp::Claim, delay)) => {
+                        let at = Instant::now() + delay;
+                        due.claim = Some(due.claim.map_or(at, |claim| claim.min(at)));
+                    }
+                    None => {}
+                },
             }
         }
     }
 
-    /// How soon to run a round after `notice`, if it calls for one before the next interval.
-    /// A notice is only a hint: the round that follows decides.
-    fn round_delay_after(&self, notice: &LeaseNotice) -> Option<Duration> {
+    /// What to do after `notice` and how soon, if it calls for anything before the next
+    /// interval. A notice is only a hint: the request that follows decides.
+    fn follow_up(&self, notice: &LeaseNotice) -> Option<(FollowUp, Duration)> {
         let me = self.shared.owner.as_str();
         let change = match notice {
             LeaseNotice::Missed => {
-                return Some(
-                    self.settings
-                        .handover_grace
-                        .mul_f64(rand::thread_rng().gen()),
-                )
+                let spread = self
+                    .settings
+                    .handover_grace
+                    .mul_f64(rand::thread_rng().gen());
+                return Some((FollowUp::Round, spread));
             }
             LeaseNotice::Changed(change) => change,
         };
@@ -401,24 +535,24 @@ impl PartitionLoop {
             (
                 GroupLease::Member(member),
                 LeaseChangeKind::Acquired { .. } | LeaseChangeKind::Released { .. },
-            ) if member != me => Some(herd_jitter()),
-            // A partition this member should hold is free.
+            ) if member != me => Some((FollowUp::Round, herd_jitter())),
+            // A partition this member should hold is free: take it.
             (GroupLease::Partition(partition), LeaseChangeKind::Released { owner, .. })
                 if owner != me && self.target.contains(&partition) =>
             {
-                Some(herd_jitter())
+                Some((FollowUp::Claim, herd_jitter()))
             }
             // This member is asked to hand a partition over: learn it now.
             (GroupLease::Partition(_), LeaseChangeKind::StepDownRequested { holder, .. })
                 if holder == me =>
             {
-                Some(Duration::ZERO)
+                Some((FollowUp::Round, Duration::ZERO))
             }
             // Someone else took a partition this member believes it holds: learn it now.
             (GroupLease::Partition(partition), LeaseChangeKind::Acquired { owner, .. })
                 if owner != me && self.shared.holdings().held.contains_key(&partition) =>
             {
-                Some(Duration::ZERO)
+                Some((FollowUp::Round, Duration::ZERO))
             }
             _ => None,
         }
@@ -440,7 +574,7 @@ async fn while_waiting<T>(
         let deadline = shared.holdings().deadline;
         tokio::select! {
             biased;
-            _ = shutdown.changed() => return None,
+            Ok(()) = shutdown.changed() => return None,
             output = &mut work => return Some(output),
             () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 tracing::warn!(group = %shared.group, owner = %shared.owner,

@@ -55,14 +55,35 @@ impl GroupView {
     }
 
     /// The partitions the balanced assignment gives `member`.
+    #[cfg(test)]
     pub(crate) fn target_of(&self, partitions: u32, member: &str) -> Vec<u32> {
-        let Ok(index) = self.members.binary_search_by(|m| m.as_str().cmp(member)) else {
-            return Vec::new();
-        };
-        assign(partitions, &self.members, &self.holders)
-            .map(|assignment: Assignment| assignment.partitions_of(index))
-            .unwrap_or_default()
+        self.plan(partitions, member).target
     }
+
+    /// `member`'s target, and whether the whole group has reached its assignment.
+    pub(crate) fn plan(&self, partitions: u32, member: &str) -> Plan {
+        let assignment: Option<Assignment> = assign(partitions, &self.members, &self.holders);
+        let index = self.members.binary_search_by(|m| m.as_str().cmp(member));
+        match (assignment, index) {
+            (Some(assignment), Ok(index)) => Plan {
+                target: assignment.partitions_of(index),
+                settled: assignment.is_reached(&self.holders),
+            },
+            _ => Plan {
+                target: Vec::new(),
+                settled: false,
+            },
+        }
+    }
+}
+
+/// What one member should ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Its target partitions.
+    pub(crate) target: Vec<u32>,
+    /// Whether every partition is held by its target member: nothing is moving.
+    pub(crate) settled: bool,
 }
 
 #[cfg(test)]

@@ -2,11 +2,16 @@
 
 #![allow(dead_code)] // each bench uses a part
 
+mod counting;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore_api::EventStorage;
 use eventstore_postgres::PostgresEventStorage;
+
+#[allow(unused_imports)] // not every bench counts
+pub(crate) use counting::CountingStorage;
 
 /// Handles of one storage, as separate processes would hold them.
 pub(crate) type Handles = Vec<Arc<dyn EventStorage>>;
