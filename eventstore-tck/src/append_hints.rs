@@ -5,6 +5,8 @@
 //! projector so that it projects an append at once, although its poll interval is long.
 //! Closing the storage ends every subscription. A backend without the capability proves
 //! instead that `subscribe_appends` answers `Unsupported`.
+//!
+//! Needs [`Capability::AppendHints`], unless a scenario says otherwise.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -99,6 +101,8 @@ pub async fn an_append_of_many_events_is_one_hint<F: StorageFactory>(factory: &F
 
 /// An elected projector whose poll interval is a minute projects an append within moments:
 /// the hint wakes it.
+///
+/// Needs [`Capability::AppendHints`] and [`Capability::Lease`].
 pub async fn an_elected_projector_projects_an_append_at_once<F: StorageFactory>(factory: &F) {
     let Some(storage) = storage_with_append_hints(factory).await else {
         return;

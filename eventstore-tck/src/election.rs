@@ -9,6 +9,8 @@
 //! On a backend without [`Capability::Lease`] each scenario proves instead that the elector
 //! refuses to start with `Unsupported`; without [`Capability::FencedWrites`] the fenced
 //! scenario proves that both fenced writes refuse with `Unsupported`.
+//!
+//! Needs [`Capability::Lease`], unless a scenario says otherwise.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +63,8 @@ fn stream() -> EventStreamId {
 
 /// An elector refuses to start on a storage without [`Capability::Lease`], with an
 /// `Unsupported` error that names the capability.
+///
+/// Needs no capability.
 pub async fn elector_refuses_a_storage_without_leases<F: StorageFactory>(factory: &F) {
     let storage: Arc<dyn EventStorage> = Arc::new(factory.create().await);
     assert_elector_refused(Arc::new(EventsOnly::new(storage.clone()))).await;
@@ -206,6 +210,8 @@ pub async fn crashed_leader_is_taken_over_and_the_projection_misses_nothing<F: S
 /// After a takeover, a zombie (an old leader still holding its old token) is refused by the
 /// fence: its append stores nothing, its bookmark stays where the new leader put it, and a
 /// projector run under the old fence cannot move the bookmark backwards.
+///
+/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
 pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(factory: &F) {
     let Some(handles) = lease_handles(factory, 2).await else {
         return;
@@ -286,6 +292,8 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
 /// A fence whose lease name is not a valid lease name (blank, NUL, over-long) is refused with
 /// `InvalidInput` by both fenced writes, and nothing is written: invalid input is refused the
 /// same way everywhere, never mistaken for a stale token.
+///
+/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
 pub async fn fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_nothing<
     F: StorageFactory,
 >(

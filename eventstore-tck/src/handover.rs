@@ -8,6 +8,9 @@
 //!
 //! A backend without [`Capability::LeaseChanges`] proves instead that
 //! `subscribe_lease_changes` answers `Unsupported`; its electors poll.
+//!
+//! Needs [`Capability::Lease`] and [`Capability::LeaseChanges`], unless a scenario says
+//! otherwise.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,6 +168,8 @@ pub async fn raised_priority_is_applied_at_once<F: StorageFactory>(factory: &F) 
 
 /// Waiting for leadership with a bound answers the token when leading, a timeout naming the
 /// lease when another instance leads, and `Stopped` once the elector stops.
+///
+/// Needs [`Capability::Lease`].
 pub async fn waiting_for_leadership_within_a_bound_answers_the_token_or_a_timeout<
     F: StorageFactory,
 >(

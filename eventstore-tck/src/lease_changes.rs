@@ -10,6 +10,8 @@
 //! [`LeaseNotice::Missed`]), so scenarios wait for the notice they expect and skip the
 //! others, never longer than [`DEADLINE`]. Only the renewal scenario looks at the very first
 //! notice, because nothing may come before the release that follows the renewals.
+//!
+//! Needs `Capability::Lease` and `Capability::LeaseChanges`, unless a scenario says otherwise.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -389,6 +391,8 @@ pub async fn closing_the_storage_ends_every_subscription<F: StorageFactory>(fact
 /// A storage without the capability refuses subscriptions with `Unsupported`: always when
 /// its capabilities are hidden ([`EventsOnly`]), and the storage itself when it does not
 /// declare the capability.
+///
+/// Needs no capability.
 pub async fn a_storage_without_the_capability_refuses_subscriptions<F: StorageFactory>(
     factory: &F,
 ) {

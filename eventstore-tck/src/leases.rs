@@ -8,6 +8,8 @@
 //!
 //! Leases that must stay live use [`LONG_TTL`]; where expiry is the point, scenarios use a
 //! short ttl and poll the storage's clock with a deadline, never a bare sleep.
+//!
+//! Needs [`Capability::Lease`](eventstore_api::Capability::Lease), every scenario here.
 
 use std::collections::HashSet;
 use std::sync::Arc;

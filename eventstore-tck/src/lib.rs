@@ -50,7 +50,8 @@
 //!     }
 //! }
 //!
-//! eventstore_tck::tck_tests!(MyFactory);
+//! // The capabilities MyStorage::supports answers true for; [] for none.
+//! eventstore_tck::tck_tests!(MyFactory, capabilities = []);
 //! ```
 //!
 //! The repository's `tests-external/minimal-backend` is a complete backend written this way:
@@ -104,8 +105,8 @@
 //!   once and withdraws the contender; strictly higher live priority asks the holder to step
 //!   down and nothing else does; a batch answers exactly as its requests one by one and one
 //!   invalid request refuses it whole.
-//!   Without this capability, leave the trait's default bodies in place: every lease scenario
-//!   then proves that each lease method returns `Unsupported` instead.
+//!   Without this capability, leave the trait's default bodies in place, which answer
+//!   `Unsupported`.
 //! - **`Capability::FencedWrites`** (needs `Lease`): `append_fenced` and `bookmark_fenced`
 //!   write only while the fence's lease is live on the storage's clock with the presented
 //!   token as its current one, checked atomically with the write; otherwise `Fenced` and
@@ -120,7 +121,20 @@
 //!   there and hand out its subscriptions. Without the capability, `subscribe_lease_changes`
 //!   returns `Unsupported`.
 //!
-//! A backend written before leases existed still passes the kit, by refusing them honestly.
+//! Give [`tck_tests!`] the capabilities `supports` answers true for. The test of a scenario
+//! that needs one you do not declare (its documentation says which, on a `Needs` line) is
+//! reported as ignored with the reason, `needs Capability::Lease, which this backend does not
+//! declare`, and `declared_capabilities::match_the_storage_and_decide_which_scenarios_run`
+//! prints how many scenarios ran and how many did not apply, by capability:
+//!
+//! ```text
+//! eventstore-tck on `vec`: 125 scenarios: 63 run, 62 not applicable
+//!   4 need Capability::AppendHints, which this backend does not declare
+//!   58 need Capability::Lease, which this backend does not declare
+//! ```
+//!
+//! That test fails when the list given to the macro and `supports` disagree. A backend
+//! written before leases existed still passes the kit, by refusing them honestly.
 //!
 //! ## 4. Beyond the scenarios
 //!
@@ -131,6 +145,8 @@
 
 mod factory;
 pub mod support;
+
+pub mod applicability;
 
 pub mod append_hints;
 pub mod bookmarks;
@@ -158,29 +174,66 @@ pub const SCENARIOS: &[(&str, &[&str])] = include!(concat!(env!("OUT_DIR"), "/sc
 /// [`StorageFactory`] `$factory` is (an expression, evaluated once per test), in one module
 /// per scenario module, so that `cargo test leases::` runs the lease scenarios.
 ///
+/// `capabilities = [...]` lists the [`Capability`](eventstore_api::Capability) variants the
+/// backend declares (`[]` for none). The test of a scenario that needs a capability not
+/// listed is ignored with the reason (`needs Capability::Lease, which this backend does not
+/// declare`), so the run's summary counts it as ignored, not passed. One more test,
+/// `declared_capabilities::match_the_storage_and_decide_which_scenarios_run`, fails unless
+/// the list is exactly what the storage's `supports` answers, and prints how many scenarios
+/// ran and how many did not apply, and why ([`applicability`]).
+///
 /// The tests are those listed in [`SCENARIOS`]. The calling crate needs `tokio` (with
 /// `macros` and `rt-multi-thread`) as a dev-dependency.
+///
+/// ```ignore
+/// eventstore_tck::tck_tests!(MyFactory, capabilities = []);
+/// eventstore_tck::tck_tests!(MyLeasingFactory, capabilities = [Lease, FencedWrites]);
+/// ```
 #[macro_export]
 macro_rules! tck_tests {
-    ($factory:expr) => {
+    ($factory:expr, capabilities = [$($capability:ident),* $(,)?]) => {
         /// The factory under test, reachable from the scenario modules below.
         fn tck_factory() -> impl $crate::StorageFactory {
             $factory
         }
-        $crate::__tck_scenario_tests!(super::tck_factory());
+        $crate::__tck_scenario_tests!(super::tck_factory(), [$($capability),*]);
+
+        /// The capabilities declared to `tck_tests!`, held to the storage's `supports`.
+        mod declared_capabilities {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn match_the_storage_and_decide_which_scenarios_run() {
+                $crate::applicability::Applicability::check_declared(
+                    &super::tck_factory(),
+                    &[$($crate::__Capability::$capability),*],
+                )
+                .await;
+            }
+        }
+    };
+    ($factory:expr $(,)?) => {
+        ::core::compile_error!(
+            "tck_tests! needs the capabilities the backend declares, to know which scenarios \
+             apply: `tck_tests!(MyFactory, capabilities = [])` for a backend of events and \
+             bookmarks only, `capabilities = [Lease, FencedWrites]` for one with those"
+        );
     };
 }
 
-// `__tck_scenario_tests!`, generated by the build script: a module of `__tck_test!`s per
-// scenario module.
+#[doc(hidden)]
+pub use eventstore_api::Capability as __Capability;
+
+// `__tck_scenario_tests!` and `__tck_if_declared!`, generated by the build script: a module
+// of `__tck_test!`s per scenario module.
 include!(concat!(env!("OUT_DIR"), "/scenario_tests.rs"));
 
-/// Stamps out one `#[tokio::test]` named `$name` that runs the scenario `$module::$name`.
+/// Stamps out one `#[tokio::test]` named `$name` that runs the scenario `$module::$name`,
+/// ignored with `$reason` when one is given.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __tck_test {
-    ($factory:expr, $module:ident, $name:ident) => {
+    ($factory:expr, $module:ident, $name:ident $(, ignore = $reason:literal)?) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        $(#[ignore = $reason])?
         async fn $name() {
             let factory = $factory;
             if let Some(reason) = $crate::StorageFactory::unavailable(&factory).await {

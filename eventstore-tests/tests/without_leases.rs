@@ -36,4 +36,4 @@ async fn the_wrapper_hides_the_lease_capability_of_the_storage_it_wraps() {
     eventstore_tck::support::assert_lease_methods_unsupported(&storage).await;
 }
 
-eventstore_tck::tck_tests!(EventsOnlyMemory);
+eventstore_tck::tck_tests!(EventsOnlyMemory, capabilities = []);

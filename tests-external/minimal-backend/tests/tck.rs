@@ -21,4 +21,4 @@ impl StorageFactory for Fresh {
     }
 }
 
-eventstore_tck::tck_tests!(Fresh);
+eventstore_tck::tck_tests!(Fresh, capabilities = []);
