@@ -166,6 +166,7 @@ pub async fn closing_the_storage_ends_append_subscriptions<F: StorageFactory>(fa
             .subscribe_appends(&EventStreamId::new(" ", "default"))
             .await,
         "subscribe_appends to a stream with a blank context",
+        "validate_stream",
     );
     let mut hints = subscribe(&storage, &EventStreamId::any()).await;
     storage.close().await.expect("close");

@@ -231,7 +231,11 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
 
     let new = Instance::start(&handles[1], 1, 0, TTL, &projected);
     let new_token = wait_for_leader(&new.watch).await;
-    assert_eq!(new_token, old_token.next());
+    assert_eq!(
+        new_token,
+        old_token.next(),
+        "token rule: the instance that takes over leads with the next token"
+    );
     let later = append_numbers(storage, 8..12).await;
     let mut all = appended.clone();
     all.extend(&later);
@@ -327,13 +331,18 @@ pub async fn fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_no
         let refused = storage
             .append_fenced(&fence, AppendCriteria::none(), &stream(), vec![number(2)])
             .await;
-        support::assert_invalid_input(refused, &format!("append_fenced with lease {lease_name:?}"));
+        support::assert_invalid_input(
+            refused,
+            &format!("append_fenced with lease {lease_name:?}"),
+            "validate_fence",
+        );
         let refused = storage
             .bookmark_fenced(&fence, READER, &reference, Tags::none())
             .await;
         support::assert_invalid_input(
             refused,
             &format!("bookmark_fenced with lease {lease_name:?}"),
+            "validate_fence",
         );
     }
     assert_eq!(

@@ -134,22 +134,47 @@ async fn event_by_id<S: EventStorage + ?Sized>(storage: &S, id: EventId) -> Opti
         .unwrap_or_else(|err| panic!("get_event_by_id({id}) failed: {err}"))
 }
 
-/// Asserts that `result` is `OptimisticLock` reporting `conflicting` as the conflict.
+/// Asserts that `result` is `OptimisticLock` naming the stream appended to, the expected last
+/// event of the criteria (`expected_last`) and `conflicting` as the conflict.
 fn assert_optimistic_lock<T: Debug>(
     result: StorageResult<T>,
+    expected_last: Option<EventReference>,
     conflicting: EventReference,
     what: &str,
 ) {
-    let err = expect_err(result, what);
+    let err = expect_err(
+        result,
+        what,
+        "Err(OptimisticLock), the answer of an append whose criteria match an event after \
+         their expected last",
+    );
     match err {
         EventStorageError::OptimisticLock {
+            stream,
+            expected_last: reported_expected_last,
             conflicting: reported,
-            ..
-        } => assert_eq!(
-            reported, conflicting,
-            "{what}: OptimisticLock must name the first matching event after the expected last"
+        } => {
+            assert_eq!(
+                reported, conflicting,
+                "{what}: OptimisticLock must name the first matching event after the expected \
+                 last as the conflict"
+            );
+            assert_eq!(
+                reported_expected_last, expected_last,
+                "{what}: OptimisticLock must name the expected last event of the criteria, as \
+                 the caller gave it"
+            );
+            assert_eq!(
+                stream,
+                orders().to_string(),
+                "{what}: OptimisticLock must name the stream appended to, as EventStreamId \
+                 displays it"
+            );
+        }
+        other => panic!(
+            "{what}: expected Err(OptimisticLock), the answer of an append whose criteria \
+             match an event after their expected last, got Err({other})"
         ),
-        other => panic!("{what}: expected OptimisticLock, got {other}"),
     }
 }
 
@@ -251,7 +276,11 @@ pub async fn event_ids_are_unique<F: StorageFactory>(factory: &F) {
             event.reference.id
         );
     }
-    assert_eq!(seen.len(), 60);
+    assert_eq!(
+        seen.len(),
+        60,
+        "event rule: every stored event gets an id of its own"
+    );
 }
 
 /// References strictly increase in append order, within a batch, across batches and across
@@ -369,6 +398,7 @@ pub async fn conditional_append_fails_when_a_matching_event_follows_the_expected
     let result = enrolment.decide(&storage, "late").await;
     assert_optimistic_lock(
         result,
+        Some(enrolment.seen),
         unseen[1].reference,
         "an append whose criteria match an event after the expected last",
     );
@@ -406,10 +436,15 @@ pub async fn conditional_append_without_expected_last_fails_when_any_matching_ev
         .await;
     assert_optimistic_lock(
         result,
+        None,
         existing[1].reference,
         "an append expecting no matching event where one exists",
     );
-    assert_eq!(read_everything(&storage).await.len(), 2);
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        2,
+        "append rule: a refused append stores nothing"
+    );
 }
 
 /// Events after the expected last one that do not match the filter (other types, other tags)
@@ -436,8 +471,16 @@ pub async fn conditional_append_succeeds_when_only_non_matching_events_follow_th
         .decide(&storage, "accepted")
         .await
         .unwrap_or_else(|err| panic!("no matching event follows the expected last: {err}"));
-    assert_eq!(labels(&stored), ["accepted"]);
-    assert_eq!(read_everything(&storage).await.len(), 5);
+    assert_eq!(
+        labels(&stored),
+        ["accepted"],
+        "append rule: a conditional append that holds stores its batch"
+    );
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        5,
+        "append rule: a conditional append that holds stores exactly its batch"
+    );
 }
 
 /// A conditional append whose expected last event is the last matching one succeeds, also
@@ -462,7 +505,11 @@ pub async fn conditional_append_succeeds_when_nothing_follows_the_expected_last<
         .append(criteria, &orders(), vec![labelled("Deposited", "third")])
         .await
         .unwrap_or_else(|err| panic!("nothing follows the new expected last: {err}"));
-    assert_eq!(labels(&third), ["third"]);
+    assert_eq!(
+        labels(&third),
+        ["third"],
+        "append rule: an append expecting the last matching event stores its batch"
+    );
     assert_eq!(
         labels(&read_everything(&storage).await),
         ["first", "second", "third"]
@@ -494,7 +541,7 @@ pub async fn conditional_append_without_expected_last_succeeds_when_nothing_matc
         )
         .await
         .unwrap_or_else(|err| panic!("only non-matching events: {err}"));
-    assert_eq!(labels(&read_everything(&storage).await), ["bob", "ada"]);
+    assert_eq!(labels(&read_everything(&storage).await), ["bob", "ada"], "append rule: criteria without expected last hold while no event matches, so the append stores its batch");
 }
 
 /// Conflicts are judged in the stream appended to only: matching events in other streams,
@@ -524,7 +571,11 @@ pub async fn conditional_append_judges_conflicts_in_the_appended_stream_only<F: 
         )
         .await
         .unwrap_or_else(|err| panic!("the appended stream holds no event: {err}"));
-    assert_eq!(read_everything(&storage).await.len(), 5);
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        5,
+        "append rule: criteria look only at the stream appended to, so the append stores its batch"
+    );
 }
 
 /// A batch is all or nothing: when its criteria fail, none of its events is stored, not
@@ -543,7 +594,12 @@ pub async fn conflicting_batch_stores_none_of_its_events<F: StorageFactory>(fact
             batch.clone(),
         )
         .await;
-    assert_optimistic_lock(result, existing[0].reference, "a batch whose criteria fail");
+    assert_optimistic_lock(
+        result,
+        None,
+        existing[0].reference,
+        "a batch whose criteria fail",
+    );
     assert_eq!(
         labels(&read_everything(&storage).await),
         ["existing"],
@@ -590,6 +646,7 @@ pub async fn match_all_criteria_guard_the_stream_and_match_none_criteria_never_c
         .await;
     assert_optimistic_lock(
         result,
+        Some(head),
         second[0].reference,
         "match_all criteria behind the head",
     );
@@ -602,6 +659,7 @@ pub async fn match_all_criteria_guard_the_stream_and_match_none_criteria_never_c
         .await;
     assert_optimistic_lock(
         result,
+        None,
         first[0].reference,
         "match_all criteria on a non-empty stream expecting nothing",
     );
@@ -618,7 +676,8 @@ pub async fn match_all_criteria_guard_the_stream_and_match_none_criteria_never_c
     }
     assert_eq!(
         labels(&read_everything(&storage).await),
-        ["first", "second", "unguarded", "unguarded"]
+        ["first", "second", "unguarded", "unguarded"],
+        "append rule: match_none criteria never conflict; refused appends store nothing"
     );
 }
 
@@ -669,7 +728,11 @@ pub async fn concurrent_conditional_appends_to_one_boundary_elect_exactly_one<F:
             1,
             "round {round}: exactly one of {CONTENDERS} racing appends must win, got {winners:?}"
         );
-        assert_eq!(winners[0].len(), 1);
+        assert_eq!(
+            winners[0].len(),
+            1,
+            "append rule: the winning append stores its whole batch of one event"
+        );
         expected_last = Some(winners[0][0].reference);
     }
     let stored = read(&*handles[1], &filter, &orders()).await;
@@ -697,14 +760,20 @@ pub async fn events_written_through_one_handle_are_read_and_guarded_through_anot
     )
     .await;
 
-    assert_eq!(read_everything(&other).await, stored);
+    assert_eq!(
+        read_everything(&other).await,
+        stored,
+        "handle rule: events appended through one handle are read through another"
+    );
     assert_eq!(
         event_by_id(&other, stored[0].reference.id).await,
-        Some(stored[0].clone())
+        Some(stored[0].clone()),
+        "handle rule: get_event_by_id through another handle finds the event"
     );
     assert_eq!(
         other.head(&orders()).await.expect("head"),
-        Some(stored[0].reference)
+        Some(stored[0].reference),
+        "handle rule: head through another handle sees the append"
     );
     let result = other
         .append(
@@ -715,6 +784,7 @@ pub async fn events_written_through_one_handle_are_read_and_guarded_through_anot
         .await;
     assert_optimistic_lock(
         result,
+        None,
         stored[0].reference,
         "a conditional append through another handle",
     );
@@ -791,7 +861,11 @@ pub async fn retry_of_a_stored_batch_is_not_checked_against_its_criteria<F: Stor
         .await
         .unwrap_or_else(|err| panic!("a retry must not be checked against its criteria: {err}"));
     assert_eq!(retried, first, "a retry answers the stored event");
-    assert_eq!(labels(&read_everything(&storage).await), ["ada", "bob"]);
+    assert_eq!(
+        labels(&read_everything(&storage).await),
+        ["ada", "bob"],
+        "idempotency rule: a retry stores nothing"
+    );
 }
 
 /// A stored idempotency key given again with a different event (another payload, type or
@@ -821,7 +895,11 @@ pub async fn stored_idempotency_key_with_a_different_event_is_a_conflict<F: Stor
         let result = storage
             .append(AppendCriteria::none(), &orders(), vec![event])
             .await;
-        match expect_err(result, &format!("a stored key with {what}")) {
+        match expect_err(
+            result,
+            &format!("a stored key with {what}"),
+            "Err(IdempotencyConflict)",
+        ) {
             EventStorageError::IdempotencyConflict { changed, .. } => assert_eq!(
                 changed,
                 ["charge"],
@@ -856,7 +934,11 @@ pub async fn batch_mixing_stored_and_new_idempotency_keys_is_a_conflict<F: Stora
             ],
         )
         .await;
-    match expect_err(result, "a batch mixing a stored key with a new key") {
+    match expect_err(
+        result,
+        "a batch mixing a stored key with a new key",
+        "Err(IdempotencyConflict)",
+    ) {
         EventStorageError::IdempotencyConflict { stored, new, .. } => {
             assert_eq!(stored, ["charge"], "the stored keys");
             assert_eq!(new, ["refund"], "the new keys");
@@ -874,7 +956,11 @@ pub async fn batch_mixing_stored_and_new_idempotency_keys_is_a_conflict<F: Stora
             ],
         )
         .await;
-    let err = expect_err(result, "a batch mixing a stored key with a keyless event");
+    let err = expect_err(
+        result,
+        "a batch mixing a stored key with a keyless event",
+        "Err(IdempotencyConflict)",
+    );
     assert!(
         matches!(err, EventStorageError::IdempotencyConflict { .. }),
         "expected IdempotencyConflict, got {err}"
@@ -908,8 +994,15 @@ pub async fn idempotency_key_twice_in_one_batch_is_invalid_input<F: StorageFacto
             ],
         )
         .await;
-    assert_invalid_input(result, "a batch holding one idempotency key twice");
-    assert!(read_everything(&storage).await.is_empty());
+    assert_invalid_input(
+        result,
+        "a batch holding one idempotency key twice",
+        "validate_events",
+    );
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "input rule validate::validate_events: a refused batch stores nothing"
+    );
 }
 
 /// Idempotency keys are unique per stream: one key is stored in each of two streams,
@@ -920,7 +1013,11 @@ pub async fn same_idempotency_key_in_two_streams_is_stored_in_both<F: StorageFac
     let mut stored_in = Vec::new();
     for stream in [orders(), orders_eu(), billing()] {
         let stored = append(&storage, &stream, vec![event()]).await;
-        assert_eq!(stored[0].idempotency_key.as_deref(), Some("import-2024-01"));
+        assert_eq!(
+            stored[0].idempotency_key.as_deref(),
+            Some("import-2024-01"),
+            "idempotency rule: the stored event keeps its idempotency key"
+        );
         stored_in.push(stored);
     }
     let retried = storage
@@ -931,7 +1028,11 @@ pub async fn same_idempotency_key_in_two_streams_is_stored_in_both<F: StorageFac
         retried, stored_in[1],
         "a retry answers the event stored in its own stream"
     );
-    assert_eq!(read_everything(&storage).await.len(), 3);
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        3,
+        "idempotency rule: keys are unique per stream, so each stream stores the event once"
+    );
 }
 
 /// One keyed batch appended by several tasks at once, on two handles, is stored once: every
@@ -1107,7 +1208,8 @@ pub async fn tag_values_may_contain_colons<F: StorageFactory>(factory: &F) {
     .await;
     assert_eq!(
         stored[0].tags,
-        tags(&[("url", "https://example.org:8080/a")])
+        tags(&[("url", "https://example.org:8080/a")]),
+        "tag rule: a tag value keeps every colon after the first (key:value splits at the first)"
     );
     assert_selects(
         &storage,
@@ -1318,13 +1420,24 @@ pub async fn appending_to_a_wildcard_stream_is_invalid_input<F: StorageFactory>(
         let result = storage
             .append(AppendCriteria::none(), &stream, vec![labelled("A", "a")])
             .await;
-        assert_invalid_input(result, &format!("an append to the wildcard {stream}"));
+        assert_invalid_input(
+            result,
+            &format!("an append to the wildcard {stream}"),
+            "validate_append_stream",
+        );
         let result = storage
             .append(AppendCriteria::none(), &stream, Vec::new())
             .await;
-        assert_invalid_input(result, &format!("an empty append to the wildcard {stream}"));
+        assert_invalid_input(
+            result,
+            &format!("an empty append to the wildcard {stream}"),
+            "validate_append_stream",
+        );
     }
-    assert!(read_everything(&storage).await.is_empty());
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "input rule validate::validate_append_stream: a refused append stores nothing"
+    );
 }
 
 /// Stream ids with a blank, NUL-holding or over-long part are `InvalidInput` for `append`,
@@ -1346,7 +1459,11 @@ pub async fn invalid_streams_are_refused_by_append_query_and_head<F: StorageFact
         let result = storage
             .append(AppendCriteria::none(), &stream, vec![labelled("A", "a")])
             .await;
-        assert_invalid_input(result, &format!("an append to {shown}"));
+        assert_invalid_input(
+            result,
+            &format!("an append to {shown}"),
+            "validate_append_stream",
+        );
         let result = storage
             .query(
                 &EventFilter::match_all(),
@@ -1356,10 +1473,17 @@ pub async fn invalid_streams_are_refused_by_append_query_and_head<F: StorageFact
                 Direction::Forward,
             )
             .await;
-        assert_invalid_input(result, &format!("a query of {shown}"));
-        assert_invalid_input(storage.head(&stream).await, &format!("the head of {shown}"));
+        assert_invalid_input(result, &format!("a query of {shown}"), "validate_stream");
+        assert_invalid_input(
+            storage.head(&stream).await,
+            &format!("the head of {shown}"),
+            "validate_stream",
+        );
     }
-    assert!(read_everything(&storage).await.is_empty());
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "input rule validate::validate_stream: a refused call stores nothing"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1399,15 +1523,18 @@ pub async fn after_selects_events_strictly_after_the_reference<F: StorageFactory
     };
     assert_eq!(
         read_after(events[1].reference, Direction::Forward).await,
-        ["e2", "e3", "e4"]
+        ["e2", "e3", "e4"],
+        "query rule: a forward read with `after` returns the events after it in storage order"
     );
     assert_eq!(
         read_after(events[1].reference, Direction::Backward).await,
-        ["e4", "e3", "e2"]
+        ["e4", "e3", "e2"], "query rule: a backward read with `after` returns the events after it in storage order (a bound on the reference, not on the reading direction), newest first: after e1 backward is e4, e3, e2");
+    assert!(
+        read_after(events[4].reference, Direction::Forward)
+            .await
+            .is_empty(),
+        "query rule: nothing lies after the last event"
     );
-    assert!(read_after(events[4].reference, Direction::Forward)
-        .await
-        .is_empty());
     assert_eq!(
         labels(
             &query(
@@ -1456,15 +1583,20 @@ pub async fn limit_caps_the_number_of_matching_events<F: StorageFactory>(factory
     };
     assert_eq!(
         limited(EventFilter::match_all(), None, Limit::to(2)).await,
-        ["e0", "e1"]
+        ["e0", "e1"],
+        "query rule: a limit counts from the first event in the reading direction"
     );
     assert_eq!(
         limited(EventFilter::match_all(), None, Limit::to(100)).await,
-        ["e0", "e1", "e2", "e3", "e4", "e5"]
+        ["e0", "e1", "e2", "e3", "e4", "e5"],
+        "query rule: a limit above the number of matching events returns them all"
     );
-    assert!(limited(EventFilter::match_all(), None, Limit::to(0))
-        .await
-        .is_empty());
+    assert!(
+        limited(EventFilter::match_all(), None, Limit::to(0))
+            .await
+            .is_empty(),
+        "query rule: a limit of 0 returns no event"
+    );
     assert_eq!(
         limited(EventFilter::for_types(["Odd"]), None, Limit::to(2)).await,
         ["e1", "e3"],
@@ -1495,20 +1627,22 @@ pub async fn backward_queries_return_newest_first_and_limit_from_the_newest<F: S
     };
     assert_eq!(
         backward(EventFilter::match_all(), orders(), Limit::none()).await,
-        ["e4", "e3", "e2", "e1", "e0"]
+        ["e4", "e3", "e2", "e1", "e0"],
+        "query rule: a backward read returns the newest event first"
     );
     assert_eq!(
         backward(EventFilter::match_all(), orders(), Limit::to(2)).await,
-        ["e4", "e3"]
+        ["e4", "e3"],
+        "query rule: a backward limit counts from the newest event"
     );
     assert_eq!(
         backward(EventFilter::for_types(["Odd"]), orders(), Limit::to(1)).await,
-        ["e3"]
+        ["e3"],
+        "query rule: a backward limit counts matching events only, from the newest"
     );
     assert_eq!(
         backward(EventFilter::match_all(), EventStreamId::any(), Limit::to(2)).await,
-        ["billing", "e4"]
-    );
+        ["billing", "e4"], "query rule: a backward read of several streams returns the newest event of any stream first");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1519,16 +1653,25 @@ pub async fn backward_queries_return_newest_first_and_limit_from_the_newest<F: S
 /// `None` for an id the storage does not hold.
 pub async fn get_event_by_id_finds_stored_events_and_nothing_else<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
-    assert_eq!(event_by_id(&storage, EventId::new()).await, None);
+    assert_eq!(
+        event_by_id(&storage, EventId::new()).await,
+        None,
+        "get_event_by_id rule: an empty storage holds no event"
+    );
     let mut stored = append_numbered(&storage, 3).await;
     stored.extend(append(&storage, &billing(), vec![labelled("Invoiced", "invoice")]).await);
     for event in &stored {
         assert_eq!(
             event_by_id(&storage, event.reference.id).await,
-            Some(event.clone())
+            Some(event.clone()),
+            "get_event_by_id rule: a stored event is found by its id, exactly as stored"
         );
     }
-    assert_eq!(event_by_id(&storage, EventId::new()).await, None);
+    assert_eq!(
+        event_by_id(&storage, EventId::new()).await,
+        None,
+        "get_event_by_id rule: an id the storage does not hold finds nothing"
+    );
 }
 
 /// `head` is `None` while nothing is stored, and stays so after empty and refused appends.
@@ -1546,7 +1689,14 @@ pub async fn head_is_none_until_an_event_is_stored<F: StorageFactory>(factory: &
             vec![labelled("", "blank type")],
         )
         .await;
-    assert_invalid_input(refused, "an event with a blank type");
+    // A refused append to look at the head after: the rule itself is proved, by name, by
+    // events::invalid_events_are_refused_and_nothing_of_the_batch_is_stored.
+    assert_invalid_input(
+        refused,
+        "setup: an append of an event with a blank type, to be refused (the rule is \
+         events::invalid_events_are_refused_and_nothing_of_the_batch_is_stored's)",
+        "validate_events",
+    );
     for stream in &streams {
         assert_eq!(
             storage.head(stream).await.expect("head"),
@@ -1600,7 +1750,10 @@ pub async fn head_is_the_last_reference_of_the_streams_covered<F: StorageFactory
             "head of {stream}"
         );
     }
-    assert!(first[1].reference < last[0].reference);
+    assert!(
+        first[1].reference < last[0].reference,
+        "reference rule: a later append has a greater reference"
+    );
     let newest = query(
         &storage,
         &EventFilter::match_all(),
@@ -1651,18 +1804,40 @@ pub async fn unicode_types_tags_and_payloads_round_trip<F: StorageFactory>(facto
     let stored = append(&storage, &stream, vec![sent]).await;
 
     let event = &stored[0];
-    assert_eq!(event.event_type.as_str(), event_type);
-    assert_eq!(event.payload, payload);
-    assert_eq!(event.tags, unicode_tags);
-    assert_eq!(event.idempotency_key.as_deref(), Some("ключ-🔑"));
-    assert_eq!(event.stream, stream);
+    assert_eq!(
+        event.event_type.as_str(),
+        event_type,
+        "round trip rule: the event type is stored as sent"
+    );
+    assert_eq!(
+        event.payload, payload,
+        "round trip rule: the payload is stored as sent"
+    );
+    assert_eq!(
+        event.tags, unicode_tags,
+        "round trip rule: the tags are stored as sent"
+    );
+    assert_eq!(
+        event.idempotency_key.as_deref(),
+        Some("ключ-🔑"),
+        "round trip rule: the idempotency key is stored as sent"
+    );
+    assert_eq!(event.stream, stream, "round trip rule: the stream is stored as given (its context and purpose, not a formatted form)");
 
     let filter = EventFilter::for_events(
         [event_type],
         tags(&[("לקוח", "שלום עולם"), ("emoji", "🚀✨👩‍👩‍👧")]),
     );
-    assert_eq!(read(&storage, &filter, &stream).await, stored);
-    assert_eq!(read(&storage, &filter, &EventStreamId::any()).await, stored);
+    assert_eq!(
+        read(&storage, &filter, &stream).await,
+        stored,
+        "round trip rule: a filter of the Unicode type and tags finds the event in its stream"
+    );
+    assert_eq!(
+        read(&storage, &filter, &EventStreamId::any()).await,
+        stored,
+        "round trip rule: a filter of the Unicode type and tags finds the event in every stream"
+    );
     assert!(
         read(
             &storage,
@@ -1675,7 +1850,8 @@ pub async fn unicode_types_tags_and_payloads_round_trip<F: StorageFactory>(facto
     );
     assert_eq!(
         event_by_id(&storage, event.reference.id).await,
-        Some(event.clone())
+        Some(event.clone()),
+        "round trip rule: get_event_by_id answers the event as stored"
     );
 }
 
@@ -1700,7 +1876,11 @@ pub async fn large_payload_round_trips<F: StorageFactory>(factory: &F) {
         "append returned another payload"
     );
     let read_back = read_everything(&storage).await;
-    assert_eq!(read_back.len(), 1);
+    assert_eq!(
+        read_back.len(),
+        1,
+        "round trip rule: one large event is stored once"
+    );
     assert!(
         read_back[0].payload == payload,
         "query returned another payload"
@@ -1762,7 +1942,11 @@ pub async fn invalid_events_are_refused_and_nothing_of_the_batch_is_stored<F: St
         let result = storage
             .append(AppendCriteria::none(), &orders(), vec![ok(), invalid])
             .await;
-        assert_invalid_input(result, &format!("a batch holding an event with {what}"));
+        assert_invalid_input(
+            result,
+            &format!("a batch holding an event with {what}"),
+            "validate_events",
+        );
     }
     assert!(
         read_everything(&storage).await.is_empty(),
@@ -1777,19 +1961,30 @@ pub async fn names_at_the_length_limit_are_accepted<F: StorageFactory>(factory: 
     let ascii = "x".repeat(MAX_NAME_BYTES);
     let multibyte = "é".repeat(MAX_NAME_BYTES / 2);
     let tag_key = "k".repeat(MAX_NAME_BYTES);
-    assert_eq!(multibyte.len(), MAX_NAME_BYTES);
+    assert_eq!(
+        multibyte.len(),
+        MAX_NAME_BYTES,
+        "the test's own multibyte name is MAX_NAME_BYTES long"
+    );
     let stream = EventStreamId::new(ascii.clone(), multibyte.clone());
     let sent = EventToStore::new(ascii.clone(), json!({}))
         .with_tags(tags(&[(tag_key.as_str(), multibyte.as_str())]))
         .with_idempotency_key(multibyte.clone());
     let stored = append(&storage, &stream, vec![sent.clone()]).await;
-    assert_eq!(stored[0].event_type, sent.event_type);
-    assert_eq!(stored[0].tags, sent.tags);
-    assert_eq!(stored[0].idempotency_key, sent.idempotency_key);
-    assert_eq!(stored[0].stream, stream);
+    assert_eq!(
+        stored[0].event_type, sent.event_type,
+        "input rule validate::validate_name: an event type of MAX_NAME_BYTES is stored as sent"
+    );
+    assert_eq!(
+        stored[0].tags, sent.tags,
+        "input rule validate::validate_tags: a tag at the length limits is stored as sent"
+    );
+    assert_eq!(stored[0].idempotency_key, sent.idempotency_key, "input rule validate::validate_name: an idempotency key of MAX_NAME_BYTES is stored as sent");
+    assert_eq!(stored[0].stream, stream, "input rule validate::validate_append_stream: a stream of MAX_NAME_BYTES parts is stored as given");
     assert_eq!(
         read(&storage, &EventFilter::for_types([ascii]), &stream).await,
-        stored
+        stored,
+        "round trip rule: an event type of MAX_NAME_BYTES is found by a type filter"
     );
 }
 
@@ -1804,7 +1999,10 @@ pub async fn empty_batch_stores_nothing_but_its_criteria_are_checked<F: StorageF
         .await
         .unwrap_or_else(|err| panic!("an empty batch: {err}"));
     assert!(stored.is_empty(), "got {stored:?}");
-    assert!(read_everything(&storage).await.is_empty());
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "append rule: an empty batch stores nothing"
+    );
 
     let existing = append(&storage, &orders(), vec![labelled("A", "existing")]).await;
     let result = storage
@@ -1816,6 +2014,7 @@ pub async fn empty_batch_stores_nothing_but_its_criteria_are_checked<F: StorageF
         .await;
     assert_optimistic_lock(
         result,
+        None,
         existing[0].reference,
         "an empty batch whose criteria fail",
     );
@@ -1828,5 +2027,9 @@ pub async fn empty_batch_stores_nothing_but_its_criteria_are_checked<F: StorageF
         .await
         .unwrap_or_else(|err| panic!("an empty batch whose criteria hold: {err}"));
     assert!(stored.is_empty(), "got {stored:?}");
-    assert_eq!(read_everything(&storage).await, existing);
+    assert_eq!(
+        read_everything(&storage).await,
+        existing,
+        "append rule: an empty batch stores nothing, also when its criteria hold"
+    );
 }

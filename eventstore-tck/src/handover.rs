@@ -154,7 +154,11 @@ pub async fn raised_priority_is_applied_at_once<F: StorageFactory>(factory: &F) 
     wait_for_standby(&raised.watch()).await;
 
     raised.set_priority(10);
-    assert_eq!(raised.priority(), 10);
+    assert_eq!(
+        raised.priority(),
+        10,
+        "priority rule: the elector reports the raised priority"
+    );
     let taken = support::within(
         PUSHED,
         "the instance whose priority was raised leads without waiting for a poll",
@@ -186,7 +190,11 @@ pub async fn waiting_for_leadership_within_a_bound_answers_the_token_or_a_timeou
         .wait_for_leadership_within(support::DEADLINE)
         .await
         .expect("the only instance leads within the bound");
-    assert_eq!(Some(token), leader.token());
+    assert_eq!(
+        Some(token),
+        leader.token(),
+        "leadership rule: the token waited for is the one the elector leads with"
+    );
 
     let standby = start(&storage, "node-b", 0);
     wait_for_standby(&standby.watch()).await;
@@ -195,7 +203,11 @@ pub async fn waiting_for_leadership_within_a_bound_answers_the_token_or_a_timeou
         Err(LeadershipWaitError::TimedOut {
             lease_name, after, ..
         }) => {
-            assert_eq!((lease_name.as_str(), after), (LEASE, bound));
+            assert_eq!(
+                (lease_name.as_str(), after),
+                (LEASE, bound),
+                "leadership rule: a timed-out wait names the lease and the bound waited"
+            );
         }
         other => panic!("a standby's bounded wait must time out, got {other:?}"),
     }

@@ -353,7 +353,10 @@ pub async fn a_flood_of_changes_never_blocks_requests_and_a_slow_subscriber_is_t
         },
     )
     .await;
-    assert!(!newest.is_empty());
+    assert!(
+        !newest.is_empty(),
+        "lagging rule: a subscriber that lagged still receives the newest changes"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
