@@ -250,6 +250,30 @@ pub async fn stored_timestamps_lie_within_the_storage_clock_window<F: StorageFac
     }
 }
 
+/// A batch is one write at one instant: every event of it carries the same timestamp, the
+/// one `append` returns and a query reads back.
+pub async fn events_of_one_batch_share_one_timestamp<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let stored = append(
+        &storage,
+        &orders(),
+        (0..50)
+            .map(|n| labelled("Counted", &format!("e{n}")))
+            .collect(),
+    )
+    .await;
+    let read_back = read_everything(&storage).await;
+    let first = stored[0].timestamp;
+    for event in stored.iter().chain(&read_back) {
+        assert_eq!(
+            event.timestamp, first,
+            "timestamp rule: every event of one batch carries the batch's one timestamp (event {} \
+             differs from the batch's first)",
+            event.reference
+        );
+    }
+}
+
 /// Every stored event gets its own id, across batches and handles.
 pub async fn event_ids_are_unique<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
@@ -905,7 +929,9 @@ pub async fn stored_idempotency_key_with_a_different_event_is_a_conflict<F: Stor
                 ["charge"],
                 "a stored key with {what}: the conflict names the changed key"
             ),
-            other => panic!("a stored key with {what}: expected IdempotencyConflict, got {other}"),
+            other => panic!(
+                "a stored key with {what}: expected Err(IdempotencyConflict), got Err({other})"
+            ),
         }
     }
     assert_eq!(read_everything(&storage).await, first, "nothing is stored");
@@ -939,11 +965,30 @@ pub async fn batch_mixing_stored_and_new_idempotency_keys_is_a_conflict<F: Stora
         "a batch mixing a stored key with a new key",
         "Err(IdempotencyConflict)",
     ) {
-        EventStorageError::IdempotencyConflict { stored, new, .. } => {
-            assert_eq!(stored, ["charge"], "the stored keys");
-            assert_eq!(new, ["refund"], "the new keys");
+        EventStorageError::IdempotencyConflict {
+            stream,
+            stored,
+            new,
+            ..
+        } => {
+            assert_eq!(
+                stored,
+                ["charge"],
+                "idempotency rule: IdempotencyConflict names the stored keys"
+            );
+            assert_eq!(
+                new,
+                ["refund"],
+                "idempotency rule: IdempotencyConflict names the new keys"
+            );
+            assert_eq!(
+                stream,
+                orders().to_string(),
+                "idempotency rule: IdempotencyConflict names the stream appended to, as \
+                 EventStreamId displays it"
+            );
         }
-        other => panic!("expected IdempotencyConflict, got {other}"),
+        other => panic!("expected Err(IdempotencyConflict), got Err({other})"),
     }
 
     let result = storage
@@ -963,7 +1008,8 @@ pub async fn batch_mixing_stored_and_new_idempotency_keys_is_a_conflict<F: Stora
     );
     assert!(
         matches!(err, EventStorageError::IdempotencyConflict { .. }),
-        "expected IdempotencyConflict, got {err}"
+        "idempotency rule: a stored key mixed with a keyless event is a conflict: expected \
+         Err(IdempotencyConflict), got Err({err})"
     );
 
     assert_eq!(read_everything(&storage).await, first, "nothing is stored");
