@@ -175,5 +175,5 @@ fn mismatches<S: EventStorage + ?Sized>(storage: &S, declared: &[Capability]) ->
 /// the output of a passing test.
 pub(crate) fn print_uncaptured(line: &str) {
     use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    let _ = writeln!(std::io::stderr(), "\n{line}");
 }
