@@ -32,8 +32,8 @@ pub(crate) struct Scenario {
 /// because it would otherwise never run. A `Needs` line naming no known capability is an
 /// error too.
 pub(crate) fn scan(file: &str, source: &str) -> Result<Vec<Scenario>, String> {
+    let module_needs = module_needs(file, source)?;
     let ast = syn::parse_file(source).map_err(|error| format!("{file}: cannot parse: {error}"))?;
-    let module_needs = needs(&ast.attrs).map_err(|error| format!("{file}: {error}"))?;
     let mut scenarios = Vec::new();
     for item in ast.items {
         let Item::Fn(function) = item else { continue };
@@ -56,6 +56,13 @@ pub(crate) fn scan(file: &str, source: &str) -> Result<Vec<Scenario>, String> {
         scenarios.push(Scenario { name, needs });
     }
     Ok(scenarios)
+}
+
+/// The capabilities the module documentation of `source`, the text of the scenario module
+/// `file`, says its scenarios need, or `None` when it has no `Needs` line.
+pub(crate) fn module_needs(file: &str, source: &str) -> Result<Option<Vec<String>>, String> {
+    let ast = syn::parse_file(source).map_err(|error| format!("{file}: cannot parse: {error}"))?;
+    needs(&ast.attrs).map_err(|error| format!("{file}: {error}"))
 }
 
 /// The capabilities the `Needs` line of the documentation `attrs` names, or `None` without

@@ -3,6 +3,8 @@
 //! Placing, replacing, reading, listing and removing readers' bookmarks; bookmarks of
 //! unknown events refused with the old bookmark kept; references given back in the storage's
 //! own coordinates; reader names refused alike everywhere.
+//!
+//! Needs no capability.
 
 use eventstore_api::validate::MAX_NAME_BYTES;
 use eventstore_api::{

@@ -4,6 +4,8 @@
 //! atomicity under contention, idempotency keys, every filter shape, stream wildcards,
 //! `after`, `limit`, `direction`, `until`, `get_event_by_id`, `head`, and the input every
 //! backend refuses alike.
+//!
+//! Needs no capability.
 
 use std::collections::HashSet;
 use std::fmt::Debug;

@@ -180,3 +180,21 @@ fn every_scenario_of_the_lease_module_needs_leases() {
         );
     }
 }
+
+#[test]
+fn every_scenario_module_says_what_its_scenarios_need() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (module, _) in SCENARIOS {
+        let file = format!("{module}.rs");
+        let source = fs::read_to_string(src.join(&file)).unwrap();
+        let needs = scenarios::module_needs(&file, &source).unwrap();
+        assert!(
+            needs.is_some(),
+            "src/{file}: the module documentation needs a line `//! {}[`Capability::Lease`] …` \
+             (or `//! {}no capability.`), so that a backend without the capability sees its \
+             scenarios reported as ignored instead of passing without running",
+            scenarios::NEEDS_LINE,
+            scenarios::NEEDS_LINE,
+        );
+    }
+}
