@@ -3,7 +3,8 @@
 //! A hint reaches the subscribers whose stream covers the stream appended to, names the last
 //! event appended, comes once per append (never once per event), and wakes an elected
 //! projector so that it projects an append at once, although its poll interval is long.
-//! Closing the storage ends every subscription. A backend without the capability proves
+//! Closing the storage ends every subscription. Run on a backend without the capability
+//! (reported as ignored there unless run with `--include-ignored`), each scenario proves
 //! instead that `subscribe_appends` answers `Unsupported`.
 //!
 //! Needs [`Capability::AppendHints`], unless a scenario says otherwise.

@@ -6,7 +6,8 @@
 //! with nothing lost. A zombie's fenced writes are refused, and the elector demotes itself by
 //! its deadline while the storage hangs.
 //!
-//! On a backend without [`Capability::Lease`] each scenario proves instead that the elector
+//! Run on a backend without [`Capability::Lease`] (reported as ignored there unless run with
+//! `--include-ignored`), each scenario proves instead that the elector
 //! refuses to start with `Unsupported`; without [`Capability::FencedWrites`] the fenced
 //! scenario proves that both fenced writes refuse with `Unsupported`.
 //!

@@ -207,13 +207,26 @@ pub async fn appended_events_round_trip_every_field<F: StorageFactory>(factory: 
     let stored = append(&storage, &orders(), sent.clone()).await;
 
     for (sent, stored) in sent.iter().zip(&stored) {
-        assert_eq!(stored.stream, orders(), "stream of {sent:?}");
-        assert_eq!(stored.event_type, sent.event_type, "type of {sent:?}");
-        assert_eq!(stored.payload, sent.payload, "payload of {sent:?}");
-        assert_eq!(stored.tags, sent.tags, "tags of {sent:?}");
+        assert_eq!(
+            stored.stream,
+            orders(),
+            "round trip rule: the stream of {sent:?} is stored as given"
+        );
+        assert_eq!(
+            stored.event_type, sent.event_type,
+            "round trip rule: the type of {sent:?} is stored as sent"
+        );
+        assert_eq!(
+            stored.payload, sent.payload,
+            "round trip rule: the payload of {sent:?} is stored as sent"
+        );
+        assert_eq!(
+            stored.tags, sent.tags,
+            "round trip rule: the tags of {sent:?} are stored as sent"
+        );
         assert_eq!(
             stored.idempotency_key, sent.idempotency_key,
-            "idempotency key of {sent:?}"
+            "round trip rule: the idempotency key of {sent:?} is stored as sent"
         );
         let by_id = event_by_id(&storage, stored.reference.id).await;
         assert_eq!(
@@ -1164,7 +1177,8 @@ async fn assert_selects<S: EventStorage + ?Sized>(
         assert_eq!(
             labels(&read(storage, filter, &stream).await),
             expected,
-            "{filter:?} on {stream}"
+            "filter rule: {filter:?} on {stream} selects the events it matches (items OR-ed; inside \
+             an item one of the types AND all the tags), in storage order"
         );
     }
 }
@@ -1367,7 +1381,7 @@ pub async fn until_is_an_inclusive_upper_bound<F: StorageFactory>(factory: &F) {
             .await
         ),
         ["placed-2", "shipped-1"],
-        "until with after"
+        "filter rule: until is an inclusive upper bound, also combined with after"
     );
     assert_eq!(
         labels(
@@ -1382,7 +1396,8 @@ pub async fn until_is_an_inclusive_upper_bound<F: StorageFactory>(factory: &F) {
             .await
         ),
         ["shipped-1", "placed-2"],
-        "until backward with a limit counts from the bound"
+        "filter rule: a backward read with until starts at the bound, and its limit counts from \
+         there"
     );
 
     // A bound from another stream bounds by the storage's order all the same.
@@ -1398,7 +1413,8 @@ pub async fn until_is_an_inclusive_upper_bound<F: StorageFactory>(factory: &F) {
             .await
         ),
         ["placed-1", "placed-2", "shipped-1", "cancelled-2", "note"],
-        "until a reference of another stream"
+        "filter rule: until bounds the storage order, so a reference of another stream bounds a \
+         read of this one"
     );
 }
 
@@ -1596,7 +1612,7 @@ pub async fn after_selects_events_strictly_after_the_reference<F: StorageFactory
             .await
         ),
         ["e2", "e4"],
-        "after with a filter"
+        "query rule: after and a filter together select the matching events after the reference"
     );
 
     let invoice = append(&storage, &billing(), vec![labelled("Invoiced", "invoice")]).await;
@@ -1604,7 +1620,8 @@ pub async fn after_selects_events_strictly_after_the_reference<F: StorageFactory
     assert_eq!(
         read_after(invoice[0].reference, Direction::Forward).await,
         ["e5"],
-        "after a reference of another stream"
+        "query rule: after bounds the storage order, so a reference of another stream bounds a \
+         read of this one"
     );
 }
 
@@ -1749,7 +1766,7 @@ pub async fn head_is_none_until_an_event_is_stored<F: StorageFactory>(factory: &
         assert_eq!(
             storage.head(stream).await.expect("head"),
             None,
-            "{stream} after an empty and a refused append"
+            "head rule: the head of {stream} stays None after an empty and a refused append"
         );
     }
     let stored = append(&storage, &orders(), vec![labelled("A", "a")]).await;
@@ -1757,7 +1774,7 @@ pub async fn head_is_none_until_an_event_is_stored<F: StorageFactory>(factory: &
         assert_eq!(
             storage.head(stream).await.expect("head"),
             Some(stored[0].reference),
-            "{stream} after one event"
+            "head rule: the head of {stream} is the one event stored in the streams it covers"
         );
     }
 }
@@ -1795,7 +1812,7 @@ pub async fn head_is_the_last_reference_of_the_streams_covered<F: StorageFactory
         assert_eq!(
             storage.head(&stream).await.expect("head"),
             expected,
-            "head of {stream}"
+            "head rule: the head of {stream} is the last reference of the streams it covers"
         );
     }
     assert!(
@@ -1814,7 +1831,7 @@ pub async fn head_is_the_last_reference_of_the_streams_covered<F: StorageFactory
     assert_eq!(
         references(&newest),
         [last[0].reference],
-        "head agrees with the newest event"
+        "head rule: the head is the reference of the newest event a backward read returns"
     );
 }
 

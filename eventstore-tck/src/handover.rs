@@ -6,8 +6,9 @@
 //! token rises by exactly one on a planned handover, and a lease is never left free after a
 //! step-down whose preferred successor never asks.
 //!
-//! A backend without [`Capability::LeaseChanges`] proves instead that
-//! `subscribe_lease_changes` answers `Unsupported`; its electors poll.
+//! Run on a backend without [`Capability::LeaseChanges`] (reported as ignored there unless run
+//! with `--include-ignored`), each scenario proves instead that `subscribe_lease_changes`
+//! answers `Unsupported`.
 //!
 //! Needs [`Capability::Lease`] and [`Capability::LeaseChanges`], unless a scenario says
 //! otherwise.

@@ -3,8 +3,9 @@
 //!
 //! Each scenario proves one rule of [`EventStorage::subscribe_lease_changes`]: which change
 //! reaches which subscriber and what it names, that a renewal reaches nobody, and that
-//! closing the storage ends every subscription. On a backend that does not claim the
-//! capability, every scenario proves instead that subscribing refuses with `Unsupported`.
+//! closing the storage ends every subscription. Run on a backend that does not
+//! declare the capability (reported as ignored there unless run with `--include-ignored`),
+//! each scenario proves instead that subscribing refuses with `Unsupported`.
 //!
 //! A backend may push more than a scenario causes (the departure of a lapsed contender, or
 //! [`LeaseNotice::Missed`]), so scenarios wait for the notice they expect and skip the

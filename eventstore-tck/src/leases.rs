@@ -3,7 +3,8 @@
 //! Each scenario proves one rule of the lease semantics of
 //! [`EventStorage::request_lease`], [`EventStorage::request_leases`],
 //! [`EventStorage::release_lease`], [`EventStorage::get_leases`] and
-//! [`EventStorage::storage_time`]. On a backend that does not claim the capability, every
+//! [`EventStorage::storage_time`]. Run on a backend that does not declare the capability
+//! (`tck_tests!` reports them as ignored there; `--include-ignored` runs them anyway), each
 //! scenario proves instead that each lease method refuses with `Unsupported`.
 //!
 //! Leases that must stay live use [`LONG_TTL`]; where expiry is the point, scenarios use a
