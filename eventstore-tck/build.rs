@@ -20,6 +20,7 @@ const MODULES: &[&str] = &[
     "append_hints",
     "election",
     "handover",
+    "partitions",
     "capabilities",
 ];
 

@@ -68,9 +68,11 @@ pub use tag::{Tag, Tags};
 
 pub mod elector;
 pub mod guide;
+pub mod partitions;
 pub mod projector;
 pub mod store;
 
 pub use elector::{LeaderElector, Leadership, LeadershipWaitError, LeadershipWatch};
+pub use partitions::{PartitionElector, PartitionWatch};
 pub use projector::{Projection, Projector};
 pub use store::EventStore;

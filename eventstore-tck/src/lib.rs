@@ -29,6 +29,7 @@ pub mod handover;
 pub mod lease_changes;
 pub mod leases;
 pub mod lifecycle;
+pub mod partitions;
 pub mod wrappers;
 
 pub use factory::StorageFactory;

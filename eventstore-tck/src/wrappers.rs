@@ -370,3 +370,156 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         self.inner.close().await
     }
 }
+
+/// A storage that pushes nothing: every method is forwarded to the storage it wraps, except
+/// that [`Capability::LeaseChanges`] and [`Capability::AppendHints`] are not offered and both
+/// subscriptions answer `Unsupported`, as a backend without notifications (or a database
+/// reached only through a pooler that cannot `LISTEN`) would.
+///
+/// Running code through it proves that it works by polling alone: electors take over and
+/// hand over on their timers, projectors find new events on their poll interval.
+///
+/// # Examples
+///
+/// ```
+/// use eventstore_api::{Capability, EventStorage};
+/// use eventstore_tck::wrappers::PollOnly;
+///
+/// fn hide_push<S: EventStorage>(storage: S) {
+///     let storage = PollOnly::new(storage);
+///     assert!(!storage.supports(Capability::LeaseChanges));
+///     assert!(!storage.supports(Capability::AppendHints));
+/// }
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct PollOnly<S> {
+    inner: S,
+}
+
+impl<S> PollOnly<S> {
+    /// Wraps `inner`, hiding its notifications.
+    pub fn new(inner: S) -> Self {
+        PollOnly { inner }
+    }
+
+    /// The wrapped storage.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<S: EventStorage> EventStorage for PollOnly<S> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn supports(&self, capability: Capability) -> bool {
+        !matches!(
+            capability,
+            Capability::LeaseChanges | Capability::AppendHints
+        ) && self.inner.supports(capability)
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner.append(criteria, stream, events).await
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner
+            .query(filter, stream, after, limit, direction)
+            .await
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+        self.inner.get_event_by_id(id).await
+    }
+
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        self.inner.head(stream).await
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.inner.bookmark(reader, reference, tags).await
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        self.inner.get_bookmark(reader).await
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+        self.inner.remove_bookmark(reader).await
+    }
+
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+        self.inner.get_bookmarks().await
+    }
+
+    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
+        self.inner.request_lease(request).await
+    }
+
+    async fn request_leases(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseResponse>> {
+        self.inner.request_leases(requests).await
+    }
+
+    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+        self.inner.release_lease(lease_name, owner).await
+    }
+
+    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        self.inner.get_leases().await
+    }
+
+    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
+        self.inner.storage_time().await
+    }
+
+    async fn append_fenced(
+        &self,
+        fence: &Fence,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner
+            .append_fenced(fence, criteria, stream, events)
+            .await
+    }
+
+    async fn bookmark_fenced(
+        &self,
+        fence: &Fence,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.inner
+            .bookmark_fenced(fence, reader, reference, tags)
+            .await
+    }
+
+    async fn close(&self) -> StorageResult<()> {
+        self.inner.close().await
+    }
+}

@@ -47,6 +47,7 @@ pub use owner::unique_owner_id;
 
 use crate::{validate, Capability, EventStorage, EventStorageError, FencingToken};
 use leadership::Shared;
+pub(crate) use task::{herd_jitter, jittered};
 use task::{ElectionLoop, HandoverState, LoopSettings};
 
 /// The ttl of an elector unless set otherwise.

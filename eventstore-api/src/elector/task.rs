@@ -74,12 +74,12 @@ pub(super) struct HandoverState {
 
 /// `base` shortened by up to a fifth at random, so that instances drift apart instead of
 /// requesting in lockstep. Never longer than `base`, so renewals keep their margin.
-fn jittered(base: Duration) -> Duration {
+pub(crate) fn jittered(base: Duration) -> Duration {
     base.mul_f64(rand::thread_rng().gen_range(0.8..=1.0))
 }
 
 /// A few milliseconds at random: contenders woken by one notice do not ask in one burst.
-fn herd_jitter() -> Duration {
+pub(crate) fn herd_jitter() -> Duration {
     Duration::from_micros(rand::thread_rng().gen_range(0..=HERD_JITTER_MICROS))
 }
 

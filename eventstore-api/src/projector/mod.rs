@@ -60,14 +60,17 @@
 //!
 //! Given a [`Fence`], the projector bookmarks with [`EventStorage::bookmark_fenced`]: a
 //! superseded leader that wakes up cannot move the bookmark, forwards or backwards.
-//! See [`crate::guide`] for running a projector on the one elected instance.
+//! See [`crate::guide`] for running a projector on the one elected instance, and
+//! [`PartitionedProjector`] for one projector per partition of a [`crate::PartitionElector`].
 
 mod elected;
+mod partitioned;
 mod projection;
 
 use std::sync::Arc;
 
 pub use elected::{ElectedProjector, DEFAULT_POLL_INTERVAL};
+pub use partitioned::PartitionedProjector;
 pub use projection::{Projection, ProjectionError};
 
 use crate::{

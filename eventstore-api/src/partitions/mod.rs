@@ -1,0 +1,376 @@
+//! Partitioned work: M partitions of a group spread over the live instances, each partition
+//! held under a lease of its own, balanced, fenced, and handed over by priority.
+//!
+//! Every instance of a deployment starts a [`PartitionElector`] for the same group. It holds
+//! the leases `{group}/{partition}` for partitions `0..partitions` and announces itself with a
+//! membership lease `{group}/members/{owner}`. Once per request interval it
+//!
+//! 1. reads the group from the storage: the live members and who holds which partition,
+//!    judged on the storage's clock ([`EventStorage::get_leases`] and
+//!    [`EventStorage::storage_time`], sent together);
+//! 2. computes its target: a balanced assignment (each of N members gets ⌊M/N⌋ or ⌈M/N⌉
+//!    partitions) that keeps every partition with its holder as far as balance allows, so a
+//!    join or a leave moves about M/N partitions, and places the rest by rendezvous hashing;
+//! 3. sends one [`EventStorage::request_leases`] batch: its membership, its target partitions
+//!    with a high priority, and every other partition it still holds with a low one.
+//!
+//! The storage's step-down rule does the moving: a holder of a partition that should move
+//! renews it with the low priority while its target member asks with the high one, so the
+//! holder is asked to step down. The partition leaves [`PartitionWatch::held`] and shows in
+//! [`PartitionWatch::handing_over`]; the work finishes the unit in hand and calls
+//! [`PartitionWatch::hand_over`] (or the drain timeout passes), the elector releases it, and
+//! the target member acquires it with the next token.
+//!
+//! Like the [`LeaderElector`](crate::LeaderElector), a partition counts only until the send
+//! time of the last confirmed request plus the ttl minus the safety margin, on this process's
+//! monotonic clock, and [`PartitionWatch::held`] checks that deadline on every call. Every
+//! write stamped with a partition's [`Fence`](crate::Fence) is refused once another member
+//! holds it, so a paused member cannot write into a partition that moved.
+//!
+//! With a storage that pushes lease changes ([`Capability::LeaseChanges`]) an elector runs a
+//! round as soon as a member joins or leaves, a partition of its target is released, or it is
+//! asked to hand a partition over, so a join or a graceful leave settles in milliseconds.
+//! Without, it settles within about two request intervals. A member that dies loses its
+//! partitions when their leases expire; the others hold them within a ttl and an interval.
+//!
+//! # Examples
+//! ```
+//! # use std::{sync::Arc, time::Duration};
+//! # use eventstore_api::{EventStorage, partitions::PartitionElector};
+//! # async fn work(storage: Arc<dyn EventStorage>) -> Result<(), Box<dyn std::error::Error>> {
+//! let elector = PartitionElector::builder(storage, "orders", 12)
+//!     .owner("pod-a")
+//!     .ttl(Duration::from_secs(15))
+//!     .start()?;
+//! let mut watch = elector.watch();
+//! loop {
+//!     for (partition, fence) in watch.held() {
+//!         // one unit of work on `partition`, every write stamped with `fence`
+//!     }
+//!     for (partition, _fence) in watch.handing_over() {
+//!         watch.hand_over(partition); // nothing in hand: let it go now
+//!     }
+//!     if watch.changed().await.is_err() {
+//!         break; // the elector stopped
+//!     }
+//!     # break;
+//! }
+//! elector.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`EventStorage::get_leases`]: crate::EventStorage::get_leases
+//! [`EventStorage::storage_time`]: crate::EventStorage::storage_time
+//! [`EventStorage::request_leases`]: crate::EventStorage::request_leases
+
+mod assignment;
+mod names;
+mod task;
+mod view;
+mod watch;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch as channel;
+use tokio::task::JoinHandle;
+
+pub use names::{member_lease_name, partition_lease_name};
+pub use watch::{PartitionElectorStopped, PartitionWatch};
+
+use crate::elector::DEFAULT_TTL;
+use crate::{validate, Capability, EventStorage, EventStorageError, Fence};
+use names::GroupNames;
+use task::{LoopSettings, PartitionLoop};
+use watch::Shared;
+
+/// The most partitions a group may have: every member reads the whole group each interval,
+/// and a lone member renews every partition in one batch.
+pub const MAX_PARTITIONS: u32 = 100_000;
+
+/// The least handover grace and drain timeout chosen by default, however short the ttl.
+const MIN_DEFAULT_GRACE: Duration = Duration::from_millis(10);
+
+/// Builds a [`PartitionElector`]; see [`PartitionElector::builder`].
+#[derive(Debug)]
+pub struct PartitionElectorBuilder {
+    storage: Arc<dyn EventStorage>,
+    group: String,
+    partitions: u32,
+    owner: Option<String>,
+    ttl: Duration,
+    request_interval: Option<Duration>,
+    safety_margin: Option<Duration>,
+    handover_grace: Option<Duration>,
+    drain_timeout: Option<Duration>,
+}
+
+impl PartitionElectorBuilder {
+    /// This instance's owner id: stable for its lifetime, unique in the group. By default a
+    /// fresh [`crate::elector::unique_owner_id`].
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// How long a partition (and this member) lasts without renewal
+    /// ([`crate::elector::DEFAULT_TTL`] by default); also how long a crashed member's
+    /// partitions stay blocked.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How often to run a round (a third of the ttl by default). Each wait is shortened by up
+    /// to a fifth at random.
+    pub fn request_interval(mut self, interval: Duration) -> Self {
+        self.request_interval = Some(interval);
+        self
+    }
+
+    /// How much earlier than the storage this instance gives its partitions up (a twentieth
+    /// of the ttl by default).
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// Over how long a lost-notification signal spreads the members' rounds (a fortieth of the
+    /// ttl by default, at least 10 ms). Only used with storages that push lease changes.
+    pub fn handover_grace(mut self, grace: Duration) -> Self {
+        self.handover_grace = Some(grace);
+        self
+    }
+
+    /// How long a partition being handed over waits for [`PartitionWatch::hand_over`] before
+    /// it is released anyway (a twentieth of the ttl by default, at least 10 ms). A write of
+    /// the unit still in hand after that is refused by the fence.
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = Some(timeout);
+        self
+    }
+
+    /// Checks the settings and starts the elector's task on the current tokio runtime.
+    ///
+    /// # Errors
+    /// [`EventStorageError::Unsupported`] when the storage does not offer
+    /// [`Capability::Lease`]; [`EventStorageError::InvalidInput`] for a partition count of 0
+    /// or above [`MAX_PARTITIONS`], a group name that is blank, holds a `/` or makes a lease
+    /// name too long, an invalid owner, a ttl out of range, or timings that cannot work (see
+    /// [`crate::elector::ElectorBuilder::start`]; the drain timeout must be shorter than the
+    /// ttl).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn start(self) -> Result<PartitionElector, EventStorageError> {
+        if !self.storage.supports(Capability::Lease) {
+            return Err(EventStorageError::unsupported(
+                "partitioned election (it needs Capability::Lease)",
+                self.storage.name(),
+            ));
+        }
+        validate_partitions(self.partitions)?;
+        let owner = self
+            .owner
+            .clone()
+            .unwrap_or_else(crate::elector::unique_owner_id);
+        validate_group(&self.group, self.partitions, &owner)?;
+        let settings = self.settings()?;
+        let shared = Shared::new(self.group.clone(), owner, self.partitions);
+        let (shutdown, shutdown_requested) = channel::channel(false);
+        let rounds = PartitionLoop {
+            storage: self.storage,
+            shared: Arc::clone(&shared),
+            names: GroupNames::new(&self.group, self.partitions),
+            settings,
+            shutdown: shutdown_requested,
+            target: BTreeSet::new(),
+            drain_deadlines: BTreeMap::new(),
+        };
+        let task = tokio::spawn(rounds.run());
+        Ok(PartitionElector {
+            watch: PartitionWatch::new(shared),
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    fn settings(&self) -> Result<LoopSettings, EventStorageError> {
+        validate::validate_ttl(self.ttl)?;
+        let ttl = self.ttl;
+        let request_interval = self.request_interval.unwrap_or(ttl / 3);
+        if request_interval.is_zero() || request_interval >= ttl {
+            return Err(EventStorageError::invalid(
+                "request interval",
+                format!("{request_interval:?}"),
+                format!(
+                    "must be above zero and shorter than the ttl {ttl:?} (a third of it is \
+                     the default), or a single slow round loses every partition"
+                ),
+            ));
+        }
+        let safety_margin = self.safety_margin.unwrap_or(ttl / 20);
+        if request_interval + safety_margin >= ttl {
+            return Err(EventStorageError::invalid(
+                "safety margin",
+                format!("{safety_margin:?}"),
+                format!(
+                    "with the request interval {request_interval:?} it must stay below the \
+                     ttl {ttl:?}, or partitions lapse between renewals"
+                ),
+            ));
+        }
+        let default_grace = (ttl / 40).max(MIN_DEFAULT_GRACE);
+        let handover_grace = self.handover_grace.unwrap_or(default_grace);
+        let drain_timeout = self
+            .drain_timeout
+            .unwrap_or_else(|| (ttl / 20).max(MIN_DEFAULT_GRACE));
+        for (field, value) in [
+            ("handover grace", handover_grace),
+            ("drain timeout", drain_timeout),
+        ] {
+            if value >= ttl {
+                return Err(EventStorageError::invalid(
+                    field,
+                    format!("{value:?}"),
+                    format!("must be shorter than the ttl {ttl:?}"),
+                ));
+            }
+        }
+        Ok(LoopSettings {
+            ttl,
+            request_interval,
+            safety_margin,
+            handover_grace,
+            drain_timeout,
+        })
+    }
+}
+
+fn validate_partitions(partitions: u32) -> Result<(), EventStorageError> {
+    if partitions == 0 || partitions > MAX_PARTITIONS {
+        return Err(EventStorageError::invalid(
+            "partition count",
+            partitions.to_string(),
+            format!("must be between 1 and {MAX_PARTITIONS}"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_group(group: &str, partitions: u32, owner: &str) -> Result<(), EventStorageError> {
+    validate::validate_name("partition group", group)?;
+    if group.contains('/') {
+        return Err(EventStorageError::invalid(
+            "partition group",
+            group,
+            "must not contain '/', which separates the group from the partition in lease names",
+        ));
+    }
+    validate::validate_name("lease owner", owner)?;
+    validate::validate_name("lease name", &member_lease_name(group, owner))?;
+    validate::validate_name("lease name", &partition_lease_name(group, partitions - 1))
+}
+
+/// Holds a balanced share of a group's partitions for one instance, on a tokio task; see the
+/// [module documentation](self).
+///
+/// Stop it with [`PartitionElector::shutdown`], which leaves the group and releases every
+/// partition, so the others take them at once. Dropping it shuts it down too, in the
+/// background.
+#[derive(Debug)]
+pub struct PartitionElector {
+    watch: PartitionWatch,
+    shutdown: channel::Sender<bool>,
+    task: Option<JoinHandle<Result<(), EventStorageError>>>,
+}
+
+impl PartitionElector {
+    /// A builder for an elector of `partitions` partitions of `group` on `storage`.
+    pub fn builder(
+        storage: Arc<dyn EventStorage>,
+        group: impl Into<String>,
+        partitions: u32,
+    ) -> PartitionElectorBuilder {
+        PartitionElectorBuilder {
+            storage,
+            group: group.into(),
+            partitions,
+            owner: None,
+            ttl: DEFAULT_TTL,
+            request_interval: None,
+            safety_margin: None,
+            handover_grace: None,
+            drain_timeout: None,
+        }
+    }
+
+    /// A handle for the work the partitions guard; clone it freely.
+    pub fn watch(&self) -> PartitionWatch {
+        self.watch.clone()
+    }
+
+    /// The partitions held at this instant, each with its fence (see
+    /// [`PartitionWatch::held`]).
+    pub fn held(&self) -> BTreeMap<u32, Fence> {
+        self.watch.held()
+    }
+
+    /// This instance's owner id.
+    pub fn owner(&self) -> &str {
+        self.watch.owner()
+    }
+
+    /// Leaves the group and releases every partition, so the other members take them at
+    /// once. Stop the guarded work first.
+    ///
+    /// # Errors
+    /// The release of the membership lease failed (the partitions are released anyway; what
+    /// fails to release expires after its ttl).
+    pub async fn shutdown(mut self) -> Result<(), EventStorageError> {
+        let _ = self.shutdown.send(true);
+        match self.task.take() {
+            Some(task) => task.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops at once without releasing anything, as if the process had died: the partitions
+    /// lapse after their ttl. For tests and demonstrations of a crash.
+    pub fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.watch.lapse_as_stopped();
+    }
+}
+
+impl Drop for PartitionElector {
+    fn drop(&mut self) {
+        // The task sees the signal and releases on its own.
+        let _ = self.shutdown.send(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_counts_and_groups_name_the_value_and_the_limit() {
+        let error = validate_partitions(0).unwrap_err().to_string();
+        assert!(
+            error.contains("partition count") && error.contains("100000"),
+            "{error}"
+        );
+        assert!(validate_partitions(MAX_PARTITIONS + 1).is_err());
+        assert!(validate_partitions(MAX_PARTITIONS).is_ok());
+        let error = validate_group("a/b", 1, "o").unwrap_err().to_string();
+        assert!(error.contains("a/b") && error.contains('/'), "{error}");
+        assert!(validate_group(" ", 1, "o").is_err());
+        let long = "g".repeat(500);
+        let error = validate_group(&long, 1, "owner-x").unwrap_err().to_string();
+        assert!(error.contains("lease name"), "{error}");
+    }
+}

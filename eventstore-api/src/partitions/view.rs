@@ -1,0 +1,107 @@
+//! A group as the storage shows it: the live members and who holds which partition.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+
+use super::assignment::{assign, Assignment};
+use super::names::{GroupLease, GroupNames};
+use crate::Lease;
+
+/// The live members of a group and the live holders of its partitions, at one instant of the
+/// storage's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupView {
+    /// Owner ids, sorted.
+    members: Vec<String>,
+    /// Partition → index into `members`, for partitions a live member holds live.
+    holders: BTreeMap<u32, usize>,
+}
+
+impl GroupView {
+    /// The view of the group `names` recognises in `leases`, judged live at `now` on the
+    /// storage's clock. `me` counts as a member whatever the leases say: this instance is
+    /// alive, and its membership may not be recorded yet.
+    pub(crate) fn read(names: &GroupNames, leases: &[Lease], now: DateTime<Utc>, me: &str) -> Self {
+        let live = |lease: &&Lease| !lease.is_expired_at(now);
+        let mut members: BTreeSet<&str> = leases
+            .iter()
+            .filter(live)
+            .filter_map(|lease| match names.parse(&lease.lease_name) {
+                Some(GroupLease::Member(owner)) if owner == lease.owner => Some(owner),
+                _ => None,
+            })
+            .collect();
+        members.insert(me);
+        let members: Vec<String> = members.into_iter().map(str::to_owned).collect();
+        let holders = leases
+            .iter()
+            .filter(live)
+            .filter_map(|lease| match names.parse(&lease.lease_name) {
+                Some(GroupLease::Partition(partition)) => members
+                    .binary_search(&lease.owner)
+                    .ok()
+                    .map(|member| (partition, member)),
+                _ => None,
+            })
+            .collect();
+        GroupView { members, holders }
+    }
+
+    /// The live members, sorted.
+    #[cfg(test)]
+    pub(crate) fn members(&self) -> &[String] {
+        &self.members
+    }
+
+    /// The partitions the balanced assignment gives `member`.
+    pub(crate) fn target_of(&self, partitions: u32, member: &str) -> Vec<u32> {
+        let Ok(index) = self.members.binary_search_by(|m| m.as_str().cmp(member)) else {
+            return Vec::new();
+        };
+        assign(partitions, &self.members, &self.holders)
+            .map(|assignment: Assignment| assignment.partitions_of(index))
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::FencingToken;
+
+    fn lease(name: &str, owner: &str, heartbeat_at: DateTime<Utc>) -> Lease {
+        Lease {
+            lease_name: name.into(),
+            owner: owner.into(),
+            priority: 0,
+            fencing_token: FencingToken(1),
+            acquired_at: heartbeat_at,
+            heartbeat_at,
+            ttl: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn expired_members_and_their_partitions_do_not_count() {
+        let now = Utc::now();
+        let old = now - chrono::Duration::seconds(11);
+        let names = GroupNames::new("g", 4);
+        let leases = vec![
+            lease("g/members/a", "a", now),
+            lease("g/members/b", "b", old),
+            lease("g/0", "a", now),
+            lease("g/1", "b", old),
+            lease("g/2", "b", now), // live, but b is no member any more
+            lease("other/members/c", "c", now),
+        ];
+        let view = GroupView::read(&names, &leases, now, "me");
+        assert_eq!(view.members(), ["a", "me"]);
+        assert_eq!(view.holders, BTreeMap::from([(0, 0)]));
+        assert_eq!(view.target_of(4, "a").len(), 2);
+        assert!(view.target_of(4, "a").contains(&0), "a keeps what it holds");
+        assert_eq!(view.target_of(4, "stranger"), Vec::<u32>::new());
+    }
+}

@@ -1,0 +1,146 @@
+//! Projectors for partitioned work: one per partition this instance holds.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use super::{Projection, Projector, ProjectorError, ProjectorRun, DEFAULT_POLL_INTERVAL};
+use crate::partitions::PartitionWatch;
+use crate::{Capability, EventStorageError};
+
+/// How many batches one partition runs before the next held partition gets its turn.
+const BATCHES_PER_TURN: u64 = 4;
+
+/// Runs a [`Projector`] for every partition its instance holds, each bookmarking under its
+/// own reader and, where the storage offers [`Capability::FencedWrites`], fenced by its
+/// partition's lease.
+///
+/// `make` builds the projector of a partition the first time this instance holds it: its
+/// stream (or filter) selects the partition's events, and its bookmark reader must differ
+/// per partition (say `format!("order-totals-{partition}")`). Held partitions take turns of a
+/// few batches each, so one long backlog does not starve the others. Each projector reads its
+/// bookmark before every run, so a partition that moved resumes where its previous holder
+/// stopped. A partition being handed over is acknowledged between turns, when nothing of it
+/// is in hand.
+#[derive(Debug)]
+pub struct PartitionedProjector<P, F> {
+    watch: PartitionWatch,
+    make: F,
+    projectors: BTreeMap<u32, Projector<P>>,
+    poll_interval: Duration,
+    totals: ProjectorRun,
+}
+
+impl<P, F> PartitionedProjector<P, F>
+where
+    P: Projection,
+    F: FnMut(u32) -> Result<Projector<P>, EventStorageError> + Send,
+{
+    /// Projects the partitions `watch` says this instance holds, with projectors from `make`.
+    pub fn new(watch: PartitionWatch, make: F) -> Self {
+        PartitionedProjector {
+            watch,
+            make,
+            projectors: BTreeMap::new(),
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            totals: ProjectorRun::default(),
+        }
+    }
+
+    /// How long to wait for new events once every held partition has caught up
+    /// ([`DEFAULT_POLL_INTERVAL`]); a change of the held partitions wakes it at once.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The projector of `partition`, if this instance has held it.
+    pub fn projector(&self, partition: u32) -> Option<&Projector<P>> {
+        self.projectors.get(&partition)
+    }
+
+    /// What all runs so far did together.
+    pub fn totals(&self) -> ProjectorRun {
+        self.totals
+    }
+
+    /// Projects the held partitions until `stop` completes or the elector stops.
+    ///
+    /// A write refused by a fence ends that partition's turn quietly: another member holds
+    /// it now.
+    ///
+    /// # Errors
+    /// A projector that cannot be built, the projection's errors and the storage's other
+    /// errors end the loop; the elector keeps running.
+    pub async fn run_until(
+        &mut self,
+        stop: impl Future<Output = ()>,
+    ) -> Result<ProjectorRun, ProjectorError> {
+        tokio::pin!(stop);
+        loop {
+            if self.watch.is_stopped() {
+                return Ok(self.totals);
+            }
+            let mut more_pending = false;
+            for (partition, fence) in self.watch.held() {
+                more_pending |= self.take_turn(partition, fence).await?;
+                self.acknowledge_handovers();
+            }
+            self.acknowledge_handovers();
+            if more_pending {
+                continue;
+            }
+            tokio::select! {
+                () = &mut stop => return Ok(self.totals),
+                changed = self.watch.changed() => {
+                    if changed.is_err() {
+                        return Ok(self.totals);
+                    }
+                }
+                () = tokio::time::sleep(self.poll_interval) => {}
+            }
+        }
+    }
+
+    /// Runs a few batches of `partition`; whether it may have more to do.
+    async fn take_turn(
+        &mut self,
+        partition: u32,
+        fence: crate::Fence,
+    ) -> Result<bool, ProjectorError> {
+        let projector = match self.projectors.entry(partition) {
+            std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                entry.insert((self.make)(partition)?)
+            }
+        };
+        let fenced = projector.storage.supports(Capability::FencedWrites);
+        projector.set_fence(fenced.then(|| fence.clone()));
+        let watch = self.watch.clone();
+        let mut budget = BATCHES_PER_TURN;
+        let keep_going = move || {
+            let go = budget > 0 && watch.holds(partition, &fence);
+            budget = budget.saturating_sub(1);
+            go
+        };
+        match projector.run_while(keep_going).await {
+            Ok(run) => {
+                self.totals.add(&run);
+                Ok(run.batches == BATCHES_PER_TURN)
+            }
+            Err(error) if error.is_fenced() => {
+                tracing::warn!(group = %self.watch.group(), partition, %error,
+                    "bookmark refused by the fence; another member holds the partition");
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Lets go of every partition being handed over: none is in hand between turns.
+    fn acknowledge_handovers(&self) {
+        for partition in self.watch.handing_over().into_keys() {
+            self.watch.hand_over(partition);
+        }
+    }
+}

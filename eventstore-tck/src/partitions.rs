@@ -1,0 +1,685 @@
+//! Scenarios: partitioned work with [`PartitionElector`] and [`PartitionedProjector`].
+//!
+//! Several members, each on its own handle of one storage as separate processes would be,
+//! share the partitions of a group: balanced after joins and leaves, never one partition in
+//! two members' hands at one instant, a crashed member's partitions held again within a ttl
+//! and an interval, a paused member's fenced writes refused, and partitioned projectors that
+//! lose no event across all of it.
+//!
+//! Run on a backend without [`Capability::Lease`] (reported as ignored there unless run with
+//! `--include-ignored`), each scenario proves instead that the elector refuses to start with
+//! `Unsupported`.
+//!
+//! Needs [`Capability::Lease`], unless a scenario says otherwise.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use eventstore_api::partitions::{PartitionElector, PartitionWatch, MAX_PARTITIONS};
+use eventstore_api::projector::{PartitionedProjector, Projection, ProjectionError, Projector};
+use eventstore_api::{
+    AppendCriteria, Capability, EventId, EventReference, EventStorage, EventStorageError,
+    EventStreamId, EventToStore, Fence, StoredEvent,
+};
+use tokio::task::JoinHandle;
+
+use crate::support::{self, DEADLINE};
+use crate::wrappers::EventsOnly;
+use crate::StorageFactory;
+
+/// The group every scenario shares out.
+const GROUP: &str = "tck-orders";
+
+/// Partitions of the group: 12 share evenly over 3 and 4 members.
+const PARTITIONS: u32 = 12;
+
+/// The ttl of the members: short, so that a crash is taken over quickly.
+const TTL: Duration = Duration::from_millis(600);
+
+/// Their request interval (the default, a third of the ttl).
+const INTERVAL: Duration = Duration::from_millis(200);
+
+/// Room for scheduling on a busy machine beyond the bounds the elector promises.
+const SLACK: Duration = Duration::from_millis(400);
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+// ---------------------------------------------------------------------------------------------
+
+/// The elector refuses a storage without leases (`Unsupported`) and, with `InvalidInput`
+/// naming the value, a partition count of 0 or above the limit, a group holding a `/`, and a
+/// request interval not shorter than the ttl.
+///
+/// Needs no capability.
+pub async fn partition_elector_refuses_bad_settings_and_storages_without_leases<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage: Arc<dyn EventStorage> = Arc::new(factory.create().await);
+    assert_refused(Arc::new(EventsOnly::new(storage.clone())));
+    if !storage.supports(Capability::Lease) {
+        assert_refused(storage);
+        return;
+    }
+    let cases = [
+        (0, GROUP, TTL / 3, "partition count"),
+        (MAX_PARTITIONS + 1, GROUP, TTL / 3, "partition count"),
+        (PARTITIONS, "a/b", TTL / 3, "partition group"),
+        (PARTITIONS, " ", TTL / 3, "partition group"),
+        (PARTITIONS, GROUP, TTL, "request interval"),
+    ];
+    for (partitions, group, interval, field) in cases {
+        let started = PartitionElector::builder(storage.clone(), group, partitions)
+            .ttl(TTL)
+            .request_interval(interval)
+            .start();
+        match started {
+            Err(EventStorageError::InvalidInput { field: named, .. }) => assert_eq!(
+                named, field,
+                "{partitions} partitions of {group:?}, interval {interval:?}: the error names {field}"
+            ),
+            Err(other) => panic!("{partitions} partitions of {group:?}: expected InvalidInput naming {field}, got {other}"),
+            Ok(_) => panic!("{partitions} partitions of {group:?}, interval {interval:?}: expected InvalidInput naming {field}, it started"),
+        }
+    }
+    let leases = storage.get_leases().await.expect("get_leases");
+    assert!(
+        leases.is_empty(),
+        "a refused start changes nothing: {leases:?}"
+    );
+}
+
+/// Three members share twelve partitions four each; a fourth joins and each holds three,
+/// with no more than ⌈M/N⌉ + 1 partitions moved; one shuts down and the other three take its
+/// partitions at once, four each again.
+pub async fn partitions_are_balanced_after_a_join_and_a_leave<F: StorageFactory>(factory: &F) {
+    let Some(handles) = lease_handles(factory, 4).await else {
+        return;
+    };
+    let mut members: Vec<Member> = (0..3)
+        .map(|i| Member::start(&handles[i], i, TTL, INTERVAL))
+        .collect();
+    let before = wait_balanced(&members, "three members").await;
+
+    members.push(Member::start(&handles[3], 3, TTL, INTERVAL));
+    let after = wait_balanced(&members, "a fourth member joined").await;
+    let moved = moved(&before, &after);
+    let limit = PARTITIONS.div_ceil(4) as usize + 1;
+    assert!(
+        moved <= limit,
+        "a join moved {moved} partitions, more than ⌈M/N⌉ + 1 = {limit}: {before:?} → {after:?}"
+    );
+    assert!(
+        owners_of(&after).contains("member-3"),
+        "the joiner holds its share: {after:?}"
+    );
+
+    let leaving = members.remove(1);
+    let started = Instant::now();
+    leaving.shutdown().await;
+    let settled = wait_balanced(&members, "member-1 shut down").await;
+    assert!(
+        !owners_of(&settled).contains("member-1"),
+        "the leaver holds nothing: {settled:?}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took < 2 * INTERVAL + SLACK,
+        "a graceful leave settled in {took:?}, beyond two intervals"
+    );
+    for member in members {
+        member.shutdown().await;
+    }
+}
+
+/// A joining member gets its share within two request intervals; with pushed lease changes
+/// within a fraction of one, as the holders hear of the join at once.
+pub async fn a_join_settles_within_two_intervals_or_at_once_when_pushed<F: StorageFactory>(
+    factory: &F,
+) {
+    let Some(handles) = lease_handles(factory, 3).await else {
+        return;
+    };
+    // A long interval, so that settling faster than it proves the push path.
+    let ttl = Duration::from_secs(6);
+    let interval = Duration::from_secs(2);
+    let mut members: Vec<Member> = (0..2)
+        .map(|i| Member::start(&handles[i], i, ttl, interval))
+        .collect();
+    wait_balanced(&members, "two members").await;
+    let pushed = support::lease_changes_supported(handles[0].as_ref()).await;
+    let joined = Instant::now();
+    members.push(Member::start(&handles[2], 2, ttl, interval));
+    wait_balanced(&members, "a third member joined").await;
+    let took = joined.elapsed();
+    let bound = if pushed {
+        interval / 2
+    } else {
+        2 * interval + SLACK
+    };
+    assert!(
+        took < bound,
+        "the join settled in {took:?}, beyond {bound:?} (pushed lease changes: {pushed})"
+    );
+    for member in members {
+        member.shutdown().await;
+    }
+}
+
+/// Sampled on the caller's clock while members join, leave and crash, no partition is ever
+/// held by two members at one instant.
+pub async fn no_partition_is_held_by_two_members_at_one_instant<F: StorageFactory>(factory: &F) {
+    let Some(handles) = lease_handles(factory, 5).await else {
+        return;
+    };
+    let watches: Arc<Mutex<Vec<PartitionWatch>>> = Arc::default();
+    let mut members = Vec::new();
+    for (i, handle) in handles.iter().enumerate().take(3) {
+        let member = Member::start(handle, i, TTL, INTERVAL);
+        watches.lock().expect("watches").push(member.watch.clone());
+        members.push(member);
+    }
+    let sampler = Sampler::start(Arc::clone(&watches));
+    wait_balanced(&members, "three members").await;
+    for (i, handle) in handles.iter().enumerate().skip(3) {
+        let member = Member::start(handle, i, TTL, INTERVAL);
+        watches.lock().expect("watches").push(member.watch.clone());
+        members.push(member);
+        wait_balanced(&members, &format!("member-{i} joined")).await;
+    }
+    members.remove(0).shutdown().await;
+    wait_balanced(&members, "member-0 shut down").await;
+    members.remove(0).crash();
+    wait_balanced(&members, "member-1 crashed").await;
+    let samples = sampler.stop().await;
+    assert!(samples > 100, "the sampler ran ({samples} samples)");
+    for member in members {
+        member.shutdown().await;
+    }
+}
+
+/// A member that crashes keeps its partitions only until their leases expire: the others
+/// hold every partition again within a ttl and a request interval.
+pub async fn a_crashed_members_partitions_are_held_again_within_ttl_and_interval<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let Some(handles) = lease_handles(factory, 3).await else {
+        return;
+    };
+    let mut members: Vec<Member> = (0..3)
+        .map(|i| Member::start(&handles[i], i, TTL, INTERVAL))
+        .collect();
+    wait_balanced(&members, "three members").await;
+    let crashed = members.remove(2);
+    let lost = crashed.watch.held().len();
+    let started = Instant::now();
+    crashed.crash();
+    let settled = wait_balanced(&members, "member-2 crashed").await;
+    let took = started.elapsed();
+    assert!(lost > 0, "the crashed member held partitions");
+    assert_eq!(settled.len(), PARTITIONS as usize, "every partition held");
+    assert!(
+        took < TTL + INTERVAL + SLACK,
+        "held again in {took:?}, beyond ttl {TTL:?} + interval {INTERVAL:?}"
+    );
+    for member in members {
+        member.shutdown().await;
+    }
+}
+
+/// A member paused past its ttl (a zombie) still has its fences; once another member holds
+/// the partition, the zombie's fenced append and bookmark are refused and change nothing.
+///
+/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
+pub async fn a_zombie_members_fenced_writes_are_refused<F: StorageFactory>(factory: &F) {
+    let Some(handles) = lease_handles(factory, 2).await else {
+        return;
+    };
+    let storage = &handles[0];
+    if !storage.supports(Capability::FencedWrites) {
+        return support::assert_unsupported(
+            storage
+                .append_fenced(
+                    &Fence::new("x", Default::default()),
+                    AppendCriteria::none(),
+                    &partition_stream(0),
+                    vec![event(0)],
+                )
+                .await,
+            "append_fenced without FencedWrites",
+        );
+    }
+    let zombie = Member::start(&handles[0], 0, TTL, INTERVAL);
+    wait_balanced(std::slice::from_ref(&zombie), "one member").await;
+    let (partition, zombie_fence) = zombie.watch.held().into_iter().next().expect("held");
+    zombie.crash();
+    let survivor = Member::start(&handles[1], 1, TTL, INTERVAL);
+    let held = wait_balanced(
+        std::slice::from_ref(&survivor),
+        "the zombie's partitions taken",
+    )
+    .await;
+    let (_, current) = &held[&partition];
+    assert!(
+        current.token > zombie_fence.token,
+        "the survivor holds partition {partition} with a newer token: {current:?} after {zombie_fence:?}"
+    );
+
+    let stream = partition_stream(partition);
+    let head = storage.head(&stream).await.expect("head");
+    let refused = storage
+        .append_fenced(
+            &zombie_fence,
+            AppendCriteria::none(),
+            &stream,
+            vec![event(1)],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(EventStorageError::Fenced { .. })),
+        "the zombie's append is refused as Fenced: {refused:?}"
+    );
+    assert_eq!(
+        storage.head(&stream).await.expect("head"),
+        head,
+        "nothing appended"
+    );
+    let written = storage
+        .append_fenced(current, AppendCriteria::none(), &stream, vec![event(2)])
+        .await
+        .expect("the holder's fenced append passes");
+    let refused = storage
+        .bookmark_fenced(
+            &zombie_fence,
+            "tck-zombie",
+            &written[0].reference,
+            Default::default(),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(EventStorageError::Fenced { .. })),
+        "the zombie's bookmark is refused as Fenced: {refused:?}"
+    );
+    assert_eq!(
+        storage
+            .get_bookmark("tck-zombie")
+            .await
+            .expect("get_bookmark"),
+        None,
+        "no bookmark placed"
+    );
+    survivor.shutdown().await;
+}
+
+/// Partitioned projectors on three members, then a fourth joining, one shutting down and one
+/// crashing: every event of every partition is projected, each partition's bookmark ends at
+/// its stream's end, and every bookmark write passed its partition's fence.
+pub async fn partitioned_projectors_lose_no_event_across_joins_leaves_and_crashes<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let Some(handles) = lease_handles(factory, 4).await else {
+        return;
+    };
+    let storage = handles[0].clone();
+    let projected = Projected::default();
+    let mut workers: Vec<Worker> = (0..3)
+        .map(|i| Worker::start(&handles[i], i, &projected))
+        .collect();
+    let mut appended = append_round(&storage, 0).await;
+    projected.wait_for(&appended).await;
+
+    workers.push(Worker::start(&handles[3], 3, &projected));
+    appended.extend(append_round(&storage, 1).await);
+    projected.wait_for(&appended).await;
+
+    workers.remove(0).shutdown().await;
+    appended.extend(append_round(&storage, 2).await);
+    projected.wait_for(&appended).await;
+
+    workers.remove(0).crash();
+    appended.extend(append_round(&storage, 3).await);
+    projected.wait_for(&appended).await;
+
+    for partition in 0..PARTITIONS {
+        let head = storage
+            .head(&partition_stream(partition))
+            .await
+            .expect("head");
+        let reader = reader(partition);
+        support::eventually(
+            &format!("bookmark {reader} at its stream's end"),
+            || async { storage.get_bookmark(&reader).await.expect("get_bookmark") == head },
+        )
+        .await;
+    }
+    for worker in workers {
+        worker.shutdown().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Members
+// ---------------------------------------------------------------------------------------------
+
+/// One member: an elector and a task that hands partitions over as soon as asked (it has no
+/// work in hand).
+struct Member {
+    elector: PartitionElector,
+    watch: PartitionWatch,
+    releaser: JoinHandle<()>,
+}
+
+impl Member {
+    fn start(
+        storage: &Arc<dyn EventStorage>,
+        index: usize,
+        ttl: Duration,
+        interval: Duration,
+    ) -> Member {
+        Member::with_releaser(storage, index, ttl, interval, true)
+    }
+
+    /// A member whose handovers its own work acknowledges when `release_at_once` is false.
+    fn with_releaser(
+        storage: &Arc<dyn EventStorage>,
+        index: usize,
+        ttl: Duration,
+        interval: Duration,
+        release_at_once: bool,
+    ) -> Member {
+        let elector = PartitionElector::builder(storage.clone(), GROUP, PARTITIONS)
+            .owner(format!("member-{index}"))
+            .ttl(ttl)
+            .request_interval(interval)
+            .start()
+            .expect("the elector starts");
+        let watch = elector.watch();
+        let mut handing_over = watch.clone();
+        let releaser = tokio::spawn(async move {
+            if !release_at_once {
+                return;
+            }
+            loop {
+                for partition in handing_over.handing_over().into_keys() {
+                    handing_over.hand_over(partition);
+                }
+                if handing_over.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        Member {
+            elector,
+            watch,
+            releaser,
+        }
+    }
+
+    async fn shutdown(self) {
+        self.elector.shutdown().await.expect("shutdown releases");
+        self.releaser.abort();
+    }
+
+    fn crash(self) {
+        self.elector.abort();
+        self.releaser.abort();
+    }
+}
+
+/// Who holds what: partition → (owner, fence).
+type Holders = BTreeMap<u32, (String, Fence)>;
+
+/// The holders once every partition is held by exactly one member and the members hold
+/// ⌊M/N⌋ or ⌈M/N⌉ each.
+async fn wait_balanced(members: &[Member], after: &str) -> Holders {
+    let floor = PARTITIONS as usize / members.len();
+    let ceil = (PARTITIONS as usize).div_ceil(members.len());
+    let started = Instant::now();
+    loop {
+        let mut holders = Holders::new();
+        let mut counts = Vec::new();
+        let mut doubly = false;
+        for member in members {
+            let held = member.watch.held();
+            counts.push(held.len());
+            for (partition, fence) in held {
+                doubly |= holders
+                    .insert(partition, (member.watch.owner().to_owned(), fence))
+                    .is_some();
+            }
+        }
+        let balanced = counts.iter().all(|c| *c == floor || *c == ceil);
+        if !doubly && balanced && holders.len() == PARTITIONS as usize {
+            return holders;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "after {after}: not balanced within {DEADLINE:?} ({floor} or {ceil} each, \
+             no partition twice): held {counts:?}, {holders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn moved(before: &Holders, after: &Holders) -> usize {
+    before
+        .iter()
+        .filter(|(partition, (owner, _))| after.get(partition).map(|(o, _)| o) != Some(owner))
+        .count()
+}
+
+fn owners_of(holders: &Holders) -> BTreeSet<&str> {
+    holders.values().map(|(owner, _)| owner.as_str()).collect()
+}
+
+/// Samples every member's holdings until stopped and panics at two holders of one partition.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    task: JoinHandle<usize>,
+}
+
+impl Sampler {
+    fn start(watches: Arc<Mutex<Vec<PartitionWatch>>>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let task = tokio::spawn(async move {
+            let mut samples = 0;
+            while !stopping.load(Ordering::SeqCst) {
+                let watches = watches.lock().expect("watches").clone();
+                assert_one_holder_each(&watches);
+                samples += 1;
+                tokio::time::sleep(Duration::from_micros(500)).await;
+            }
+            samples
+        });
+        Sampler { stop, task }
+    }
+
+    async fn stop(self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task
+            .await
+            .expect("no partition had two holders at one instant")
+    }
+}
+
+/// Reads every watch, then again in reverse order. A partition a member shows with one token
+/// in both reads was held by it through the other members' reads in between, so another
+/// member showing it in either read held it at the same instant.
+fn assert_one_holder_each(watches: &[PartitionWatch]) {
+    let first: Vec<BTreeMap<u32, Fence>> = watches.iter().map(PartitionWatch::held).collect();
+    let mut second: Vec<BTreeMap<u32, Fence>> =
+        watches.iter().rev().map(PartitionWatch::held).collect();
+    second.reverse();
+    let mut holder: BTreeMap<u32, (&str, &Fence)> = BTreeMap::new();
+    for (i, watch) in watches.iter().enumerate() {
+        for (partition, fence) in &first[i] {
+            if second[i].get(partition) != Some(fence) {
+                continue;
+            }
+            if let Some((other, other_fence)) = holder.insert(*partition, (watch.owner(), fence)) {
+                panic!(
+                    "partition {partition} held by {other} ({other_fence:?}) and {} ({fence:?}) at one instant",
+                    watch.owner()
+                );
+            }
+        }
+    }
+}
+
+async fn lease_handles<F: StorageFactory>(
+    factory: &F,
+    count: usize,
+) -> Option<Vec<Arc<dyn EventStorage>>> {
+    let first = factory.create().await;
+    if !first.supports(Capability::Lease) {
+        assert_refused(Arc::new(first));
+        return None;
+    }
+    let mut handles = Vec::with_capacity(count);
+    for _ in 1..count {
+        handles.push(Arc::new(factory.another_handle(&first).await) as Arc<dyn EventStorage>);
+    }
+    handles.insert(0, Arc::new(first));
+    Some(handles)
+}
+
+fn assert_refused(storage: Arc<dyn EventStorage>) {
+    match PartitionElector::builder(storage, GROUP, PARTITIONS).start() {
+        Err(EventStorageError::Unsupported { .. }) => {}
+        Err(other) => panic!("expected Unsupported without Capability::Lease, got {other}"),
+        Ok(_) => panic!("a partition elector started on a storage without Capability::Lease"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Partitioned projection
+// ---------------------------------------------------------------------------------------------
+
+fn partition_stream(partition: u32) -> EventStreamId {
+    EventStreamId::new("tck-partitioned", partition.to_string())
+}
+
+fn reader(partition: u32) -> String {
+    format!("tck-partition-{partition}")
+}
+
+fn event(n: u64) -> EventToStore {
+    EventToStore::new("Numbered", serde_json::json!({ "n": n }))
+}
+
+/// Three events into every partition's stream.
+async fn append_round(storage: &Arc<dyn EventStorage>, round: u64) -> Vec<EventId> {
+    let mut ids = Vec::new();
+    for partition in 0..PARTITIONS {
+        let events = (0..3).map(|i| event(round * 100 + i)).collect();
+        let stored = storage
+            .append(AppendCriteria::none(), &partition_stream(partition), events)
+            .await
+            .expect("append");
+        ids.extend(stored.into_iter().map(|event| event.reference.id));
+    }
+    ids
+}
+
+/// Every event any member projected, committed batch by batch.
+#[derive(Clone, Default)]
+struct Projected(Arc<Mutex<HashSet<EventId>>>);
+
+impl Projected {
+    async fn wait_for(&self, ids: &[EventId]) {
+        support::eventually(&format!("{} events projected", ids.len()), || async {
+            let projected = self.0.lock().expect("projected");
+            ids.iter().all(|id| projected.contains(id))
+        })
+        .await;
+    }
+}
+
+struct Recorder {
+    pending: Vec<EventId>,
+    projected: Projected,
+}
+
+#[async_trait]
+impl Projection for Recorder {
+    async fn handle(&mut self, event: &StoredEvent) -> Result<(), ProjectionError> {
+        self.pending.push(event.reference.id);
+        Ok(())
+    }
+
+    async fn after_batch(&mut self, _last: &EventReference) -> Result<(), ProjectionError> {
+        let mut projected = self.projected.0.lock().expect("projected");
+        projected.extend(self.pending.drain(..));
+        Ok(())
+    }
+
+    async fn cancel_batch(&mut self) {
+        self.pending.clear();
+    }
+}
+
+/// A member running a partitioned projector.
+struct Worker {
+    member: Member,
+    task: JoinHandle<()>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Worker {
+    fn start(storage: &Arc<dyn EventStorage>, index: usize, projected: &Projected) -> Worker {
+        // The projector acknowledges handovers itself, between turns.
+        let member = Member::with_releaser(storage, index, TTL, INTERVAL, false);
+        let storage = storage.clone();
+        let projected = projected.clone();
+        let mut projector = PartitionedProjector::new(member.watch.clone(), move |partition| {
+            let recorder = Recorder {
+                pending: Vec::new(),
+                projected: projected.clone(),
+            };
+            Projector::builder(storage.clone(), recorder)
+                .stream(partition_stream(partition))
+                .bookmark(reader(partition))
+                .batch_size(2)
+                .build()
+        })
+        .poll_interval(Duration::from_millis(20));
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            projector
+                .run_until(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("the partitioned projector runs");
+        });
+        Worker {
+            member,
+            task,
+            stop: Some(stop),
+        }
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        support::within(DEADLINE, "the projector stops", &mut self.task)
+            .await
+            .expect("the projector task");
+        self.member.shutdown().await;
+    }
+
+    fn crash(self) {
+        self.task.abort();
+        self.member.crash();
+    }
+}
