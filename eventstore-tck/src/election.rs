@@ -274,11 +274,14 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
         .fence(zombie_fence)
         .build()
         .expect("projector");
-    let error = zombie
-        .run()
-        .await
-        .expect_err("the zombie's bookmark is refused");
-    assert!(error.is_fenced(), "{error}");
+    let error = zombie.run().await.expect_err(
+        "fence rule: a projector under a stale token must stop with its bookmark refused as \
+             Fenced",
+    );
+    assert!(
+        error.is_fenced(),
+        "fence rule: the zombie projector's bookmark must be refused as Fenced, got {error}"
+    );
     assert_eq!(
         storage.get_bookmark(READER).await.expect("get_bookmark"),
         bookmark,
