@@ -155,10 +155,15 @@ impl EventStorage for MutantStorage {
             return Ok(Vec::new());
         }
 
-        let conflicting = state.events.iter().find(|event| {
+        let violating = |event: &&StoredEvent| {
             (self.is(Mutation::CriteriaLookAtEveryStream) || &event.stream == stream)
                 && criteria.is_violated_by(event)
-        });
+        };
+        let conflicting = if self.is(Mutation::ConflictNamesTheLastMatch) {
+            state.events.iter().rev().find(violating)
+        } else {
+            state.events.iter().find(violating)
+        };
         let conflict = match (conflicting, &criteria.condition) {
             (Some(event), Some(condition)) if !self.is(Mutation::CriteriaIgnored) => {
                 Some(EventStorageError::OptimisticLock {
@@ -244,6 +249,7 @@ impl EventStorage for MutantStorage {
         let beyond = |event: &StoredEvent| match after {
             None => true,
             Some(_) if self.is(Mutation::QueryIgnoresAfter) => true,
+            Some(after) if self.is(Mutation::AfterInclusive) => event.reference >= *after,
             Some(after)
                 if direction == Direction::Backward
                     && self.is(Mutation::BackwardAfterInReadingOrder) =>
@@ -284,11 +290,13 @@ impl EventStorage for MutantStorage {
 
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
         let state = self.admit(Operation::Head { stream })?;
-        let last = state
-            .events
-            .iter()
-            .rev()
-            .find(|event| self.covers(stream, event, Mutation::HeadIgnoresWildcards));
+        let covered =
+            |event: &&StoredEvent| self.covers(stream, event, Mutation::HeadIgnoresWildcards);
+        let last = if self.is(Mutation::HeadIsTheFirstEvent) {
+            state.events.iter().find(covered)
+        } else {
+            state.events.iter().rev().find(covered)
+        };
         Ok(last.map(|event| event.reference))
     }
 
@@ -311,6 +319,10 @@ impl EventStorage for MutantStorage {
         let updated_at = match state.bookmarks.get(reader) {
             Some(previous) if self.is(Mutation::BookmarkUpdateTimeNotMoved) => previous.updated_at,
             _ => self.shared.clock.now(),
+        };
+        let tags = match state.bookmarks.get(reader) {
+            Some(previous) if self.is(Mutation::BookmarkTagsKept) => previous.tags.clone(),
+            _ => tags,
         };
         let bookmark = Bookmark {
             reader: reader.to_owned(),
@@ -363,6 +375,9 @@ impl EventStorage for MutantStorage {
     }
 
     async fn close(&self) -> StorageResult<()> {
+        if self.is(Mutation::SecondCloseFails) {
+            self.admission.admit(Operation::Read)?;
+        }
         self.admission.close();
         Ok(())
     }

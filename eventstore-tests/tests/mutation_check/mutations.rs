@@ -35,6 +35,8 @@ pub(crate) enum Mutation {
     QueryIgnoresAfter,
     /// A backward read takes `after` as a bound in reading order: the events before it.
     BackwardAfterInReadingOrder,
+    /// `after` is taken as inclusive: the event it names is read again.
+    AfterInclusive,
     /// `query` ignores the limit.
     LimitIgnored,
     /// A backward read with a limit takes the oldest events, then reverses them.
@@ -43,6 +45,9 @@ pub(crate) enum Mutation {
     CriteriaLookAtEveryStream,
     /// The append criteria are never checked.
     CriteriaIgnored,
+    /// `OptimisticLock` names the last matching event instead of the first after the
+    /// expected last.
+    ConflictNamesTheLastMatch,
     /// An empty batch returns before its criteria are checked.
     EmptyBatchSkipsCriteria,
     /// Idempotency keys are not looked at: a retry is stored again.
@@ -55,6 +60,8 @@ pub(crate) enum Mutation {
     QueryIgnoresWildcards,
     /// `head` looks at the stream given only, ignoring wildcards.
     HeadIgnoresWildcards,
+    /// `head` answers the first event of the streams instead of the last.
+    HeadIsTheFirstEvent,
     /// No input is validated.
     InputNotValidated,
     /// A bookmark at an event the storage does not hold is accepted.
@@ -63,12 +70,16 @@ pub(crate) enum Mutation {
     BookmarkInTheCallersCoordinates,
     /// A replaced bookmark keeps its first update time.
     BookmarkUpdateTimeNotMoved,
+    /// A replaced bookmark keeps its first tags.
+    BookmarkTagsKept,
     /// `get_bookmarks` lists the newest reader first instead of by reader name.
     BookmarksNotOrderedByReader,
     /// Removing a bookmark that is not there is an error.
     RemovingNoBookmarkFails,
     /// `close` closes the handle it is called on, not its clones.
     CloseClosesOneHandle,
+    /// Closing a closed storage is an error.
+    SecondCloseFails,
     /// `get_event_by_id` answers the first event, whatever the id.
     EventByIdIgnoresTheId,
     /// `FencedWrites` is declared without `Lease`.
@@ -81,7 +92,7 @@ pub(crate) enum Mutation {
 
 impl Mutation {
     /// Every mutation, in the order the check applies them.
-    pub(crate) const ALL: [Mutation; 29] = [
+    pub(crate) const ALL: [Mutation; 34] = [
         Mutation::PositionsFromZero,
         Mutation::PositionsWithGaps,
         Mutation::ClosedCheckedAfterInput,
@@ -90,23 +101,28 @@ impl Mutation {
         Mutation::TimestampPerEvent,
         Mutation::QueryIgnoresAfter,
         Mutation::BackwardAfterInReadingOrder,
+        Mutation::AfterInclusive,
         Mutation::LimitIgnored,
         Mutation::BackwardLimitFromTheOldest,
         Mutation::CriteriaLookAtEveryStream,
         Mutation::CriteriaIgnored,
+        Mutation::ConflictNamesTheLastMatch,
         Mutation::EmptyBatchSkipsCriteria,
         Mutation::IdempotencyIgnored,
         Mutation::IdempotencyKeysAcrossStreams,
         Mutation::RetryCheckedAgainstCriteria,
         Mutation::QueryIgnoresWildcards,
         Mutation::HeadIgnoresWildcards,
+        Mutation::HeadIsTheFirstEvent,
         Mutation::InputNotValidated,
         Mutation::BookmarkOfAnUnknownEventAccepted,
         Mutation::BookmarkInTheCallersCoordinates,
         Mutation::BookmarkUpdateTimeNotMoved,
+        Mutation::BookmarkTagsKept,
         Mutation::BookmarksNotOrderedByReader,
         Mutation::RemovingNoBookmarkFails,
         Mutation::CloseClosesOneHandle,
+        Mutation::SecondCloseFails,
         Mutation::EventByIdIgnoresTheId,
         Mutation::FencedWritesWithoutLease,
         Mutation::LeaseMethodWithoutLease,
