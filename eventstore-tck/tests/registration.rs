@@ -198,3 +198,16 @@ fn every_scenario_module_says_what_its_scenarios_need() {
         );
     }
 }
+
+#[test]
+fn the_build_script_knows_every_capability_the_kit_checks() {
+    let checked: Vec<String> = eventstore_tck::applicability::CAPABILITIES
+        .iter()
+        .map(|capability| format!("{capability:?}"))
+        .collect();
+    assert_eq!(
+        checked,
+        scenarios::CAPABILITIES,
+        "the capabilities a Needs line may name are those applicability::CAPABILITIES checks"
+    );
+}
