@@ -1,5 +1,7 @@
 //! Registers the scenarios: every `pub async fn` of a scenario module becomes a test of
 //! `tck_tests!` and an entry of `SCENARIOS`, so that no scenario can exist without running.
+//! The capabilities a scenario needs (its `Needs` documentation line) decide whether its test
+//! runs or is ignored with that reason for a backend that does not declare them.
 
 use std::fmt::Write as _;
 use std::{env, fs, path::Path};
@@ -19,42 +21,120 @@ const MODULES: &[&str] = &[
     "election",
     "handover",
     "partitions",
+    "capabilities",
 ];
 
 fn main() {
-    let mut names_by_module = Vec::new();
+    let mut scenarios_by_module = Vec::new();
     for module in MODULES {
         let file = format!("src/{module}.rs");
         println!("cargo:rerun-if-changed={file}");
         let source = fs::read_to_string(&file).unwrap_or_else(|error| panic!("{file}: {error}"));
-        let names = scenarios::scan(&file, &source).unwrap_or_else(|error| panic!("{error}"));
-        names_by_module.push((module, names));
+        let scenarios = scenarios::scan(&file, &source).unwrap_or_else(|error| panic!("{error}"));
+        scenarios_by_module.push((module, scenarios));
     }
 
+    let out_dir = env::var_os("OUT_DIR").expect("cargo sets OUT_DIR");
+    let out_dir = Path::new(&out_dir);
+    let write = |name: &str, text: String| {
+        fs::write(out_dir.join(name), text).unwrap_or_else(|error| panic!("{name}: {error}"))
+    };
+    write("scenario_list.rs", scenario_list(&scenarios_by_module));
+    write("scenario_needs.rs", scenario_needs(&scenarios_by_module));
+    write("scenario_tests.rs", scenario_tests(&scenarios_by_module));
+}
+
+type ScenariosByModule<'a> = [(&'a &'a str, Vec<scenarios::Scenario>)];
+
+/// `SCENARIOS`: the names per module.
+fn scenario_list(scenarios_by_module: &ScenariosByModule<'_>) -> String {
     let mut list = String::from("&[\n");
+    for (module, scenarios) in scenarios_by_module {
+        let names: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
+        writeln!(list, "    ({module:?}, &{names:?}),").unwrap();
+    }
+    list.push(']');
+    list
+}
+
+/// `applicability::NEEDS`: every scenario with the capabilities it needs.
+fn scenario_needs(scenarios_by_module: &ScenariosByModule<'_>) -> String {
+    let mut list = String::from("&[\n");
+    for (module, scenarios) in scenarios_by_module {
+        for scenario in scenarios {
+            let needs: Vec<String> = scenario
+                .needs
+                .iter()
+                .map(|need| format!("Capability::{need}"))
+                .collect();
+            writeln!(
+                list,
+                "    ScenarioNeeds {{ module: {module:?}, name: {:?}, needs: &[{}] }},",
+                scenario.name,
+                needs.join(", ")
+            )
+            .unwrap();
+        }
+    }
+    list.push(']');
+    list
+}
+
+/// `__tck_scenario_tests!`, a module of tests per scenario module, and `__tck_if_declared!`,
+/// which picks a scenario's test or its ignored stand-in by the capabilities declared.
+fn scenario_tests(scenarios_by_module: &ScenariosByModule<'_>) -> String {
     let mut tests = String::from(
-        "/// One module of tests per scenario module, one test per scenario (see `tck_tests!`).\n\
+        "/// One module of tests per scenario module, one test per scenario (see `tck_tests!`); \
+         a scenario that needs a capability not declared is ignored, naming it.\n\
          #[doc(hidden)]\n\
          #[macro_export]\n\
-         macro_rules! __tck_scenario_tests {\n    ($factory:expr) => {\n",
+         macro_rules! __tck_scenario_tests {\n    ($factory:expr, $declared:tt) => {\n",
     );
-    for (module, names) in &names_by_module {
-        writeln!(list, "    ({module:?}, &{names:?}),").unwrap();
+    for (module, scenarios) in scenarios_by_module {
         writeln!(tests, "        mod {module} {{").unwrap();
-        for name in names {
+        for scenario in scenarios {
             writeln!(
                 tests,
-                "            $crate::__tck_test!($factory, {module}, {name});"
+                "            {}",
+                test_unless_needs_missing(module, &scenario.name, &scenario.needs)
             )
             .unwrap();
         }
         writeln!(tests, "        }}").unwrap();
     }
-    list.push(']');
-    tests.push_str("    };\n}\n");
+    tests.push_str("    };\n}\n\n");
 
-    let out_dir = env::var_os("OUT_DIR").expect("cargo sets OUT_DIR");
-    let out_dir = Path::new(&out_dir);
-    fs::write(out_dir.join("scenario_list.rs"), list).expect("write scenario_list.rs");
-    fs::write(out_dir.join("scenario_tests.rs"), tests).expect("write scenario_tests.rs");
+    tests.push_str(
+        "/// `__tck_if_declared!(Need, [Declared, ...], { if declared }, { if not })`.\n\
+         #[doc(hidden)]\n\
+         #[macro_export]\n\
+         macro_rules! __tck_if_declared {\n",
+    );
+    for capability in scenarios::CAPABILITIES {
+        writeln!(
+            tests,
+            "    ({capability}, [{capability} $(, $rest:ident)* $(,)?], {{$($yes:tt)*}}, $no:tt) => {{ $($yes)* }};"
+        )
+        .unwrap();
+    }
+    tests.push_str(
+        "    ($need:ident, [$other:ident $(, $rest:ident)* $(,)?], $yes:tt, $no:tt) => {\n\
+         \x20       $crate::__tck_if_declared!($need, [$($rest),*], $yes, $no);\n    };\n\
+         \x20   ($need:ident, [], $yes:tt, {$($no:tt)*}) => { $($no)* };\n}\n",
+    );
+    tests
+}
+
+/// The test of `module::name`, ignored naming the first capability of `needs` the backend
+/// does not declare.
+fn test_unless_needs_missing(module: &str, name: &str, needs: &[String]) -> String {
+    match needs.split_first() {
+        None => format!("$crate::__tck_test!($factory, {module}, {name});"),
+        Some((need, more)) => format!(
+            "$crate::__tck_if_declared!({need}, $declared, {{ {} }}, {{ \
+             $crate::__tck_test!($factory, {module}, {name}, ignore = \
+             \"needs Capability::{need}, which this backend does not declare\"); }});",
+            test_unless_needs_missing(module, name, more)
+        ),
+    }
 }

@@ -11,6 +11,11 @@ use crate::EventId;
 ///
 /// References are ordered by `(tx, position)`: `tx` is the commit order where the backend has
 /// one (PostgreSQL's `xid8`), otherwise equal to `position`.
+///
+/// The numbers themselves are the backend's choice: positions may start at 0 or at 1 and may
+/// leave gaps (a PostgreSQL sequence does after a rollback). Callers compare references and
+/// hand them back (`after`, bookmarks, append criteria); they never count with them. The
+/// conformance kit accepts every such choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct EventReference {
     /// The event's id.

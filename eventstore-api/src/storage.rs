@@ -38,8 +38,14 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// Appends `events` to `stream` if `criteria` hold, all or nothing.
     ///
     /// Returns the stored events in order, each with a storage-assigned id, reference and UTC
-    /// timestamp. An empty batch stores nothing and returns an empty list (the criteria are
-    /// still checked).
+    /// timestamp. A batch is one write at one instant: all its events carry the same
+    /// timestamp, taken from the storage's clock. References are the backend's own numbering
+    /// (see [`EventReference`]). An empty batch stores nothing and returns an empty list (the
+    /// criteria are still checked, so a violated condition is still `OptimisticLock`; a retry
+    /// needs keys, so an empty batch never is one).
+    ///
+    /// The criteria look at the events of `stream` only, never at other streams, also when
+    /// their filter would match events elsewhere.
     ///
     /// Idempotency keys are unique per stream. A batch in which every event carries a key the
     /// stream holds with the same event (type, payload and tags) is a retry: it stores nothing,
@@ -51,7 +57,9 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// `InvalidInput` (wildcard stream, invalid event, a key twice in the batch),
-    /// `OptimisticLock` (criteria violated), `IdempotencyConflict` (a stored key reused by
+    /// `OptimisticLock` (criteria violated; it names the stream as [`EventStreamId`] displays
+    /// it, the criteria's expected last event exactly as given, and the first matching event
+    /// after it), `IdempotencyConflict` (a stored key reused by
     /// another event, or stored and new keys mixed),
     /// `Closed`, `Backend`.
     async fn append(

@@ -35,4 +35,7 @@ impl StorageFactory for FileFactory {
     }
 }
 
-eventstore_tck::tck_tests!(FileFactory::default());
+eventstore_tck::tck_tests!(
+    FileFactory::default(),
+    capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+);

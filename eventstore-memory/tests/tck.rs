@@ -41,9 +41,15 @@ impl StorageFactory for MemoryBehindArcDyn {
 }
 
 mod direct {
-    eventstore_tck::tck_tests!(super::Memory);
+    eventstore_tck::tck_tests!(
+        super::Memory,
+        capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+    );
 }
 
 mod arc_dyn {
-    eventstore_tck::tck_tests!(super::MemoryBehindArcDyn);
+    eventstore_tck::tck_tests!(
+        super::MemoryBehindArcDyn,
+        capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+    );
 }

@@ -39,4 +39,7 @@ impl StorageFactory for PostgresFactory {
     }
 }
 
-eventstore_tck::tck_tests!(PostgresFactory);
+eventstore_tck::tck_tests!(
+    PostgresFactory,
+    capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+);

@@ -3,8 +3,11 @@
 //! A hint reaches the subscribers whose stream covers the stream appended to, names the last
 //! event appended, comes once per append (never once per event), and wakes an elected
 //! projector so that it projects an append at once, although its poll interval is long.
-//! Closing the storage ends every subscription. A backend without the capability proves
+//! Closing the storage ends every subscription. Run on a backend without the capability
+//! (reported as ignored there unless run with `--include-ignored`), each scenario proves
 //! instead that `subscribe_appends` answers `Unsupported`.
+//!
+//! Needs [`Capability::AppendHints`], unless a scenario says otherwise.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -99,6 +102,8 @@ pub async fn an_append_of_many_events_is_one_hint<F: StorageFactory>(factory: &F
 
 /// An elected projector whose poll interval is a minute projects an append within moments:
 /// the hint wakes it.
+///
+/// Needs [`Capability::AppendHints`] and [`Capability::Lease`].
 pub async fn an_elected_projector_projects_an_append_at_once<F: StorageFactory>(factory: &F) {
     let Some(storage) = storage_with_append_hints(factory).await else {
         return;
@@ -162,6 +167,7 @@ pub async fn closing_the_storage_ends_append_subscriptions<F: StorageFactory>(fa
             .subscribe_appends(&EventStreamId::new(" ", "default"))
             .await,
         "subscribe_appends to a stream with a blank context",
+        "validate_stream",
     );
     let mut hints = subscribe(&storage, &EventStreamId::any()).await;
     storage.close().await.expect("close");

@@ -3,6 +3,8 @@
 //! Placing, replacing, reading, listing and removing readers' bookmarks; bookmarks of
 //! unknown events refused with the old bookmark kept; references given back in the storage's
 //! own coordinates; reader names refused alike everywhere.
+//!
+//! Needs no capability.
 
 use eventstore_api::validate::MAX_NAME_BYTES;
 use eventstore_api::{
@@ -84,13 +86,21 @@ async fn assert_bookmarks_unchanged<S: EventStorage + ?Sized>(
 pub async fn bookmark_is_read_back_where_it_was_placed<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
     let events = append_events(&storage, 3).await;
-    assert_eq!(position_of(&storage, "projector").await, None);
-    assert!(listed(&storage).await.is_empty());
+    assert_eq!(
+        position_of(&storage, "projector").await,
+        None,
+        "bookmark rule: a reader that never placed a bookmark has none"
+    );
+    assert!(
+        listed(&storage).await.is_empty(),
+        "bookmark rule: get_bookmarks lists nothing before any bookmark is placed"
+    );
 
     place(&storage, "projector", &events[1].reference, Tags::none()).await;
     assert_eq!(
         position_of(&storage, "projector").await,
-        Some(events[1].reference)
+        Some(events[1].reference),
+        "bookmark rule: get_bookmark answers the reference the bookmark was placed at"
     );
     assert_eq!(
         position_of(&storage, "another").await,
@@ -119,7 +129,8 @@ pub async fn bookmark_is_replaced_by_the_next_one<F: StorageFactory>(factory: &F
     .await;
     assert_eq!(
         position_of(&storage, "projector").await,
-        Some(events[2].reference)
+        Some(events[2].reference),
+        "bookmark rule: a second bookmark of one reader replaces the first"
     );
     place(
         &storage,
@@ -139,7 +150,10 @@ pub async fn bookmark_is_replaced_by_the_next_one<F: StorageFactory>(factory: &F
         1,
         "a reader has one bookmark: {bookmarks:?}"
     );
-    assert_eq!(bookmarks[0].reference, events[1].reference);
+    assert_eq!(
+        bookmarks[0].reference, events[1].reference,
+        "bookmark rule: get_bookmarks lists the bookmark at the reference it was placed at"
+    );
     assert_eq!(
         bookmarks[0].tags,
         tags(&[("rewound", "yes")]),
@@ -160,7 +174,11 @@ pub async fn removing_a_bookmark_is_idempotent<F: StorageFactory>(factory: &F) {
             .remove_bookmark("projector")
             .await
             .unwrap_or_else(|err| panic!("{attempt} removal failed: {err}"));
-        assert_eq!(position_of(&storage, "projector").await, None);
+        assert_eq!(
+            position_of(&storage, "projector").await,
+            None,
+            "bookmark rule: after remove_bookmark (any number of times) the reader has none"
+        );
     }
     storage
         .remove_bookmark("never-placed")
@@ -227,8 +245,7 @@ pub async fn bookmarks_are_listed_by_reader_with_tags_and_update_time<F: Storage
             ),
             ("bravo", events[1].reference, Tags::none()),
             ("charlie", events[2].reference, tags(&[("shard", "2")])),
-        ]
-    );
+        ], "bookmark rule: get_bookmarks lists every reader ordered by reader name (alpha, bravo, charlie, not in the order placed), each with its reference and tags");
     for bookmark in &bookmarks {
         window
             .assert_contains(
@@ -288,10 +305,18 @@ pub async fn bookmark_of_an_unknown_event_is_refused_and_the_old_one_stays<F: St
                 .bookmark(reader, &unknown, tags(&[("run", "2")]))
                 .await,
             &format!("a bookmark of {reader} at an unknown event"),
+            "Err(UnknownEvent), the answer of a bookmark at an event the storage does not hold",
         );
         match err {
-            EventStorageError::UnknownEvent { id } => assert_eq!(id, unknown.id),
-            other => panic!("expected UnknownEvent, got {other}"),
+            EventStorageError::UnknownEvent { id } => assert_eq!(
+                id, unknown.id,
+                "bookmark rule: UnknownEvent names the id of the reference the bookmark was \
+                 refused for (left: the id named, right: the id given)"
+            ),
+            other => panic!(
+                "a bookmark of {reader} at an unknown event: expected Err(UnknownEvent), the \
+                 answer of a bookmark at an event the storage does not hold, got Err({other})"
+            ),
         }
     }
     assert_bookmarks_unchanged(
@@ -300,7 +325,11 @@ pub async fn bookmark_of_an_unknown_event_is_refused_and_the_old_one_stays<F: St
         "a refused bookmark changes nothing, not even updated_at or tags",
     )
     .await;
-    assert_eq!(position_of(&storage, "newcomer").await, None);
+    assert_eq!(
+        position_of(&storage, "newcomer").await,
+        None,
+        "bookmark rule: a refused bookmark creates none for a reader that had none"
+    );
 }
 
 /// The reference a bookmark is read back with is the storage's own for the event: a
@@ -342,7 +371,8 @@ pub async fn bookmarks_are_shared_between_handles<F: StorageFactory>(factory: &F
     .await;
     assert_eq!(
         position_of(&other, "projector").await,
-        Some(events[0].reference)
+        Some(events[0].reference),
+        "bookmark rule: a bookmark placed through one handle is read through another"
     );
     place(
         &other,
@@ -352,15 +382,30 @@ pub async fn bookmarks_are_shared_between_handles<F: StorageFactory>(factory: &F
     )
     .await;
     let seen = listed(&storage).await;
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].reference, events[1].reference);
-    assert_eq!(seen[0].tags, tags(&[("by", "second")]));
+    assert_eq!(
+        seen.len(),
+        1,
+        "bookmark rule: one reader has one bookmark, whichever handle placed it"
+    );
+    assert_eq!(
+        seen[0].reference, events[1].reference,
+        "bookmark rule: the last bookmark placed, through any handle, is the one that stands"
+    );
+    assert_eq!(
+        seen[0].tags,
+        tags(&[("by", "second")]),
+        "bookmark rule: the tags of the last bookmark placed are the ones listed"
+    );
 
     other
         .remove_bookmark("projector")
         .await
         .unwrap_or_else(|err| panic!("remove_bookmark failed: {err}"));
-    assert_eq!(position_of(&storage, "projector").await, None);
+    assert_eq!(
+        position_of(&storage, "projector").await,
+        None,
+        "bookmark rule: a bookmark removed through one handle is gone through every handle"
+    );
 }
 
 /// Readers' bookmarks are independent: placing or removing one leaves the others alone.
@@ -372,7 +417,8 @@ pub async fn bookmarks_of_different_readers_are_independent<F: StorageFactory>(f
     place(&storage, "fast", &events[1].reference, Tags::none()).await;
     assert_eq!(
         position_of(&storage, "slow").await,
-        Some(events[0].reference)
+        Some(events[0].reference),
+        "bookmark rule: bookmarks of different readers are independent: moving one moves no other"
     );
     storage
         .remove_bookmark("fast")
@@ -380,9 +426,14 @@ pub async fn bookmarks_of_different_readers_are_independent<F: StorageFactory>(f
         .unwrap_or_else(|err| panic!("remove_bookmark failed: {err}"));
     assert_eq!(
         position_of(&storage, "slow").await,
-        Some(events[0].reference)
+        Some(events[0].reference),
+        "bookmark rule: removing one reader's bookmark leaves the others"
     );
-    assert_eq!(position_of(&storage, "fast").await, None);
+    assert_eq!(
+        position_of(&storage, "fast").await,
+        None,
+        "bookmark rule: a removed bookmark is gone"
+    );
 }
 
 /// Reader names in any script, and of exactly the longest allowed length, are accepted.
@@ -405,7 +456,11 @@ pub async fn unicode_and_longest_reader_names_are_accepted<F: StorageFactory>(fa
             "bookmark of {reader:?}"
         );
     }
-    assert_eq!(listed(&storage).await.len(), readers.len());
+    assert_eq!(
+        listed(&storage).await.len(),
+        readers.len(),
+        "bookmark rule: every accepted reader name gets a bookmark of its own"
+    );
 }
 
 /// Blank, NUL-holding and over-long reader names are `InvalidInput` for `bookmark`,
@@ -431,14 +486,17 @@ pub async fn invalid_reader_names_are_refused<F: StorageFactory>(factory: &F) {
                 .bookmark(reader, &events[0].reference, Tags::none())
                 .await,
             &format!("bookmark of reader {shown}"),
+            "validate_reader",
         );
         assert_invalid_input(
             storage.get_bookmark(reader).await,
             &format!("get_bookmark of reader {shown}"),
+            "validate_reader",
         );
         assert_invalid_input(
             storage.remove_bookmark(reader).await,
             &format!("remove_bookmark of reader {shown}"),
+            "validate_reader",
         );
     }
     assert_bookmarks_unchanged(&storage, &before, "refused calls change nothing").await;
@@ -466,6 +524,7 @@ pub async fn bookmark_with_invalid_tags_is_refused_and_the_old_one_stays<F: Stor
                 .bookmark("projector", &events[1].reference, bad_tags)
                 .await,
             &format!("a bookmark with {what}"),
+            "validate_tags",
         );
     }
     assert_bookmarks_unchanged(&storage, &before, "refused bookmarks change nothing").await;

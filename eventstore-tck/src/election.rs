@@ -6,9 +6,12 @@
 //! with nothing lost. A zombie's fenced writes are refused, and the elector demotes itself by
 //! its deadline while the storage hangs.
 //!
-//! On a backend without [`Capability::Lease`] each scenario proves instead that the elector
+//! Run on a backend without [`Capability::Lease`] (reported as ignored there unless run with
+//! `--include-ignored`), each scenario proves instead that the elector
 //! refuses to start with `Unsupported`; without [`Capability::FencedWrites`] the fenced
 //! scenario proves that both fenced writes refuse with `Unsupported`.
+//!
+//! Needs [`Capability::Lease`], unless a scenario says otherwise.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +64,8 @@ fn stream() -> EventStreamId {
 
 /// An elector refuses to start on a storage without [`Capability::Lease`], with an
 /// `Unsupported` error that names the capability.
+///
+/// Needs no capability.
 pub async fn elector_refuses_a_storage_without_leases<F: StorageFactory>(factory: &F) {
     let storage: Arc<dyn EventStorage> = Arc::new(factory.create().await);
     assert_elector_refused(Arc::new(EventsOnly::new(storage.clone()))).await;
@@ -206,6 +211,8 @@ pub async fn crashed_leader_is_taken_over_and_the_projection_misses_nothing<F: S
 /// After a takeover, a zombie (an old leader still holding its old token) is refused by the
 /// fence: its append stores nothing, its bookmark stays where the new leader put it, and a
 /// projector run under the old fence cannot move the bookmark backwards.
+///
+/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
 pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(factory: &F) {
     let Some(handles) = lease_handles(factory, 2).await else {
         return;
@@ -225,7 +232,11 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
 
     let new = Instance::start(&handles[1], 1, 0, TTL, &projected);
     let new_token = wait_for_leader(&new.watch).await;
-    assert_eq!(new_token, old_token.next());
+    assert_eq!(
+        new_token,
+        old_token.next(),
+        "token rule: the instance that takes over leads with the next token"
+    );
     let later = append_numbers(storage, 8..12).await;
     let mut all = appended.clone();
     all.extend(&later);
@@ -263,11 +274,14 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
         .fence(zombie_fence)
         .build()
         .expect("projector");
-    let error = zombie
-        .run()
-        .await
-        .expect_err("the zombie's bookmark is refused");
-    assert!(error.is_fenced(), "{error}");
+    let error = zombie.run().await.expect_err(
+        "fence rule: a projector under a stale token must stop with its bookmark refused as \
+             Fenced",
+    );
+    assert!(
+        error.is_fenced(),
+        "fence rule: the zombie projector's bookmark must be refused as Fenced, got {error}"
+    );
     assert_eq!(
         storage.get_bookmark(READER).await.expect("get_bookmark"),
         bookmark,
@@ -286,6 +300,8 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
 /// A fence whose lease name is not a valid lease name (blank, NUL, over-long) is refused with
 /// `InvalidInput` by both fenced writes, and nothing is written: invalid input is refused the
 /// same way everywhere, never mistaken for a stale token.
+///
+/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
 pub async fn fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_nothing<
     F: StorageFactory,
 >(
@@ -319,13 +335,18 @@ pub async fn fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_no
         let refused = storage
             .append_fenced(&fence, AppendCriteria::none(), &stream(), vec![number(2)])
             .await;
-        support::assert_invalid_input(refused, &format!("append_fenced with lease {lease_name:?}"));
+        support::assert_invalid_input(
+            refused,
+            &format!("append_fenced with lease {lease_name:?}"),
+            "validate_fence",
+        );
         let refused = storage
             .bookmark_fenced(&fence, READER, &reference, Tags::none())
             .await;
         support::assert_invalid_input(
             refused,
             &format!("bookmark_fenced with lease {lease_name:?}"),
+            "validate_fence",
         );
     }
     assert_eq!(

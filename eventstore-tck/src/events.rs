@@ -4,6 +4,8 @@
 //! atomicity under contention, idempotency keys, every filter shape, stream wildcards,
 //! `after`, `limit`, `direction`, `until`, `get_event_by_id`, `head`, and the input every
 //! backend refuses alike.
+//!
+//! Needs no capability.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -134,22 +136,47 @@ async fn event_by_id<S: EventStorage + ?Sized>(storage: &S, id: EventId) -> Opti
         .unwrap_or_else(|err| panic!("get_event_by_id({id}) failed: {err}"))
 }
 
-/// Asserts that `result` is `OptimisticLock` reporting `conflicting` as the conflict.
+/// Asserts that `result` is `OptimisticLock` naming the stream appended to, the expected last
+/// event of the criteria (`expected_last`) and `conflicting` as the conflict.
 fn assert_optimistic_lock<T: Debug>(
     result: StorageResult<T>,
+    expected_last: Option<EventReference>,
     conflicting: EventReference,
     what: &str,
 ) {
-    let err = expect_err(result, what);
+    let err = expect_err(
+        result,
+        what,
+        "Err(OptimisticLock), the answer of an append whose criteria match an event after \
+         their expected last",
+    );
     match err {
         EventStorageError::OptimisticLock {
+            stream,
+            expected_last: reported_expected_last,
             conflicting: reported,
-            ..
-        } => assert_eq!(
-            reported, conflicting,
-            "{what}: OptimisticLock must name the first matching event after the expected last"
+        } => {
+            assert_eq!(
+                reported, conflicting,
+                "{what}: OptimisticLock must name the first matching event after the expected \
+                 last as the conflict"
+            );
+            assert_eq!(
+                reported_expected_last, expected_last,
+                "{what}: OptimisticLock must name the expected last event of the criteria, as \
+                 the caller gave it"
+            );
+            assert_eq!(
+                stream,
+                orders().to_string(),
+                "{what}: OptimisticLock must name the stream appended to, as EventStreamId \
+                 displays it"
+            );
+        }
+        other => panic!(
+            "{what}: expected Err(OptimisticLock), the answer of an append whose criteria \
+             match an event after their expected last, got Err({other})"
         ),
-        other => panic!("{what}: expected OptimisticLock, got {other}"),
     }
 }
 
@@ -180,13 +207,26 @@ pub async fn appended_events_round_trip_every_field<F: StorageFactory>(factory: 
     let stored = append(&storage, &orders(), sent.clone()).await;
 
     for (sent, stored) in sent.iter().zip(&stored) {
-        assert_eq!(stored.stream, orders(), "stream of {sent:?}");
-        assert_eq!(stored.event_type, sent.event_type, "type of {sent:?}");
-        assert_eq!(stored.payload, sent.payload, "payload of {sent:?}");
-        assert_eq!(stored.tags, sent.tags, "tags of {sent:?}");
+        assert_eq!(
+            stored.stream,
+            orders(),
+            "round trip rule: the stream of {sent:?} is stored as given"
+        );
+        assert_eq!(
+            stored.event_type, sent.event_type,
+            "round trip rule: the type of {sent:?} is stored as sent"
+        );
+        assert_eq!(
+            stored.payload, sent.payload,
+            "round trip rule: the payload of {sent:?} is stored as sent"
+        );
+        assert_eq!(
+            stored.tags, sent.tags,
+            "round trip rule: the tags of {sent:?} are stored as sent"
+        );
         assert_eq!(
             stored.idempotency_key, sent.idempotency_key,
-            "idempotency key of {sent:?}"
+            "round trip rule: the idempotency key of {sent:?} is stored as sent"
         );
         let by_id = event_by_id(&storage, stored.reference.id).await;
         assert_eq!(
@@ -225,6 +265,30 @@ pub async fn stored_timestamps_lie_within_the_storage_clock_window<F: StorageFac
     }
 }
 
+/// A batch is one write at one instant: every event of it carries the same timestamp, the
+/// one `append` returns and a query reads back.
+pub async fn events_of_one_batch_share_one_timestamp<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let stored = append(
+        &storage,
+        &orders(),
+        (0..50)
+            .map(|n| labelled("Counted", &format!("e{n}")))
+            .collect(),
+    )
+    .await;
+    let read_back = read_everything(&storage).await;
+    let first = stored[0].timestamp;
+    for event in stored.iter().chain(&read_back) {
+        assert_eq!(
+            event.timestamp, first,
+            "timestamp rule: every event of one batch carries the batch's one timestamp (event {} \
+             differs from the batch's first)",
+            event.reference
+        );
+    }
+}
+
 /// Every stored event gets its own id, across batches and handles.
 pub async fn event_ids_are_unique<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
@@ -251,7 +315,11 @@ pub async fn event_ids_are_unique<F: StorageFactory>(factory: &F) {
             event.reference.id
         );
     }
-    assert_eq!(seen.len(), 60);
+    assert_eq!(
+        seen.len(),
+        60,
+        "event rule: every stored event gets an id of its own"
+    );
 }
 
 /// References strictly increase in append order, within a batch, across batches and across
@@ -369,6 +437,7 @@ pub async fn conditional_append_fails_when_a_matching_event_follows_the_expected
     let result = enrolment.decide(&storage, "late").await;
     assert_optimistic_lock(
         result,
+        Some(enrolment.seen),
         unseen[1].reference,
         "an append whose criteria match an event after the expected last",
     );
@@ -406,10 +475,15 @@ pub async fn conditional_append_without_expected_last_fails_when_any_matching_ev
         .await;
     assert_optimistic_lock(
         result,
+        None,
         existing[1].reference,
         "an append expecting no matching event where one exists",
     );
-    assert_eq!(read_everything(&storage).await.len(), 2);
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        2,
+        "append rule: a refused append stores nothing"
+    );
 }
 
 /// Events after the expected last one that do not match the filter (other types, other tags)
@@ -436,8 +510,16 @@ pub async fn conditional_append_succeeds_when_only_non_matching_events_follow_th
         .decide(&storage, "accepted")
         .await
         .unwrap_or_else(|err| panic!("no matching event follows the expected last: {err}"));
-    assert_eq!(labels(&stored), ["accepted"]);
-    assert_eq!(read_everything(&storage).await.len(), 5);
+    assert_eq!(
+        labels(&stored),
+        ["accepted"],
+        "append rule: a conditional append that holds stores its batch"
+    );
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        5,
+        "append rule: a conditional append that holds stores exactly its batch"
+    );
 }
 
 /// A conditional append whose expected last event is the last matching one succeeds, also
@@ -462,7 +544,11 @@ pub async fn conditional_append_succeeds_when_nothing_follows_the_expected_last<
         .append(criteria, &orders(), vec![labelled("Deposited", "third")])
         .await
         .unwrap_or_else(|err| panic!("nothing follows the new expected last: {err}"));
-    assert_eq!(labels(&third), ["third"]);
+    assert_eq!(
+        labels(&third),
+        ["third"],
+        "append rule: an append expecting the last matching event stores its batch"
+    );
     assert_eq!(
         labels(&read_everything(&storage).await),
         ["first", "second", "third"]
@@ -494,7 +580,7 @@ pub async fn conditional_append_without_expected_last_succeeds_when_nothing_matc
         )
         .await
         .unwrap_or_else(|err| panic!("only non-matching events: {err}"));
-    assert_eq!(labels(&read_everything(&storage).await), ["bob", "ada"]);
+    assert_eq!(labels(&read_everything(&storage).await), ["bob", "ada"], "append rule: criteria without expected last hold while no event matches, so the append stores its batch");
 }
 
 /// Conflicts are judged in the stream appended to only: matching events in other streams,
@@ -524,7 +610,11 @@ pub async fn conditional_append_judges_conflicts_in_the_appended_stream_only<F: 
         )
         .await
         .unwrap_or_else(|err| panic!("the appended stream holds no event: {err}"));
-    assert_eq!(read_everything(&storage).await.len(), 5);
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        5,
+        "append rule: criteria look only at the stream appended to, so the append stores its batch"
+    );
 }
 
 /// A batch is all or nothing: when its criteria fail, none of its events is stored, not
@@ -543,7 +633,12 @@ pub async fn conflicting_batch_stores_none_of_its_events<F: StorageFactory>(fact
             batch.clone(),
         )
         .await;
-    assert_optimistic_lock(result, existing[0].reference, "a batch whose criteria fail");
+    assert_optimistic_lock(
+        result,
+        None,
+        existing[0].reference,
+        "a batch whose criteria fail",
+    );
     assert_eq!(
         labels(&read_everything(&storage).await),
         ["existing"],
@@ -590,6 +685,7 @@ pub async fn match_all_criteria_guard_the_stream_and_match_none_criteria_never_c
         .await;
     assert_optimistic_lock(
         result,
+        Some(head),
         second[0].reference,
         "match_all criteria behind the head",
     );
@@ -602,6 +698,7 @@ pub async fn match_all_criteria_guard_the_stream_and_match_none_criteria_never_c
         .await;
     assert_optimistic_lock(
         result,
+        None,
         first[0].reference,
         "match_all criteria on a non-empty stream expecting nothing",
     );
@@ -618,7 +715,8 @@ pub async fn match_all_criteria_guard_the_stream_and_match_none_criteria_never_c
     }
     assert_eq!(
         labels(&read_everything(&storage).await),
-        ["first", "second", "unguarded", "unguarded"]
+        ["first", "second", "unguarded", "unguarded"],
+        "append rule: match_none criteria never conflict; refused appends store nothing"
     );
 }
 
@@ -669,7 +767,11 @@ pub async fn concurrent_conditional_appends_to_one_boundary_elect_exactly_one<F:
             1,
             "round {round}: exactly one of {CONTENDERS} racing appends must win, got {winners:?}"
         );
-        assert_eq!(winners[0].len(), 1);
+        assert_eq!(
+            winners[0].len(),
+            1,
+            "append rule: the winning append stores its whole batch of one event"
+        );
         expected_last = Some(winners[0][0].reference);
     }
     let stored = read(&*handles[1], &filter, &orders()).await;
@@ -697,14 +799,20 @@ pub async fn events_written_through_one_handle_are_read_and_guarded_through_anot
     )
     .await;
 
-    assert_eq!(read_everything(&other).await, stored);
+    assert_eq!(
+        read_everything(&other).await,
+        stored,
+        "handle rule: events appended through one handle are read through another"
+    );
     assert_eq!(
         event_by_id(&other, stored[0].reference.id).await,
-        Some(stored[0].clone())
+        Some(stored[0].clone()),
+        "handle rule: get_event_by_id through another handle finds the event"
     );
     assert_eq!(
         other.head(&orders()).await.expect("head"),
-        Some(stored[0].reference)
+        Some(stored[0].reference),
+        "handle rule: head through another handle sees the append"
     );
     let result = other
         .append(
@@ -715,6 +823,7 @@ pub async fn events_written_through_one_handle_are_read_and_guarded_through_anot
         .await;
     assert_optimistic_lock(
         result,
+        None,
         stored[0].reference,
         "a conditional append through another handle",
     );
@@ -791,7 +900,11 @@ pub async fn retry_of_a_stored_batch_is_not_checked_against_its_criteria<F: Stor
         .await
         .unwrap_or_else(|err| panic!("a retry must not be checked against its criteria: {err}"));
     assert_eq!(retried, first, "a retry answers the stored event");
-    assert_eq!(labels(&read_everything(&storage).await), ["ada", "bob"]);
+    assert_eq!(
+        labels(&read_everything(&storage).await),
+        ["ada", "bob"],
+        "idempotency rule: a retry stores nothing"
+    );
 }
 
 /// A stored idempotency key given again with a different event (another payload, type or
@@ -821,13 +934,19 @@ pub async fn stored_idempotency_key_with_a_different_event_is_a_conflict<F: Stor
         let result = storage
             .append(AppendCriteria::none(), &orders(), vec![event])
             .await;
-        match expect_err(result, &format!("a stored key with {what}")) {
+        match expect_err(
+            result,
+            &format!("a stored key with {what}"),
+            "Err(IdempotencyConflict)",
+        ) {
             EventStorageError::IdempotencyConflict { changed, .. } => assert_eq!(
                 changed,
                 ["charge"],
                 "a stored key with {what}: the conflict names the changed key"
             ),
-            other => panic!("a stored key with {what}: expected IdempotencyConflict, got {other}"),
+            other => panic!(
+                "a stored key with {what}: expected Err(IdempotencyConflict), got Err({other})"
+            ),
         }
     }
     assert_eq!(read_everything(&storage).await, first, "nothing is stored");
@@ -856,12 +975,35 @@ pub async fn batch_mixing_stored_and_new_idempotency_keys_is_a_conflict<F: Stora
             ],
         )
         .await;
-    match expect_err(result, "a batch mixing a stored key with a new key") {
-        EventStorageError::IdempotencyConflict { stored, new, .. } => {
-            assert_eq!(stored, ["charge"], "the stored keys");
-            assert_eq!(new, ["refund"], "the new keys");
+    match expect_err(
+        result,
+        "a batch mixing a stored key with a new key",
+        "Err(IdempotencyConflict)",
+    ) {
+        EventStorageError::IdempotencyConflict {
+            stream,
+            stored,
+            new,
+            ..
+        } => {
+            assert_eq!(
+                stored,
+                ["charge"],
+                "idempotency rule: IdempotencyConflict names the stored keys"
+            );
+            assert_eq!(
+                new,
+                ["refund"],
+                "idempotency rule: IdempotencyConflict names the new keys"
+            );
+            assert_eq!(
+                stream,
+                orders().to_string(),
+                "idempotency rule: IdempotencyConflict names the stream appended to, as \
+                 EventStreamId displays it"
+            );
         }
-        other => panic!("expected IdempotencyConflict, got {other}"),
+        other => panic!("expected Err(IdempotencyConflict), got Err({other})"),
     }
 
     let result = storage
@@ -874,10 +1016,15 @@ pub async fn batch_mixing_stored_and_new_idempotency_keys_is_a_conflict<F: Stora
             ],
         )
         .await;
-    let err = expect_err(result, "a batch mixing a stored key with a keyless event");
+    let err = expect_err(
+        result,
+        "a batch mixing a stored key with a keyless event",
+        "Err(IdempotencyConflict)",
+    );
     assert!(
         matches!(err, EventStorageError::IdempotencyConflict { .. }),
-        "expected IdempotencyConflict, got {err}"
+        "idempotency rule: a stored key mixed with a keyless event is a conflict: expected \
+         Err(IdempotencyConflict), got Err({err})"
     );
 
     assert_eq!(read_everything(&storage).await, first, "nothing is stored");
@@ -908,8 +1055,15 @@ pub async fn idempotency_key_twice_in_one_batch_is_invalid_input<F: StorageFacto
             ],
         )
         .await;
-    assert_invalid_input(result, "a batch holding one idempotency key twice");
-    assert!(read_everything(&storage).await.is_empty());
+    assert_invalid_input(
+        result,
+        "a batch holding one idempotency key twice",
+        "validate_events",
+    );
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "input rule validate::validate_events: a refused batch stores nothing"
+    );
 }
 
 /// Idempotency keys are unique per stream: one key is stored in each of two streams,
@@ -920,7 +1074,11 @@ pub async fn same_idempotency_key_in_two_streams_is_stored_in_both<F: StorageFac
     let mut stored_in = Vec::new();
     for stream in [orders(), orders_eu(), billing()] {
         let stored = append(&storage, &stream, vec![event()]).await;
-        assert_eq!(stored[0].idempotency_key.as_deref(), Some("import-2024-01"));
+        assert_eq!(
+            stored[0].idempotency_key.as_deref(),
+            Some("import-2024-01"),
+            "idempotency rule: the stored event keeps its idempotency key"
+        );
         stored_in.push(stored);
     }
     let retried = storage
@@ -931,7 +1089,11 @@ pub async fn same_idempotency_key_in_two_streams_is_stored_in_both<F: StorageFac
         retried, stored_in[1],
         "a retry answers the event stored in its own stream"
     );
-    assert_eq!(read_everything(&storage).await.len(), 3);
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        3,
+        "idempotency rule: keys are unique per stream, so each stream stores the event once"
+    );
 }
 
 /// One keyed batch appended by several tasks at once, on two handles, is stored once: every
@@ -1015,7 +1177,8 @@ async fn assert_selects<S: EventStorage + ?Sized>(
         assert_eq!(
             labels(&read(storage, filter, &stream).await),
             expected,
-            "{filter:?} on {stream}"
+            "filter rule: {filter:?} on {stream} selects the events it matches (items OR-ed; inside \
+             an item one of the types AND all the tags), in storage order"
         );
     }
 }
@@ -1107,7 +1270,8 @@ pub async fn tag_values_may_contain_colons<F: StorageFactory>(factory: &F) {
     .await;
     assert_eq!(
         stored[0].tags,
-        tags(&[("url", "https://example.org:8080/a")])
+        tags(&[("url", "https://example.org:8080/a")]),
+        "tag rule: a tag value keeps every colon after the first (key:value splits at the first)"
     );
     assert_selects(
         &storage,
@@ -1217,7 +1381,7 @@ pub async fn until_is_an_inclusive_upper_bound<F: StorageFactory>(factory: &F) {
             .await
         ),
         ["placed-2", "shipped-1"],
-        "until with after"
+        "filter rule: until is an inclusive upper bound, also combined with after"
     );
     assert_eq!(
         labels(
@@ -1232,7 +1396,8 @@ pub async fn until_is_an_inclusive_upper_bound<F: StorageFactory>(factory: &F) {
             .await
         ),
         ["shipped-1", "placed-2"],
-        "until backward with a limit counts from the bound"
+        "filter rule: a backward read with until starts at the bound, and its limit counts from \
+         there"
     );
 
     // A bound from another stream bounds by the storage's order all the same.
@@ -1248,7 +1413,8 @@ pub async fn until_is_an_inclusive_upper_bound<F: StorageFactory>(factory: &F) {
             .await
         ),
         ["placed-1", "placed-2", "shipped-1", "cancelled-2", "note"],
-        "until a reference of another stream"
+        "filter rule: until bounds the storage order, so a reference of another stream bounds a \
+         read of this one"
     );
 }
 
@@ -1318,13 +1484,24 @@ pub async fn appending_to_a_wildcard_stream_is_invalid_input<F: StorageFactory>(
         let result = storage
             .append(AppendCriteria::none(), &stream, vec![labelled("A", "a")])
             .await;
-        assert_invalid_input(result, &format!("an append to the wildcard {stream}"));
+        assert_invalid_input(
+            result,
+            &format!("an append to the wildcard {stream}"),
+            "validate_append_stream",
+        );
         let result = storage
             .append(AppendCriteria::none(), &stream, Vec::new())
             .await;
-        assert_invalid_input(result, &format!("an empty append to the wildcard {stream}"));
+        assert_invalid_input(
+            result,
+            &format!("an empty append to the wildcard {stream}"),
+            "validate_append_stream",
+        );
     }
-    assert!(read_everything(&storage).await.is_empty());
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "input rule validate::validate_append_stream: a refused append stores nothing"
+    );
 }
 
 /// Stream ids with a blank, NUL-holding or over-long part are `InvalidInput` for `append`,
@@ -1346,7 +1523,11 @@ pub async fn invalid_streams_are_refused_by_append_query_and_head<F: StorageFact
         let result = storage
             .append(AppendCriteria::none(), &stream, vec![labelled("A", "a")])
             .await;
-        assert_invalid_input(result, &format!("an append to {shown}"));
+        assert_invalid_input(
+            result,
+            &format!("an append to {shown}"),
+            "validate_append_stream",
+        );
         let result = storage
             .query(
                 &EventFilter::match_all(),
@@ -1356,10 +1537,17 @@ pub async fn invalid_streams_are_refused_by_append_query_and_head<F: StorageFact
                 Direction::Forward,
             )
             .await;
-        assert_invalid_input(result, &format!("a query of {shown}"));
-        assert_invalid_input(storage.head(&stream).await, &format!("the head of {shown}"));
+        assert_invalid_input(result, &format!("a query of {shown}"), "validate_stream");
+        assert_invalid_input(
+            storage.head(&stream).await,
+            &format!("the head of {shown}"),
+            "validate_stream",
+        );
     }
-    assert!(read_everything(&storage).await.is_empty());
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "input rule validate::validate_stream: a refused call stores nothing"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1399,15 +1587,18 @@ pub async fn after_selects_events_strictly_after_the_reference<F: StorageFactory
     };
     assert_eq!(
         read_after(events[1].reference, Direction::Forward).await,
-        ["e2", "e3", "e4"]
+        ["e2", "e3", "e4"],
+        "query rule: a forward read with `after` returns the events after it in storage order"
     );
     assert_eq!(
         read_after(events[1].reference, Direction::Backward).await,
-        ["e4", "e3", "e2"]
+        ["e4", "e3", "e2"], "query rule: a backward read with `after` returns the events after it in storage order (a bound on the reference, not on the reading direction), newest first: after e1 backward is e4, e3, e2");
+    assert!(
+        read_after(events[4].reference, Direction::Forward)
+            .await
+            .is_empty(),
+        "query rule: nothing lies after the last event"
     );
-    assert!(read_after(events[4].reference, Direction::Forward)
-        .await
-        .is_empty());
     assert_eq!(
         labels(
             &query(
@@ -1421,7 +1612,7 @@ pub async fn after_selects_events_strictly_after_the_reference<F: StorageFactory
             .await
         ),
         ["e2", "e4"],
-        "after with a filter"
+        "query rule: after and a filter together select the matching events after the reference"
     );
 
     let invoice = append(&storage, &billing(), vec![labelled("Invoiced", "invoice")]).await;
@@ -1429,7 +1620,8 @@ pub async fn after_selects_events_strictly_after_the_reference<F: StorageFactory
     assert_eq!(
         read_after(invoice[0].reference, Direction::Forward).await,
         ["e5"],
-        "after a reference of another stream"
+        "query rule: after bounds the storage order, so a reference of another stream bounds a \
+         read of this one"
     );
 }
 
@@ -1456,15 +1648,20 @@ pub async fn limit_caps_the_number_of_matching_events<F: StorageFactory>(factory
     };
     assert_eq!(
         limited(EventFilter::match_all(), None, Limit::to(2)).await,
-        ["e0", "e1"]
+        ["e0", "e1"],
+        "query rule: a limit counts from the first event in the reading direction"
     );
     assert_eq!(
         limited(EventFilter::match_all(), None, Limit::to(100)).await,
-        ["e0", "e1", "e2", "e3", "e4", "e5"]
+        ["e0", "e1", "e2", "e3", "e4", "e5"],
+        "query rule: a limit above the number of matching events returns them all"
     );
-    assert!(limited(EventFilter::match_all(), None, Limit::to(0))
-        .await
-        .is_empty());
+    assert!(
+        limited(EventFilter::match_all(), None, Limit::to(0))
+            .await
+            .is_empty(),
+        "query rule: a limit of 0 returns no event"
+    );
     assert_eq!(
         limited(EventFilter::for_types(["Odd"]), None, Limit::to(2)).await,
         ["e1", "e3"],
@@ -1495,20 +1692,22 @@ pub async fn backward_queries_return_newest_first_and_limit_from_the_newest<F: S
     };
     assert_eq!(
         backward(EventFilter::match_all(), orders(), Limit::none()).await,
-        ["e4", "e3", "e2", "e1", "e0"]
+        ["e4", "e3", "e2", "e1", "e0"],
+        "query rule: a backward read returns the newest event first"
     );
     assert_eq!(
         backward(EventFilter::match_all(), orders(), Limit::to(2)).await,
-        ["e4", "e3"]
+        ["e4", "e3"],
+        "query rule: a backward limit counts from the newest event"
     );
     assert_eq!(
         backward(EventFilter::for_types(["Odd"]), orders(), Limit::to(1)).await,
-        ["e3"]
+        ["e3"],
+        "query rule: a backward limit counts matching events only, from the newest"
     );
     assert_eq!(
         backward(EventFilter::match_all(), EventStreamId::any(), Limit::to(2)).await,
-        ["billing", "e4"]
-    );
+        ["billing", "e4"], "query rule: a backward read of several streams returns the newest event of any stream first");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1519,16 +1718,25 @@ pub async fn backward_queries_return_newest_first_and_limit_from_the_newest<F: S
 /// `None` for an id the storage does not hold.
 pub async fn get_event_by_id_finds_stored_events_and_nothing_else<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
-    assert_eq!(event_by_id(&storage, EventId::new()).await, None);
+    assert_eq!(
+        event_by_id(&storage, EventId::new()).await,
+        None,
+        "get_event_by_id rule: an empty storage holds no event"
+    );
     let mut stored = append_numbered(&storage, 3).await;
     stored.extend(append(&storage, &billing(), vec![labelled("Invoiced", "invoice")]).await);
     for event in &stored {
         assert_eq!(
             event_by_id(&storage, event.reference.id).await,
-            Some(event.clone())
+            Some(event.clone()),
+            "get_event_by_id rule: a stored event is found by its id, exactly as stored"
         );
     }
-    assert_eq!(event_by_id(&storage, EventId::new()).await, None);
+    assert_eq!(
+        event_by_id(&storage, EventId::new()).await,
+        None,
+        "get_event_by_id rule: an id the storage does not hold finds nothing"
+    );
 }
 
 /// `head` is `None` while nothing is stored, and stays so after empty and refused appends.
@@ -1546,12 +1754,19 @@ pub async fn head_is_none_until_an_event_is_stored<F: StorageFactory>(factory: &
             vec![labelled("", "blank type")],
         )
         .await;
-    assert_invalid_input(refused, "an event with a blank type");
+    // A refused append to look at the head after: the rule itself is proved, by name, by
+    // events::invalid_events_are_refused_and_nothing_of_the_batch_is_stored.
+    assert_invalid_input(
+        refused,
+        "setup: an append of an event with a blank type, to be refused (the rule is \
+         events::invalid_events_are_refused_and_nothing_of_the_batch_is_stored's)",
+        "validate_events",
+    );
     for stream in &streams {
         assert_eq!(
             storage.head(stream).await.expect("head"),
             None,
-            "{stream} after an empty and a refused append"
+            "head rule: the head of {stream} stays None after an empty and a refused append"
         );
     }
     let stored = append(&storage, &orders(), vec![labelled("A", "a")]).await;
@@ -1559,7 +1774,7 @@ pub async fn head_is_none_until_an_event_is_stored<F: StorageFactory>(factory: &
         assert_eq!(
             storage.head(stream).await.expect("head"),
             Some(stored[0].reference),
-            "{stream} after one event"
+            "head rule: the head of {stream} is the one event stored in the streams it covers"
         );
     }
 }
@@ -1597,10 +1812,13 @@ pub async fn head_is_the_last_reference_of_the_streams_covered<F: StorageFactory
         assert_eq!(
             storage.head(&stream).await.expect("head"),
             expected,
-            "head of {stream}"
+            "head rule: the head of {stream} is the last reference of the streams it covers"
         );
     }
-    assert!(first[1].reference < last[0].reference);
+    assert!(
+        first[1].reference < last[0].reference,
+        "reference rule: a later append has a greater reference"
+    );
     let newest = query(
         &storage,
         &EventFilter::match_all(),
@@ -1613,7 +1831,7 @@ pub async fn head_is_the_last_reference_of_the_streams_covered<F: StorageFactory
     assert_eq!(
         references(&newest),
         [last[0].reference],
-        "head agrees with the newest event"
+        "head rule: the head is the reference of the newest event a backward read returns"
     );
 }
 
@@ -1651,18 +1869,40 @@ pub async fn unicode_types_tags_and_payloads_round_trip<F: StorageFactory>(facto
     let stored = append(&storage, &stream, vec![sent]).await;
 
     let event = &stored[0];
-    assert_eq!(event.event_type.as_str(), event_type);
-    assert_eq!(event.payload, payload);
-    assert_eq!(event.tags, unicode_tags);
-    assert_eq!(event.idempotency_key.as_deref(), Some("ключ-🔑"));
-    assert_eq!(event.stream, stream);
+    assert_eq!(
+        event.event_type.as_str(),
+        event_type,
+        "round trip rule: the event type is stored as sent"
+    );
+    assert_eq!(
+        event.payload, payload,
+        "round trip rule: the payload is stored as sent"
+    );
+    assert_eq!(
+        event.tags, unicode_tags,
+        "round trip rule: the tags are stored as sent"
+    );
+    assert_eq!(
+        event.idempotency_key.as_deref(),
+        Some("ключ-🔑"),
+        "round trip rule: the idempotency key is stored as sent"
+    );
+    assert_eq!(event.stream, stream, "round trip rule: the stream is stored as given (its context and purpose, not a formatted form)");
 
     let filter = EventFilter::for_events(
         [event_type],
         tags(&[("לקוח", "שלום עולם"), ("emoji", "🚀✨👩‍👩‍👧")]),
     );
-    assert_eq!(read(&storage, &filter, &stream).await, stored);
-    assert_eq!(read(&storage, &filter, &EventStreamId::any()).await, stored);
+    assert_eq!(
+        read(&storage, &filter, &stream).await,
+        stored,
+        "round trip rule: a filter of the Unicode type and tags finds the event in its stream"
+    );
+    assert_eq!(
+        read(&storage, &filter, &EventStreamId::any()).await,
+        stored,
+        "round trip rule: a filter of the Unicode type and tags finds the event in every stream"
+    );
     assert!(
         read(
             &storage,
@@ -1675,7 +1915,8 @@ pub async fn unicode_types_tags_and_payloads_round_trip<F: StorageFactory>(facto
     );
     assert_eq!(
         event_by_id(&storage, event.reference.id).await,
-        Some(event.clone())
+        Some(event.clone()),
+        "round trip rule: get_event_by_id answers the event as stored"
     );
 }
 
@@ -1700,7 +1941,11 @@ pub async fn large_payload_round_trips<F: StorageFactory>(factory: &F) {
         "append returned another payload"
     );
     let read_back = read_everything(&storage).await;
-    assert_eq!(read_back.len(), 1);
+    assert_eq!(
+        read_back.len(),
+        1,
+        "round trip rule: one large event is stored once"
+    );
     assert!(
         read_back[0].payload == payload,
         "query returned another payload"
@@ -1762,7 +2007,11 @@ pub async fn invalid_events_are_refused_and_nothing_of_the_batch_is_stored<F: St
         let result = storage
             .append(AppendCriteria::none(), &orders(), vec![ok(), invalid])
             .await;
-        assert_invalid_input(result, &format!("a batch holding an event with {what}"));
+        assert_invalid_input(
+            result,
+            &format!("a batch holding an event with {what}"),
+            "validate_events",
+        );
     }
     assert!(
         read_everything(&storage).await.is_empty(),
@@ -1777,19 +2026,30 @@ pub async fn names_at_the_length_limit_are_accepted<F: StorageFactory>(factory: 
     let ascii = "x".repeat(MAX_NAME_BYTES);
     let multibyte = "é".repeat(MAX_NAME_BYTES / 2);
     let tag_key = "k".repeat(MAX_NAME_BYTES);
-    assert_eq!(multibyte.len(), MAX_NAME_BYTES);
+    assert_eq!(
+        multibyte.len(),
+        MAX_NAME_BYTES,
+        "the test's own multibyte name is MAX_NAME_BYTES long"
+    );
     let stream = EventStreamId::new(ascii.clone(), multibyte.clone());
     let sent = EventToStore::new(ascii.clone(), json!({}))
         .with_tags(tags(&[(tag_key.as_str(), multibyte.as_str())]))
         .with_idempotency_key(multibyte.clone());
     let stored = append(&storage, &stream, vec![sent.clone()]).await;
-    assert_eq!(stored[0].event_type, sent.event_type);
-    assert_eq!(stored[0].tags, sent.tags);
-    assert_eq!(stored[0].idempotency_key, sent.idempotency_key);
-    assert_eq!(stored[0].stream, stream);
+    assert_eq!(
+        stored[0].event_type, sent.event_type,
+        "input rule validate::validate_name: an event type of MAX_NAME_BYTES is stored as sent"
+    );
+    assert_eq!(
+        stored[0].tags, sent.tags,
+        "input rule validate::validate_tags: a tag at the length limits is stored as sent"
+    );
+    assert_eq!(stored[0].idempotency_key, sent.idempotency_key, "input rule validate::validate_name: an idempotency key of MAX_NAME_BYTES is stored as sent");
+    assert_eq!(stored[0].stream, stream, "input rule validate::validate_append_stream: a stream of MAX_NAME_BYTES parts is stored as given");
     assert_eq!(
         read(&storage, &EventFilter::for_types([ascii]), &stream).await,
-        stored
+        stored,
+        "round trip rule: an event type of MAX_NAME_BYTES is found by a type filter"
     );
 }
 
@@ -1804,7 +2064,10 @@ pub async fn empty_batch_stores_nothing_but_its_criteria_are_checked<F: StorageF
         .await
         .unwrap_or_else(|err| panic!("an empty batch: {err}"));
     assert!(stored.is_empty(), "got {stored:?}");
-    assert!(read_everything(&storage).await.is_empty());
+    assert!(
+        read_everything(&storage).await.is_empty(),
+        "append rule: an empty batch stores nothing"
+    );
 
     let existing = append(&storage, &orders(), vec![labelled("A", "existing")]).await;
     let result = storage
@@ -1816,6 +2079,7 @@ pub async fn empty_batch_stores_nothing_but_its_criteria_are_checked<F: StorageF
         .await;
     assert_optimistic_lock(
         result,
+        None,
         existing[0].reference,
         "an empty batch whose criteria fail",
     );
@@ -1828,5 +2092,9 @@ pub async fn empty_batch_stores_nothing_but_its_criteria_are_checked<F: StorageF
         .await
         .unwrap_or_else(|err| panic!("an empty batch whose criteria hold: {err}"));
     assert!(stored.is_empty(), "got {stored:?}");
-    assert_eq!(read_everything(&storage).await, existing);
+    assert_eq!(
+        read_everything(&storage).await,
+        existing,
+        "append rule: an empty batch stores nothing, also when its criteria hold"
+    );
 }

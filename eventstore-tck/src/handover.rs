@@ -6,8 +6,12 @@
 //! token rises by exactly one on a planned handover, and a lease is never left free after a
 //! step-down whose preferred successor never asks.
 //!
-//! A backend without [`Capability::LeaseChanges`] proves instead that
-//! `subscribe_lease_changes` answers `Unsupported`; its electors poll.
+//! Run on a backend without [`Capability::LeaseChanges`] (reported as ignored there unless run
+//! with `--include-ignored`), each scenario proves instead that `subscribe_lease_changes`
+//! answers `Unsupported`.
+//!
+//! Needs [`Capability::Lease`] and [`Capability::LeaseChanges`], unless a scenario says
+//! otherwise.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,7 +155,11 @@ pub async fn raised_priority_is_applied_at_once<F: StorageFactory>(factory: &F) 
     wait_for_standby(&raised.watch()).await;
 
     raised.set_priority(10);
-    assert_eq!(raised.priority(), 10);
+    assert_eq!(
+        raised.priority(),
+        10,
+        "priority rule: the elector reports the raised priority"
+    );
     let taken = support::within(
         PUSHED,
         "the instance whose priority was raised leads without waiting for a poll",
@@ -165,6 +173,8 @@ pub async fn raised_priority_is_applied_at_once<F: StorageFactory>(factory: &F) 
 
 /// Waiting for leadership with a bound answers the token when leading, a timeout naming the
 /// lease when another instance leads, and `Stopped` once the elector stops.
+///
+/// Needs [`Capability::Lease`].
 pub async fn waiting_for_leadership_within_a_bound_answers_the_token_or_a_timeout<
     F: StorageFactory,
 >(
@@ -181,7 +191,11 @@ pub async fn waiting_for_leadership_within_a_bound_answers_the_token_or_a_timeou
         .wait_for_leadership_within(support::DEADLINE)
         .await
         .expect("the only instance leads within the bound");
-    assert_eq!(Some(token), leader.token());
+    assert_eq!(
+        Some(token),
+        leader.token(),
+        "leadership rule: the token waited for is the one the elector leads with"
+    );
 
     let standby = start(&storage, "node-b", 0);
     wait_for_standby(&standby.watch()).await;
@@ -190,7 +204,11 @@ pub async fn waiting_for_leadership_within_a_bound_answers_the_token_or_a_timeou
         Err(LeadershipWaitError::TimedOut {
             lease_name, after, ..
         }) => {
-            assert_eq!((lease_name.as_str(), after), (LEASE, bound));
+            assert_eq!(
+                (lease_name.as_str(), after),
+                (LEASE, bound),
+                "leadership rule: a timed-out wait names the lease and the bound waited"
+            );
         }
         other => panic!("a standby's bounded wait must time out, got {other:?}"),
     }

@@ -3,13 +3,16 @@
 //!
 //! Each scenario proves one rule of [`EventStorage::subscribe_lease_changes`]: which change
 //! reaches which subscriber and what it names, that a renewal reaches nobody, and that
-//! closing the storage ends every subscription. On a backend that does not claim the
-//! capability, every scenario proves instead that subscribing refuses with `Unsupported`.
+//! closing the storage ends every subscription. Run on a backend that does not
+//! declare the capability (reported as ignored there unless run with `--include-ignored`),
+//! each scenario proves instead that subscribing refuses with `Unsupported`.
 //!
 //! A backend may push more than a scenario causes (the departure of a lapsed contender, or
 //! [`LeaseNotice::Missed`]), so scenarios wait for the notice they expect and skip the
 //! others, never longer than [`DEADLINE`]. Only the renewal scenario looks at the very first
 //! notice, because nothing may come before the release that follows the renewals.
+//!
+//! Needs `Capability::Lease` and `Capability::LeaseChanges`, unless a scenario says otherwise.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -351,7 +354,10 @@ pub async fn a_flood_of_changes_never_blocks_requests_and_a_slow_subscriber_is_t
         },
     )
     .await;
-    assert!(!newest.is_empty());
+    assert!(
+        !newest.is_empty(),
+        "lagging rule: a subscriber that lagged still receives the newest changes"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,6 +395,8 @@ pub async fn closing_the_storage_ends_every_subscription<F: StorageFactory>(fact
 /// A storage without the capability refuses subscriptions with `Unsupported`: always when
 /// its capabilities are hidden ([`EventsOnly`]), and the storage itself when it does not
 /// declare the capability.
+///
+/// Needs no capability.
 pub async fn a_storage_without_the_capability_refuses_subscriptions<F: StorageFactory>(
     factory: &F,
 ) {

@@ -3,11 +3,14 @@
 //! Each scenario proves one rule of the lease semantics of
 //! [`EventStorage::request_lease`], [`EventStorage::request_leases`],
 //! [`EventStorage::release_lease`], [`EventStorage::get_leases`] and
-//! [`EventStorage::storage_time`]. On a backend that does not claim the capability, every
+//! [`EventStorage::storage_time`]. Run on a backend that does not declare the capability
+//! (`tck_tests!` reports them as ignored there; `--include-ignored` runs them anyway), each
 //! scenario proves instead that each lease method refuses with `Unsupported`.
 //!
 //! Leases that must stay live use [`LONG_TTL`]; where expiry is the point, scenarios use a
 //! short ttl and poll the storage's clock with a deadline, never a bare sleep.
+//!
+//! Needs [`Capability::Lease`](eventstore_api::Capability::Lease), every scenario here.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -154,7 +157,11 @@ pub async fn a_live_lease_is_never_revoked<F: StorageFactory>(factory: &F) {
         step_down_requested(1, "node-a"),
         "holder with a higher-priority contender waiting"
     );
-    assert_eq!(lease_named(&storage, "orders").await.owner, "node-a");
+    assert_eq!(
+        lease_named(&storage, "orders").await.owner,
+        "node-a",
+        "lease rule 5: the storage never revokes a live lease: the holder keeps it"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -454,7 +461,7 @@ pub async fn release_withdraws_the_contender<F: StorageFactory>(factory: &F) {
     request(&storage, "orders", "node-a", 0, LONG_TTL).await;
     request(&other, "orders", "node-b", 10, LONG_TTL).await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    assert_eq!(response.status, LeaseStatus::LeaderStepDownRequested);
+    assert_eq!(response.status, LeaseStatus::LeaderStepDownRequested, "lease rule 5: the holder is asked to step down while a live contender of higher priority waits");
 
     release(&other, "orders", "node-b").await;
     let response = request(&storage, "orders", "node-a", 0, LONG_TTL).await;
@@ -482,7 +489,11 @@ pub async fn step_down_is_judged_on_acquisition_too<F: StorageFactory>(factory: 
     };
     request(&storage, "orders", "node-x", 0, LONG_TTL).await;
     let response = request(&other, "orders", "node-high", 10, LONG_TTL).await;
-    assert_eq!(response.status, LeaseStatus::Standby);
+    assert_eq!(
+        response.status,
+        LeaseStatus::Standby,
+        "lease rule 6: a contender that does not hold the live lease stands by"
+    );
     release(&storage, "orders", "node-x").await;
 
     let response = request(&storage, "orders", "node-low", 0, LONG_TTL).await;
@@ -507,7 +518,11 @@ pub async fn planned_handover_passes_the_lease_to_the_higher_priority_contender<
     request(&storage, "orders", "node-old", 0, LONG_TTL).await;
     request(&other, "orders", "node-new", 10, LONG_TTL).await;
     let response = request(&storage, "orders", "node-old", 0, LONG_TTL).await;
-    assert_eq!(response.status, LeaseStatus::LeaderStepDownRequested);
+    assert_eq!(
+        response.status,
+        LeaseStatus::LeaderStepDownRequested,
+        "lease rule 5: the holder is asked to step down by a live contender of higher priority"
+    );
 
     release(&storage, "orders", "node-old").await;
     let response = request(&other, "orders", "node-new", 10, LONG_TTL).await;
@@ -734,7 +749,11 @@ pub async fn invalid_requests_are_refused_and_change_nothing<F: StorageFactory>(
 
     for (what, invalid) in invalid_requests() {
         let result = storage.request_lease(invalid.clone()).await;
-        assert_invalid_input(result, &format!("request_lease with {what}"));
+        assert_invalid_input(
+            result,
+            &format!("request_lease with {what}"),
+            "validate_lease_request",
+        );
         assert_leases_unchanged(
             &storage,
             &before,
@@ -811,7 +830,11 @@ pub async fn invalid_releases_are_refused_and_change_nothing<F: StorageFactory>(
     ];
     for (what, lease_name, owner) in cases {
         let result = storage.release_lease(lease_name, owner).await;
-        assert_invalid_input(result, &format!("release_lease with {what}"));
+        assert_invalid_input(
+            result,
+            &format!("release_lease with {what}"),
+            "validate_release",
+        );
         assert_leases_unchanged(
             &storage,
             &before,
@@ -901,7 +924,11 @@ pub async fn a_batch_with_one_invalid_request_changes_nothing<F: StorageFactory>
             LeaseRequest::new("held", "node-y", 50, LONG_TTL),
         ];
         let result = storage.request_leases(batch).await;
-        assert_invalid_input(result, &format!("a batch holding a request with {what}"));
+        assert_invalid_input(
+            result,
+            &format!("a batch holding a request with {what}"),
+            "validate_lease_requests",
+        );
         assert_leases_unchanged(
             &storage,
             &before,
@@ -1135,7 +1162,11 @@ async fn assert_batch_answers_as_one_by_one<S: EventStorage + ?Sized>(
         answered, expected,
         "batch answers against one-by-one answers"
     );
-    assert_eq!(lease_shapes(batched).await, lease_shapes(one_by_one).await);
+    assert_eq!(
+        lease_shapes(batched).await,
+        lease_shapes(one_by_one).await,
+        "batch rule: a batch leaves the leases as the same requests one by one do"
+    );
     answered
 }
 
@@ -1263,7 +1294,10 @@ async fn assert_race_elects_exactly_one<S: EventStorage + 'static>(
     let winner = &leader_of(&responses).current_owner;
     let lease = lease_named(observer, "orders").await;
     assert_eq!(&lease.owner, winner, "the recorded holder is the winner");
-    assert_eq!(lease.fencing_token, token);
+    assert_eq!(
+        lease.fencing_token, token,
+        "token rule: the listed lease carries the token its holder was granted"
+    );
 }
 
 fn leader_of(responses: &[LeaseResponse]) -> &LeaseResponse {

@@ -2,6 +2,8 @@
 //!
 //! A storage's name, what several handles of one storage share, and `close`: idempotent,
 //! closing every handle, after which every call but `name` is `Closed`.
+//!
+//! Needs no capability.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};

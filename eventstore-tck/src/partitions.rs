@@ -6,8 +6,11 @@
 //! and an interval, a paused member's fenced writes refused, and partitioned projectors that
 //! lose no event across all of it.
 //!
-//! On a backend without [`Capability::Lease`] each scenario proves instead that the elector
-//! refuses to start with `Unsupported`.
+//! Run on a backend without [`Capability::Lease`] (reported as ignored there unless run with
+//! `--include-ignored`), each scenario proves instead that the elector refuses to start with
+//! `Unsupported`.
+//!
+//! Needs [`Capability::Lease`], unless a scenario says otherwise.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +52,8 @@ const SLACK: Duration = Duration::from_millis(400);
 /// The elector refuses a storage without leases (`Unsupported`) and, with `InvalidInput`
 /// naming the value, a partition count of 0 or above the limit, a group holding a `/`, and a
 /// request interval not shorter than the ttl.
+///
+/// Needs no capability.
 pub async fn partition_elector_refuses_bad_settings_and_storages_without_leases<
     F: StorageFactory,
 >(
@@ -230,6 +235,8 @@ pub async fn a_crashed_members_partitions_are_held_again_within_ttl_and_interval
 
 /// A member paused past its ttl (a zombie) still has its fences; once another member holds
 /// the partition, the zombie's fenced append and bookmark are refused and change nothing.
+///
+/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
 pub async fn a_zombie_members_fenced_writes_are_refused<F: StorageFactory>(factory: &F) {
     let Some(handles) = lease_handles(factory, 2).await else {
         return;

@@ -45,8 +45,14 @@ pub async fn wait_until_expired<S: EventStorage + ?Sized>(storage: &S, lease_nam
     eventually(
         &format!("lease {lease_name} to expire on the storage's clock"),
         || async {
-            let now = storage.storage_time().await.expect("storage_time");
-            let leases = storage.get_leases().await.expect("get_leases");
+            let now = storage
+                .storage_time()
+                .await
+                .expect("storage_time while supports(Capability::Lease) is false");
+            let leases = storage
+                .get_leases()
+                .await
+                .expect("get_leases while supports(Capability::Lease) is false");
             leases
                 .iter()
                 .find(|lease| lease.lease_name == lease_name)
@@ -75,15 +81,24 @@ pub async fn leases_supported<S: EventStorage + ?Sized>(storage: &S) -> bool {
 pub async fn assert_lease_methods_unsupported<S: EventStorage + ?Sized>(storage: &S) {
     assert_unsupported(
         storage.request_lease(request("l", "o")).await,
-        "request_lease",
+        "request_lease while supports(Capability::Lease) is false",
     );
     assert_unsupported(
         storage.request_leases(vec![request("l", "o")]).await,
-        "request_leases",
+        "request_leases while supports(Capability::Lease) is false",
     );
-    assert_unsupported(storage.release_lease("l", "o").await, "release_lease");
-    assert_unsupported(storage.get_leases().await, "get_leases");
-    assert_unsupported(storage.storage_time().await, "storage_time");
+    assert_unsupported(
+        storage.release_lease("l", "o").await,
+        "release_lease while supports(Capability::Lease) is false",
+    );
+    assert_unsupported(
+        storage.get_leases().await,
+        "get_leases while supports(Capability::Lease) is false",
+    );
+    assert_unsupported(
+        storage.storage_time().await,
+        "storage_time while supports(Capability::Lease) is false",
+    );
 }
 
 /// Whether the storage claims lease changes (which implies leases). When it does not,
@@ -167,38 +182,55 @@ impl ClockWindow {
     }
 }
 
-/// The error of `result`; panics naming `what` when it is `Ok`.
-pub fn expect_err<T: Debug>(result: StorageResult<T>, what: &str) -> EventStorageError {
+/// The error of `result`; panics naming `what` and the `expected` error when it is `Ok`.
+pub fn expect_err<T: Debug>(
+    result: StorageResult<T>,
+    what: &str,
+    expected: &str,
+) -> EventStorageError {
     match result {
-        Ok(value) => panic!("{what}: expected an error, got Ok({value:?})"),
+        Ok(value) => panic!("{what}: expected {expected}, got Ok({value:?})"),
         Err(err) => err,
     }
 }
 
-/// Asserts that `result` is `InvalidInput`.
-pub fn assert_invalid_input<T: Debug>(result: StorageResult<T>, what: &str) {
-    let err = expect_err(result, what);
+/// Asserts that `result` is `InvalidInput`, the answer of the input rule `rule` (a function
+/// of `eventstore_api::validate`, e.g. `validate_events`, which
+/// `eventstore_api::admission::Admission::admit` applies for each method).
+pub fn assert_invalid_input<T: Debug>(result: StorageResult<T>, what: &str, rule: &str) {
+    let expected = format!(
+        "Err(InvalidInput) by the input rule eventstore_api::validate::{rule}, which \
+         Admission::admit applies"
+    );
+    let err = expect_err(result, what, &expected);
     assert!(
         matches!(err, EventStorageError::InvalidInput { .. }),
-        "{what}: expected InvalidInput, got {err}"
+        "{what}: expected Err(InvalidInput) by the input rule eventstore_api::validate::{rule}, \
+         got Err({err})"
     );
 }
 
-/// Asserts that `result` is `Closed`.
+/// Asserts that `result` is `Closed`: a closed storage answers `Closed` to every call but
+/// `name`, before it looks at the input (`eventstore_api::admission`).
 pub fn assert_closed<T: Debug>(result: StorageResult<T>, what: &str) {
-    let err = expect_err(result, what);
+    let expected = "Err(Closed), as every call but name answers on a closed storage";
+    let err = expect_err(result, what, expected);
     assert!(
         matches!(err, EventStorageError::Closed),
-        "{what}: expected Closed, got {err}"
+        "{what}: expected Err(Closed), as every call but name answers on a closed storage, \
+         got Err({err})"
     );
 }
 
-/// Asserts that `result` is `Unsupported`.
+/// Asserts that `result` is `Unsupported`, the answer of a method of a capability the
+/// storage does not declare (the trait's default body).
 pub fn assert_unsupported<T: Debug>(result: StorageResult<T>, what: &str) {
-    let err = expect_err(result, what);
+    let expected = "Err(Unsupported), the answer of a method of an undeclared capability";
+    let err = expect_err(result, what, expected);
     assert!(
         matches!(err, EventStorageError::Unsupported { .. }),
-        "{what}: expected Unsupported, got {err}"
+        "{what}: expected Err(Unsupported), the answer of a method of an undeclared \
+         capability, got Err({err})"
     );
 }
 

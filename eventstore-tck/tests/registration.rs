@@ -23,7 +23,9 @@ fn a_public_async_fn_taking_a_storage_factory_is_registered() {
         pub(crate) fn shared_helper() {}
     ";
 
-    assert_eq!(scenarios::scan("x.rs", source), Ok(vec!["x".to_string()]));
+    let scanned = scenarios::scan("x.rs", source).unwrap();
+    let names: Vec<&str> = scanned.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["x"], "only the public scenario is registered");
 }
 
 #[test]
@@ -85,11 +87,12 @@ fn every_file_with_scenarios_is_a_registered_scenario_module() {
     for (module, names) in SCENARIOS {
         let file = format!("{module}.rs");
         let source = fs::read_to_string(src.join(&file)).unwrap();
-        assert_eq!(
-            scenarios::scan(&file, &source).unwrap(),
-            *names,
-            "scenarios of {file}"
-        );
+        let scanned: Vec<String> = scenarios::scan(&file, &source)
+            .unwrap()
+            .into_iter()
+            .map(|scenario| scenario.name)
+            .collect();
+        assert_eq!(scanned, *names, "scenarios of {file}");
     }
 }
 
@@ -107,4 +110,104 @@ fn has_public_async_fn_taking_a_storage_factory(source: &str) -> bool {
                 })
             })
     })
+}
+
+#[test]
+fn a_needs_line_of_the_module_applies_to_its_scenarios_unless_one_says_otherwise() {
+    let source = "
+        //! Scenarios.
+        //!
+        //! Needs [`Capability::Lease`], unless a scenario says otherwise.
+
+        /// Inherits the module's needs.
+        pub async fn inherits<F: StorageFactory>(factory: &F) {}
+
+        /// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
+        pub async fn more<F: StorageFactory>(factory: &F) {}
+
+        /// Needs no capability.
+        pub async fn none<F: StorageFactory>(factory: &F) {}
+    ";
+    let scanned = scenarios::scan("x.rs", source).unwrap();
+    let needs: Vec<(&str, Vec<&str>)> = scanned
+        .iter()
+        .map(|s| {
+            (
+                s.name.as_str(),
+                s.needs.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        needs,
+        [
+            ("inherits", vec!["Lease"]),
+            ("more", vec!["Lease", "FencedWrites"]),
+            ("none", vec![]),
+        ],
+        "a scenario's own Needs line replaces the module's"
+    );
+}
+
+#[test]
+fn a_needs_line_naming_no_known_capability_fails_the_build() {
+    for line in ["Needs [`Capability::Leases`].", "Needs leases."] {
+        let source = format!("/// {line}\npub async fn x<F: StorageFactory>(factory: &F) {{}}");
+        let error = scenarios::scan("x.rs", &source).expect_err(line);
+        assert!(
+            error.contains("`x`") && error.contains(scenarios::NEEDS_LINE.trim()),
+            "the error names the scenario and the Needs line: {error}"
+        );
+    }
+}
+
+#[test]
+fn every_scenario_of_the_lease_module_needs_leases() {
+    let lease_scenarios: Vec<_> = eventstore_tck::applicability::NEEDS
+        .iter()
+        .filter(|scenario| scenario.module == "leases")
+        .collect();
+    assert!(
+        !lease_scenarios.is_empty(),
+        "the lease module has scenarios"
+    );
+    for scenario in lease_scenarios {
+        assert_eq!(
+            scenario.needs,
+            [eventstore_api::Capability::Lease],
+            "{} needs Capability::Lease",
+            scenario.name
+        );
+    }
+}
+
+#[test]
+fn every_scenario_module_says_what_its_scenarios_need() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (module, _) in SCENARIOS {
+        let file = format!("{module}.rs");
+        let source = fs::read_to_string(src.join(&file)).unwrap();
+        let needs = scenarios::module_needs(&file, &source).unwrap();
+        assert!(
+            needs.is_some(),
+            "src/{file}: the module documentation needs a line `//! {}[`Capability::Lease`] …` \
+             (or `//! {}no capability.`), so that a backend without the capability sees its \
+             scenarios reported as ignored instead of passing without running",
+            scenarios::NEEDS_LINE,
+            scenarios::NEEDS_LINE,
+        );
+    }
+}
+
+#[test]
+fn the_build_script_knows_every_capability_the_kit_checks() {
+    let checked: Vec<String> = eventstore_tck::applicability::CAPABILITIES
+        .iter()
+        .map(|capability| format!("{capability:?}"))
+        .collect();
+    assert_eq!(
+        checked,
+        scenarios::CAPABILITIES,
+        "the capabilities a Needs line may name are those applicability::CAPABILITIES checks"
+    );
 }

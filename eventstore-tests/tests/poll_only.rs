@@ -23,4 +23,5 @@ impl StorageFactory for Polling {
     }
 }
 
-eventstore_tck::tck_tests!(Polling);
+// Leases and fenced writes of the memory storage; its pushes hidden.
+eventstore_tck::tck_tests!(Polling, capabilities = [Lease, FencedWrites]);

@@ -32,7 +32,10 @@ impl StorageFactory for NeverHanging {
     }
 }
 
-eventstore_tck::tck_tests!(NeverHanging);
+eventstore_tck::tck_tests!(
+    NeverHanging,
+    capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+);
 
 /// Starts `call` on its own task and waits until the storage counts it as hanging.
 async fn start_hanging<T: Send + 'static>(

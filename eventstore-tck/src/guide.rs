@@ -1,0 +1,205 @@
+//! The guide for backend authors: from an empty crate to a backend that passes the kit.
+//!
+//! # 1. Dependencies
+//!
+//! A backend depends on the API (and on `async-trait`, which
+//! [`EventStorage`](eventstore_api::EventStorage) and [`StorageFactory`](crate::StorageFactory)
+//! are written with); the kit and tokio are dev-dependencies. The crates are not on crates.io
+//! yet: depend on them by git, pinning a `rev` for reproducible builds, or by path to a
+//! checkout (`eventstore-api = { path = "../eventstore/eventstore-api" }`).
+//!
+//! ```toml
+//! [dependencies]
+//! eventstore-api = { git = "https://github.com/eventstore-rs/eventstore" }
+//! async-trait = "0.1"
+//!
+//! [dev-dependencies]
+//! eventstore-tck = { git = "https://github.com/eventstore-rs/eventstore" }
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
+//! A backend that keeps events anywhere but in memory also needs the types the model is made
+//! of, at the major versions `eventstore-api` uses: `serde_json = "1"` (payloads are
+//! `serde_json::Value`), `chrono = "0.4"` (timestamps are `DateTime<Utc>`) and `uuid = "1"`
+//! (an [`EventId`](eventstore_api::EventId) wraps a `Uuid`), plus its own driver.
+//!
+//! # 2. A minimal backend
+//!
+//! Events in a `Vec` behind a mutex, bookmarks in a map, no leases, and the kit run against
+//! it. This is the file `tests/minimal_backend.rs` of this crate, shown as it is:
+//! `cargo test -p eventstore-tck --test minimal_backend` runs the whole kit against it, in CI
+//! too, and this page compiles it. (The repository's `tests-external/minimal-backend` is the
+//! same backend, built in CI against the crates as they are packaged.)
+//!
+#![doc = concat!("```rust,no_run\n", include_str!("../tests/minimal_backend.rs"), "# fn main() {}\n```")]
+//!
+//! Put the factory and the [`tck_tests!`](crate::tck_tests) call in your crate's `tests/tck.rs`;
+//! `cargo test --test tck` runs every scenario, `cargo test --test tck leases::` one module.
+//! Scenarios run in parallel, so `create` must isolate storages from each other (a unique
+//! directory, table prefix or schema each time) and must not need cleaning up between runs.
+//! Make `another_handle` as independent as your backend allows (a separate connection pool
+//! for a database), because the contention scenarios race the two handles against each
+//! other. If your backend allows only one handle per storage (an exclusively locked
+//! directory, say), return a clone.
+//!
+//! Give the macro the capabilities `supports` answers true for (`capabilities = []` here); the
+//! scenarios that need others are reported as ignored, each naming the capability (section 7).
+//! Scenarios panic with a message naming the rule that failed and, for an expected error, the
+//! variant and the input rule. Time-based scenarios use short ttls and poll the storage's
+//! clock with a deadline ([`support::eventually`](crate::support::eventually)); they never
+//! rely on a sleep being long enough.
+//!
+//! # 3. Input rules: automatic with `Admission`
+//!
+//! Every method answers in one order: a closed storage answers `Closed`, whatever the input;
+//! an open one refuses invalid input with `InvalidInput` and changes nothing; only then does
+//! it look at what it stores. [`Admission::admit`](eventstore_api::admission::Admission::admit)
+//! does both steps, so start every method with it, naming the call's
+//! [`Operation`](eventstore_api::admission::Operation); keep one `Admission` shared by every
+//! handle of a storage. Each operation applies these rules of
+//! [`eventstore_api::validate`]:
+//!
+//! | method | `Operation` | input rule |
+//! |---|---|---|
+//! | `append` | `Append` | `validate_append`: `validate_append_stream` (no wildcard) and `validate_events` (types, tags, payloads, keys; no key twice) |
+//! | `query`, `subscribe_appends` | `Query` | `validate_stream` (wildcards allowed) |
+//! | `head` | `Head` | `validate_stream` |
+//! | `get_event_by_id`, `get_bookmarks`, `get_leases`, `storage_time`, `subscribe_lease_changes` | `Read` | none |
+//! | `bookmark` | `Bookmark` | `validate_reader` and `validate_tags` |
+//! | `get_bookmark`, `remove_bookmark` | `Reader` | `validate_reader` |
+//! | `request_lease` | `RequestLease` | `validate_lease_request` |
+//! | `request_leases` | `RequestLeases` | `validate_lease_requests` (one invalid request refuses the batch) |
+//! | `release_lease` | `ReleaseLease` | `validate_release` |
+//! | `append_fenced` | `AppendFenced` | `validate_fence`, then as `append` |
+//! | `bookmark_fenced` | `BookmarkFenced` | `validate_fence`, then as `bookmark` |
+//!
+//! The methods of a capability the backend does not declare need no admission: their default
+//! bodies answer `Unsupported`.
+//!
+//! # 4. Helpers
+//!
+//! What a backend decides is mostly decided by the API already:
+//!
+//! - [`EventFilter::matches`](eventstore_api::EventFilter::matches): whether a stored event
+//!   matches a query's filter.
+//! - [`AppendCriteria::is_violated_by`](eventstore_api::AppendCriteria::is_violated_by):
+//!   whether a stored event of the stream appended to breaks the append's condition.
+//! - [`EventStreamId::covers`](eventstore_api::EventStreamId::covers): whether a stream
+//!   (a wildcard, or a context with any purpose) covers an event's stream, for `query`,
+//!   `head` and subscriptions.
+//! - [`Limit::as_usize`](eventstore_api::Limit::as_usize): the limit as a count for `take`,
+//!   `usize::MAX` when unlimited.
+//! - [`EventReference::at`](eventstore_api::EventReference::at): the reference of an event
+//!   at a position, for a backend whose commit order is its position order.
+//! - `eventstore_api::idempotency::judge`: whether a batch is new, a retry or a conflict,
+//!   given the events stored under its keys.
+//! - `eventstore_api::in_process::StorageClock`: "now" that never goes backwards, for a
+//!   backend whose clock is the process's.
+//!
+//! # 5. What the contract means where it is short
+//!
+//! - **`after` on a backward read** bounds the storage's order, not the reading direction:
+//!   it selects the events after the reference, then the read returns them newest first.
+//!   Reading `e0..e4` backward after `e1` answers `e4, e3, e2`. The limit counts from the
+//!   first event in the reading direction (the newest, backward).
+//! - **An empty batch** stores nothing and answers an empty list. It carries no idempotency
+//!   key, so it is never a retry, and its criteria are checked as any batch's: a violated
+//!   condition is `OptimisticLock`.
+//! - **Append criteria look only at the stream appended to.** Events of other streams never
+//!   conflict, even when the filter matches them.
+//! - **One timestamp per batch**: a batch is one write at one instant, so all its events carry
+//!   the same timestamp, from the storage's clock.
+//! - **Positions** are the backend's own numbering: they may start at 0 or 1 and leave gaps;
+//!   only their order (with `tx`) is fixed.
+//! - **Errors name the stream** as [`EventStreamId`](eventstore_api::EventStreamId) displays it
+//!   (`orders/default`), and `OptimisticLock` names the criteria's expected last event exactly
+//!   as given.
+//! - **The storage's own coordinates** of a bookmark: `bookmark` looks the event up by the
+//!   reference's id and keeps the reference this storage gave that event (its position and
+//!   `tx`), whatever position or `tx` the caller passed with the id; `get_bookmark` and
+//!   `get_bookmarks` answer that reference.
+//! - **`close` closes every handle, and `another_handle` stands for another process.** Clones
+//!   of a storage are handles in one process and share its open or closed state: `close` on
+//!   any of them closes all. A handle from `another_handle` stands for a second process on
+//!   the same data: the kit never expects one process's `close` to reach it, and checks only
+//!   that what one handle writes, the other reads. A backend in memory, which has no second
+//!   process, returns a clone; closing it then closes both, which no scenario minds.
+//!
+//! # 6. What every backend promises
+//!
+//! Events and bookmarks are not optional ([`events`](crate::events), [`bookmarks`](crate::bookmarks), [`lifecycle`](crate::lifecycle)):
+//!
+//! - **Appends** are all or nothing; the condition of a conditional append
+//!   ([`AppendCriteria`](eventstore_api::AppendCriteria)) is checked atomically with the
+//!   write, so of several racing appends to one boundary exactly one wins.
+//! - **Idempotency keys** are unique per stream; a batch whose events are all stored under
+//!   their keys is a retry, stores nothing and answers the stored events; a stored key with a
+//!   different event, or stored keys mixed with new ones, is `IdempotencyConflict`.
+//!   `eventstore_api::idempotency::judge` decides it: look up the stored events, then call it.
+//! - **Queries** return the events of the covered streams that match the filter, strictly
+//!   after `after`, in the asked direction, at most `limit` of them.
+//! - **Bookmarks** name an event the storage holds (else `UnknownEvent`, old bookmark kept) and
+//!   are reported in the storage's own coordinates.
+//! - **Input rules and their order**: start every method with
+//!   `eventstore_api::admission::Admission::admit`. A closed storage answers `Closed`, whatever
+//!   the input; an open one refuses invalid input with `InvalidInput` before changing anything,
+//!   exactly as every other backend does.
+//! - **Close** is idempotent, closes every handle, and leaves only `name` answering.
+//!
+//! # 7. Capabilities
+//!
+//! A capability is a fact your backend declares with
+//! [`EventStorage::supports`](eventstore_api::EventStorage::supports); the kit reads it at run
+//! time and holds you to it.
+//!
+//! - **`Capability::Lease`**: `request_lease`, `request_leases`, `release_lease`,
+//!   `get_leases` and `storage_time` follow the lease rules exactly ([`leases`](crate::leases)): one call
+//!   acquires, renews and registers the contender; expiry is judged on the storage's clock
+//!   only; a fencing token is 1 for the first holder, unchanged by renewal, and strictly
+//!   higher on every other grant, never repeating, also after a release or a restart;
+//!   concurrent requests elect exactly one holder; a release makes the lease acquirable at
+//!   once and withdraws the contender; strictly higher live priority asks the holder to step
+//!   down and nothing else does; a batch answers exactly as its requests one by one and one
+//!   invalid request refuses it whole.
+//!   Without this capability, leave the trait's default bodies in place, which answer
+//!   `Unsupported`.
+//! - **`Capability::FencedWrites`** (needs `Lease`): `append_fenced` and `bookmark_fenced`
+//!   write only while the fence's lease is live on the storage's clock with the presented
+//!   token as its current one, checked atomically with the write; otherwise `Fenced` and
+//!   nothing written ([`election`](crate::election)). Without it, those methods return `Unsupported`.
+//! - **`Capability::LeaseChanges`** (needs `Lease`): `subscribe_lease_changes` pushes every
+//!   change of the leases in its scope ([`lease_changes`](crate::lease_changes)): releases (owner, token, preferred
+//!   successor), acquisitions (token, and whether they took over an expired tenure),
+//!   step-down requests, contenders joining and leaving, from every handle of the storage;
+//!   a renewal pushes nothing, and closing the storage ends every subscription. Notifications
+//!   are hints that only wake requesters early: every decision stays with `request_lease`.
+//!   `eventstore_api::lease_changes::LeaseChangeHub` does the fan-out: publish each change
+//!   there and hand out its subscriptions. Without the capability, `subscribe_lease_changes`
+//!   returns `Unsupported`.
+//!
+//! Give [`tck_tests!`](crate::tck_tests) the capabilities `supports` answers true for. The
+//! test of a scenario that needs one you do not declare (its documentation says which, on a
+//! `Needs` line) is reported as ignored with the reason, `needs Capability::Lease, which this
+//! backend does not declare`, and
+//! `declared_capabilities::match_the_storage_and_decide_which_scenarios_run` prints how many
+//! scenarios ran and how many did not apply, by capability; for the minimal backend, when this
+//! was written:
+//!
+//! ```text
+//! eventstore-tck on `vec`: 136 scenarios: 68 run, 68 not applicable
+//!   4 need Capability::AppendHints, which this backend does not declare
+//!   64 need Capability::Lease, which this backend does not declare
+//! ```
+//!
+//! That test fails when the list given to the macro and `supports` disagree. A backend
+//! written before leases existed still passes the kit, by refusing them honestly.
+//!
+//! # 8. Beyond the scenarios
+//!
+//! [`wrappers`](crate::wrappers) holds storages that wrap yours to stage what a healthy backend does not do on
+//! demand: [`wrappers::EventsOnly`](crate::wrappers::EventsOnly) hides its capabilities, [`wrappers::Unreliable`](crate::wrappers::Unreliable) stops
+//! answering at the flip of a switch. Use them in your own tests of code that runs on a
+//! storage; [`support`](crate::support) has the polling and assertions the scenarios are written with.
+//!
+//! The kit is itself checked against mistakes: `docs/MUTATIONS.md` in the repository lists the
+//! deliberate mistakes put into a small backend, one at a time, and the kit's score.
