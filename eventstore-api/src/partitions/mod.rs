@@ -187,6 +187,8 @@ impl PartitionElectorBuilder {
             shutdown: shutdown_requested,
             target: BTreeSet::new(),
             drain_deadlines: BTreeMap::new(),
+            released: BTreeSet::new(),
+            registered: BTreeSet::new(),
         };
         let task = tokio::spawn(rounds.run());
         Ok(PartitionElector {

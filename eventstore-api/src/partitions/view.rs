@@ -68,10 +68,14 @@ impl GroupView {
             (Some(assignment), Ok(index)) => Plan {
                 target: assignment.partitions_of(index),
                 settled: assignment.is_reached(&self.holders),
+                unheld: (0..partitions)
+                    .filter(|partition| !self.holders.contains_key(partition))
+                    .collect(),
             },
             _ => Plan {
                 target: Vec::new(),
                 settled: false,
+                unheld: BTreeSet::new(),
             },
         }
     }
@@ -84,6 +88,8 @@ pub(crate) struct Plan {
     pub(crate) target: Vec<u32>,
     /// Whether every partition is held by its target member: nothing is moving.
     pub(crate) settled: bool,
+    /// The partitions no live member holds.
+    pub(crate) unheld: BTreeSet<u32>,
 }
 
 #[cfg(test)]

@@ -1,0 +1,296 @@
+//! The loop a partition elector runs on its own tokio task.
+//!
+//! Once per request interval a renewal: read the group from the storage (its leases and the
+//! storage's clock), compute this member's target partitions, and send one batch that renews
+//! the membership lease, asks for every target partition with the high priority and renews
+//! every other partition still held with the low one. Between renewals, pushed changes call
+//! for smaller batches: a look (read the group, send only what should change) when a member
+//! joins or leaves or this member is asked to hand a partition over, a claim (ask for the
+//! target partitions not held) when one of them is released. A holder asked to step down
+//! hands the partition over once its work acknowledges (or the drain timeout passes).
+
+mod follow_up;
+mod releases;
+mod rounds;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+
+use super::names::GroupNames;
+use super::watch::Shared;
+use crate::elector::{herd_jitter, jittered};
+use crate::{Capability, EventStorage, EventStorageError, LeaseChanges, LeaseNotice, LeaseScope};
+use follow_up::FollowUp;
+use rounds::Scope;
+
+/// The first wait before looking at the group again while it is moving partitions; it
+/// doubles up to the request interval. Members read the group at slightly different instants
+/// while partitions move, and may disagree for a moment on where a free partition goes:
+/// reading again soon settles it without waiting a whole interval.
+const FIRST_SETTLING_WAIT: Duration = Duration::from_millis(10);
+
+/// The settings the loop runs with, validated by the builder.
+#[derive(Debug, Clone)]
+pub(super) struct LoopSettings {
+    pub(super) ttl: Duration,
+    pub(super) request_interval: Duration,
+    pub(super) safety_margin: Duration,
+    pub(super) handover_grace: Duration,
+    pub(super) drain_timeout: Duration,
+}
+
+/// Whether the group had reached its assignment when a round read it.
+enum Pace {
+    /// Every partition is with its target member: nothing to do until the next renewal.
+    Steady,
+    /// Partitions are moving: look again soon.
+    Settling,
+}
+
+/// When each kind of request is due next.
+#[derive(Debug, Clone, Copy)]
+struct Due {
+    renewal: Instant,
+    look: Option<Instant>,
+    claim: Option<Instant>,
+}
+
+impl Due {
+    /// The earliest of them, and what it is.
+    fn next(&self) -> (Instant, Wake) {
+        let mut next = (self.renewal, Wake::Renewal);
+        for (at, wake) in [(self.look, Wake::Look), (self.claim, Wake::Claim)] {
+            if let Some(at) = at.filter(|at| *at < next.0) {
+                next = (at, wake);
+            }
+        }
+        next
+    }
+}
+
+/// Why waiting stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Renewal,
+    Look,
+    Claim,
+    /// Handovers are due: acknowledged, or their drain timeout passed.
+    Handovers,
+    Shutdown,
+}
+
+/// What woke one wait, before it is interpreted.
+enum Woken {
+    Due(Wake),
+    Acknowledgement,
+    DrainTimeout,
+    Notice(Option<LeaseNotice>),
+    Subscribed(Option<LeaseChanges>),
+}
+
+pub(super) struct PartitionLoop {
+    pub(super) storage: Arc<dyn EventStorage>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) names: GroupNames,
+    pub(super) settings: LoopSettings,
+    pub(super) shutdown: watch::Receiver<bool>,
+    /// The partitions asked for with the target priority in the last round.
+    pub(super) target: BTreeSet<u32>,
+    /// When each partition being handed over is released at the latest.
+    pub(super) drain_deadlines: BTreeMap<u32, Instant>,
+    /// Target partitions released since the last claim.
+    pub(super) released: BTreeSet<u32>,
+    /// Partitions asked for with the target priority since the last renewal: this member is
+    /// registered as their contender, so their holder is asked to step down.
+    pub(super) registered: BTreeSet<u32>,
+}
+
+impl PartitionLoop {
+    /// Renews on every interval, and asks early when a pushed change calls for it, until shut
+    /// down; releases everything on the way out.
+    pub(super) async fn run(mut self) -> Result<(), EventStorageError> {
+        let mut changes = None;
+        let mut subscribing = self.subscribe();
+        let mut due = Due {
+            renewal: Instant::now(),
+            look: None,
+            claim: None,
+        };
+        let mut settling_wait = FIRST_SETTLING_WAIT;
+        loop {
+            let scope = match self.wait(&mut due, &mut changes, &mut subscribing).await {
+                Wake::Shutdown => return self.release_all().await,
+                Wake::Handovers => {
+                    self.hand_over_due().await;
+                    continue;
+                }
+                Wake::Claim => {
+                    due.claim = None;
+                    let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
+                    match while_waiting(&shared, &mut shutdown, self.claim()).await {
+                        None => return self.release_all().await,
+                        Some(Err(EventStorageError::Closed)) => return self.stop(),
+                        Some(Err(error)) => self.warn("claiming released partitions", &error),
+                        Some(Ok(())) => {}
+                    }
+                    continue;
+                }
+                Wake::Renewal => {
+                    due.renewal = Instant::now() + jittered(self.settings.request_interval);
+                    due.claim = None;
+                    self.released.clear();
+                    Scope::Renewal
+                }
+                Wake::Look => Scope::Changes,
+            };
+            due.look = None;
+            let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
+            let pace = match while_waiting(&shared, &mut shutdown, self.round(scope)).await {
+                None => return self.release_all().await,
+                Some(Err(EventStorageError::Closed)) => return self.stop(),
+                Some(Err(error)) => {
+                    self.warn("partition round", &error);
+                    Pace::Steady
+                }
+                Some(Ok(pace)) => pace,
+            };
+            if let Pace::Settling = pace {
+                let wait = settling_wait.min(self.settings.request_interval) + herd_jitter();
+                settling_wait = settling_wait.saturating_mul(2);
+                due.look = Some(Instant::now() + wait);
+            } else {
+                settling_wait = FIRST_SETTLING_WAIT;
+            }
+        }
+    }
+
+    /// The storage closed: nothing is held any more.
+    fn stop(&self) -> Result<(), EventStorageError> {
+        self.shared.lapse(true);
+        Ok(())
+    }
+
+    fn warn(&self, what: &str, error: &EventStorageError) {
+        tracing::warn!(group = %self.shared.group, owner = %self.shared.owner,
+            error = %error.report(), "{what} failed; the next renewal tries again");
+    }
+
+    /// Follows the storage's lease changes on a task of its own, if it pushes any.
+    fn subscribe(&self) -> Option<JoinHandle<Option<LeaseChanges>>> {
+        if !self.storage.supports(Capability::LeaseChanges) {
+            return None;
+        }
+        let storage = Arc::clone(&self.storage);
+        let shared = Arc::clone(&self.shared);
+        Some(tokio::spawn(async move {
+            match storage.subscribe_lease_changes(LeaseScope::All).await {
+                Ok(changes) => Some(changes),
+                Err(error) => {
+                    tracing::warn!(group = %shared.group, owner = %shared.owner,
+                        error = %error.report(), "cannot follow pushed lease changes; polling only");
+                    None
+                }
+            }
+        }))
+    }
+
+    /// Waits until a request is due, which pushed changes may bring forward; returns early on
+    /// shutdown and when handovers are due.
+    async fn wait(
+        &mut self,
+        due: &mut Due,
+        changes: &mut Option<LeaseChanges>,
+        subscribing: &mut Option<JoinHandle<Option<LeaseChanges>>>,
+    ) -> Wake {
+        loop {
+            let (at, wake) = due.next();
+            let drain = self.drain_deadlines.values().min().copied();
+            let shared = Arc::clone(&self.shared);
+            let mut shutdown = self.shutdown.clone();
+            let woken = while_waiting(&shared, &mut shutdown, async {
+                tokio::select! {
+                    () = sleep_until(at) => Woken::Due(wake),
+                    () = shared.acknowledgement.notified() => Woken::Acknowledgement,
+                    () = sleep_until(drain.unwrap_or(at)), if drain.is_some() => Woken::DrainTimeout,
+                    notice = next_notice(changes) => Woken::Notice(notice),
+                    subscribed = subscription(subscribing) => Woken::Subscribed(subscribed),
+                }
+            })
+            .await;
+            match woken {
+                None => return Wake::Shutdown,
+                Some(Woken::Due(wake)) => return wake,
+                Some(Woken::Acknowledgement | Woken::DrainTimeout) => return Wake::Handovers,
+                Some(Woken::Subscribed(subscribed)) => {
+                    *subscribing = None;
+                    *changes = subscribed;
+                }
+                // The storage closed the subscription: poll from here on.
+                Some(Woken::Notice(None)) => *changes = None,
+                Some(Woken::Notice(Some(notice))) => {
+                    if let Some((follow_up, delay)) = self.follow_up(&notice) {
+                        let at = Instant::now() + delay;
+                        let slot = match follow_up {
+                            FollowUp::Look => &mut due.look,
+                            FollowUp::Claim(partition) => {
+                                self.released.insert(partition);
+                                &mut due.claim
+                            }
+                        };
+                        *slot = Some(slot.map_or(at, |due| due.min(at)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Drives `work` to completion, lapsing every partition when the deadline passes meanwhile.
+/// `None` when shut down first.
+async fn while_waiting<T>(
+    shared: &Shared,
+    shutdown: &mut watch::Receiver<bool>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(work);
+    if *shutdown.borrow() {
+        return None;
+    }
+    loop {
+        let deadline = shared.holdings().deadline;
+        tokio::select! {
+            biased;
+            Ok(()) = shutdown.changed() => return None,
+            output = &mut work => return Some(output),
+            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                tracing::warn!(group = %shared.group, owner = %shared.owner,
+                    "deadline passed without a confirmed renewal; holding no partition");
+                shared.lapse(false);
+            }
+        }
+    }
+}
+
+/// The next pushed notice, or never when nothing is pushed.
+async fn next_notice(changes: &mut Option<LeaseChanges>) -> Option<LeaseNotice> {
+    match changes {
+        Some(changes) => changes.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The subscription once it is ready, or never when none is on its way.
+async fn subscription(
+    subscribing: &mut Option<JoinHandle<Option<LeaseChanges>>>,
+) -> Option<LeaseChanges> {
+    match subscribing {
+        Some(task) => task.await.ok().flatten(),
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,124 @@
+//! Letting partitions go: handovers, withdrawn registrations, and leaving the group.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+use tokio::time::{timeout, Instant};
+
+use super::PartitionLoop;
+use crate::partitions::names::{member_lease_name, partition_lease_name};
+use crate::partitions::watch::Holdings;
+use crate::EventStorageError;
+
+impl PartitionLoop {
+    /// Withdraws the contender registrations of partitions neither in the target nor held any
+    /// more, so that a stale registration never asks their holder to step down.
+    pub(super) async fn withdraw_dropped(
+        &self,
+        previous: &Holdings,
+        previous_target: &BTreeSet<u32>,
+    ) {
+        let holdings = self.shared.holdings();
+        let dropped: BTreeSet<u32> = previous
+            .held
+            .keys()
+            .chain(previous.handing_over.keys())
+            .chain(previous_target.iter())
+            .copied()
+            .filter(|partition| {
+                !self.target.contains(partition)
+                    && !holdings.held.contains_key(partition)
+                    && !holdings.handing_over.contains_key(partition)
+            })
+            .collect();
+        if !dropped.is_empty() {
+            self.release(dropped.into_iter().collect()).await;
+        }
+    }
+
+    /// Releases the partitions whose handover is due: acknowledged by the work, or past the
+    /// drain timeout.
+    pub(super) async fn hand_over_due(&mut self) {
+        let now = Instant::now();
+        let acknowledged = self.shared.take_acknowledged();
+        let mut holdings = self.shared.holdings();
+        let due: Vec<u32> = holdings
+            .handing_over
+            .keys()
+            .copied()
+            .filter(|partition| {
+                acknowledged.contains(partition)
+                    || self
+                        .drain_deadlines
+                        .get(partition)
+                        .is_some_and(|deadline| *deadline <= now)
+            })
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for partition in &due {
+            holdings.handing_over.remove(partition);
+            self.drain_deadlines.remove(partition);
+        }
+        // Stop renewing them before the release: whatever the release's fate, they lapse.
+        self.shared.publish(holdings);
+        tracing::info!(group = %self.shared.group, owner = %self.shared.owner, partitions = ?due,
+            "handing partitions over");
+        self.release(due).await;
+    }
+
+    /// Releases `partitions` concurrently, each given up after a ttl.
+    async fn release(&self, partitions: Vec<u32>) {
+        let mut releases = JoinSet::new();
+        for partition in partitions {
+            let lease_name = partition_lease_name(&self.shared.group, partition);
+            releases.spawn(self.release_one(lease_name));
+        }
+        while releases.join_next().await.is_some() {}
+    }
+
+    fn release_one(
+        &self,
+        lease_name: String,
+    ) -> impl Future<Output = Result<(), EventStorageError>> + Send + 'static {
+        let storage = Arc::clone(&self.storage);
+        let owner = self.shared.owner.clone();
+        let ttl = self.settings.ttl;
+        async move {
+            let released = match timeout(ttl, storage.release_lease(&lease_name, &owner)).await {
+                Ok(released) => released,
+                Err(_elapsed) => Err(EventStorageError::Timeout {
+                    operation: format!("release_lease({lease_name})"),
+                    after: ttl,
+                }),
+            };
+            if let Err(error) = &released {
+                tracing::warn!(lease = %lease_name, %owner, error = %error.report(),
+                    "release failed; the lease expires after its ttl");
+            }
+            released
+        }
+    }
+
+    /// Leaves the group: the membership first, so that the others rebalance at once, then
+    /// every partition held or asked for.
+    pub(super) async fn release_all(&mut self) -> Result<(), EventStorageError> {
+        let holdings = self.shared.holdings();
+        self.shared.lapse(true);
+        let membership = self
+            .release_one(member_lease_name(&self.shared.group, &self.shared.owner))
+            .await;
+        let partitions: BTreeSet<u32> = holdings
+            .held
+            .keys()
+            .chain(holdings.handing_over.keys())
+            .chain(self.target.iter())
+            .copied()
+            .collect();
+        self.release(partitions.into_iter().collect()).await;
+        membership
+    }
+}

@@ -1,0 +1,235 @@
+//! What a member asks the storage: rounds that read the group and send a batch, and claims.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{timeout, Instant};
+
+use super::{Pace, PartitionLoop};
+use crate::partitions::names::{member_lease_name, partition_lease_name};
+use crate::partitions::view::{GroupView, Plan};
+use crate::partitions::watch::Holdings;
+use crate::{EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
+
+/// The priority a member asks for its target partitions with; every other request uses
+/// [`OTHER_PRIORITY`], so a holder of a partition that should move is asked to step down.
+const TARGET_PRIORITY: i64 = 1;
+/// The priority of the membership lease and of held partitions that should move.
+const OTHER_PRIORITY: i64 = 0;
+
+/// What a round sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// Everything: the membership, the target and every partition held, which confirms them
+    /// all until a new deadline. Once per request interval.
+    Renewal,
+    /// Only what should change: the target partitions not held (with the target priority)
+    /// and the held partitions out of the target (with the other one, so that their target
+    /// member's request asks for a step-down). For the rounds a pushed change calls for.
+    Changes,
+}
+
+impl PartitionLoop {
+    /// Reads the group, updates the target, sends what `scope` asks for and publishes the
+    /// answers; how soon to look again.
+    pub(super) async fn round(&mut self, scope: Scope) -> Result<Pace, EventStorageError> {
+        let previous_target = self.target.clone();
+        let mut unheld = None;
+        let pace = match self.read_plan().await {
+            Ok(plan) => {
+                self.target = plan.target.into_iter().collect();
+                unheld = Some(plan.unheld);
+                if plan.settled {
+                    Pace::Steady
+                } else {
+                    Pace::Settling
+                }
+            }
+            Err(EventStorageError::Closed) => return Err(EventStorageError::Closed),
+            Err(error) => {
+                // Without a fresh view the last target stands: renewing what is held matters
+                // more than balance.
+                tracing::warn!(group = %self.shared.group, owner = %self.shared.owner,
+                    error = %error.report(), "cannot read the group; keeping the last target");
+                Pace::Steady
+            }
+        };
+        let before = self.shared.holdings();
+        let partitions = match scope {
+            Scope::Renewal => self.everything(&before),
+            Scope::Changes => self.changes(&before, unheld.as_ref()),
+        };
+        self.send_and_apply(scope, partitions).await?;
+        self.withdraw_dropped(&before, &previous_target).await;
+        Ok(pace)
+    }
+
+    /// Asks for the target partitions released since the last claim, without reading the
+    /// group: the target is known, so one small batch takes them.
+    pub(super) async fn claim(&mut self) -> Result<(), EventStorageError> {
+        let holdings = self.shared.holdings();
+        let released = std::mem::take(&mut self.released);
+        let wanted: Vec<u32> = self
+            .missing(&holdings)
+            .intersection(&released)
+            .copied()
+            .collect();
+        self.send_and_apply(Scope::Changes, wanted).await
+    }
+
+    /// This member's plan, from the group's leases on the storage's clock.
+    async fn read_plan(&self) -> Result<Plan, EventStorageError> {
+        let (leases, now) = tokio::join!(self.storage.get_leases(), self.storage.storage_time());
+        let view = GroupView::read(&self.names, &leases?, now?, &self.shared.owner);
+        Ok(view.plan(self.shared.partitions, &self.shared.owner))
+    }
+
+    /// The target, and every partition still held (renewed until handed over).
+    fn everything(&self, holdings: &Holdings) -> Vec<u32> {
+        let mut partitions: BTreeSet<u32> = self.target.clone();
+        partitions.extend(holdings.held.keys());
+        partitions.extend(holdings.handing_over.keys());
+        partitions.into_iter().collect()
+    }
+
+    /// The target partitions nobody holds or this member has not registered for (those
+    /// another member holds come with its release, which the registration as contender asked
+    /// for), and the held ones out of the target. Without a view of the group, every target
+    /// partition not held.
+    fn changes(&self, holdings: &Holdings, unheld: Option<&BTreeSet<u32>>) -> Vec<u32> {
+        let mut partitions = self.missing(holdings);
+        if let Some(unheld) = unheld {
+            partitions.retain(|partition| {
+                unheld.contains(partition) || !self.registered.contains(partition)
+            });
+        }
+        partitions.extend(
+            holdings
+                .held
+                .keys()
+                .filter(|partition| !self.target.contains(partition)),
+        );
+        partitions.into_iter().collect()
+    }
+
+    fn missing(&self, holdings: &Holdings) -> BTreeSet<u32> {
+        self.target
+            .iter()
+            .copied()
+            .filter(|partition| {
+                !holdings.held.contains_key(partition)
+                    && !holdings.handing_over.contains_key(partition)
+            })
+            .collect()
+    }
+
+    /// Sends one batch for `partitions` (and the membership with a renewal) and publishes
+    /// what the answers mean.
+    async fn send_and_apply(
+        &mut self,
+        scope: Scope,
+        partitions: Vec<u32>,
+    ) -> Result<(), EventStorageError> {
+        let renewal = scope == Scope::Renewal;
+        if partitions.is_empty() && !renewal {
+            return Ok(());
+        }
+        let mut requests = Vec::with_capacity(partitions.len() + 1);
+        if renewal {
+            let membership = member_lease_name(&self.shared.group, &self.shared.owner);
+            requests.push(self.request(membership, OTHER_PRIORITY));
+        }
+        for partition in &partitions {
+            let priority = if self.target.contains(partition) {
+                TARGET_PRIORITY
+            } else {
+                OTHER_PRIORITY
+            };
+            let lease_name = partition_lease_name(&self.shared.group, *partition);
+            requests.push(self.request(lease_name, priority));
+        }
+        if renewal {
+            self.registered.clear();
+        }
+        self.registered
+            .extend(partitions.iter().filter(|p| self.target.contains(p)));
+        let sent = Instant::now();
+        let valid_until = sent + self.settings.ttl - self.settings.safety_margin;
+        let responses = self.send(requests, valid_until - sent).await?;
+        if Instant::now() >= valid_until {
+            // Too late to confer anything; what was held lapses at its own deadline.
+            return Ok(());
+        }
+        let answers = &responses[usize::from(renewal)..];
+        self.apply(scope, &partitions, answers, valid_until);
+        Ok(())
+    }
+
+    /// Sends a batch, giving up after `limit`.
+    async fn send(
+        &self,
+        requests: Vec<LeaseRequest>,
+        limit: Duration,
+    ) -> Result<Vec<LeaseResponse>, EventStorageError> {
+        let storage = Arc::clone(&self.storage);
+        match timeout(limit, async move { storage.request_leases(requests).await }).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => Err(EventStorageError::Timeout {
+                operation: format!("request_leases(group {})", self.shared.group),
+                after: limit,
+            }),
+        }
+    }
+
+    fn request(&self, lease_name: String, priority: i64) -> LeaseRequest {
+        LeaseRequest::new(
+            lease_name,
+            self.shared.owner.clone(),
+            priority,
+            self.settings.ttl,
+        )
+    }
+
+    /// Publishes what the answers mean: held, being handed over, or not held.
+    ///
+    /// A renewal confirmed every partition held, so its deadline replaces the last one; any
+    /// other batch confirmed only some, so the earlier deadline stands for all.
+    fn apply(
+        &mut self,
+        scope: Scope,
+        partitions: &[u32],
+        answers: &[LeaseResponse],
+        valid_until: Instant,
+    ) {
+        let mut holdings = match scope {
+            Scope::Renewal => Holdings::default(),
+            Scope::Changes => self.shared.holdings(),
+        };
+        holdings.deadline = match (scope, holdings.deadline) {
+            (Scope::Changes, Some(deadline)) => Some(deadline.min(valid_until)),
+            _ => Some(valid_until),
+        };
+        for (partition, answer) in partitions.iter().zip(answers) {
+            holdings.held.remove(partition);
+            holdings.handing_over.remove(partition);
+            let token = answer.fencing_token;
+            match answer.status {
+                LeaseStatus::Leader => {
+                    holdings.held.insert(*partition, token);
+                }
+                LeaseStatus::LeaderStepDownRequested => {
+                    holdings.handing_over.insert(*partition, token);
+                }
+                LeaseStatus::Standby => {}
+            }
+        }
+        let drain = Instant::now() + self.settings.drain_timeout;
+        self.drain_deadlines
+            .retain(|partition, _| holdings.handing_over.contains_key(partition));
+        for partition in holdings.handing_over.keys() {
+            self.drain_deadlines.entry(*partition).or_insert(drain);
+        }
+        self.shared.publish(holdings);
+    }
+}
