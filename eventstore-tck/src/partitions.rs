@@ -27,7 +27,7 @@ use eventstore_api::{
 use tokio::task::JoinHandle;
 
 use crate::support::{self, DEADLINE};
-use crate::wrappers::EventsOnly;
+use crate::wrappers::{EventsOnly, Unreliable};
 use crate::StorageFactory;
 
 /// The group every scenario shares out.
@@ -363,6 +363,45 @@ pub async fn partitioned_projectors_lose_no_event_across_joins_leaves_and_crashe
     for worker in workers {
         worker.shutdown().await;
     }
+}
+
+/// While the storage hangs, a member gives up every partition by the deadline of its last
+/// confirmed batch (its send time plus the ttl minus the margin), even with requests still
+/// hanging, and holds its share again once the storage answers.
+pub async fn a_member_gives_up_its_partitions_by_the_deadline_while_the_storage_hangs<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = Arc::new(Unreliable::new(factory.create().await));
+    if !storage.supports(Capability::Lease) {
+        assert_refused(storage);
+        return;
+    }
+    let handle: Arc<dyn EventStorage> = storage.clone();
+    let member = Member::start(&handle, 0, TTL, INTERVAL);
+    wait_balanced(std::slice::from_ref(&member), "one member").await;
+
+    storage.hang(true);
+    // Every batch confirmed so far was sent before this instant.
+    let hung_at = Instant::now();
+    support::eventually("the member to give its partitions up", || async {
+        member.watch.held().is_empty()
+    })
+    .await;
+    assert!(
+        storage.hung_calls() > 0,
+        "the partitions lapsed while a request still hung"
+    );
+    tokio::time::sleep_until((hung_at + TTL).into()).await;
+    assert!(
+        member.watch.held().is_empty() && member.watch.handing_over().is_empty(),
+        "a ttl after the hang began the member holds nothing"
+    );
+
+    storage.hang(false);
+    wait_balanced(std::slice::from_ref(&member), "the storage answers again").await;
+    member.shutdown().await;
 }
 
 // ---------------------------------------------------------------------------------------------

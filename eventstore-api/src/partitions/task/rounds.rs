@@ -78,9 +78,18 @@ impl PartitionLoop {
         self.send_and_apply(Scope::Changes, wanted).await
     }
 
-    /// This member's plan, from the group's leases on the storage's clock.
+    /// This member's plan, from the group's leases on the storage's clock. Given up after a
+    /// request interval: a hung read must not hold up the renewal that follows it.
     async fn read_plan(&self) -> Result<Plan, EventStorageError> {
-        let (leases, now) = tokio::join!(self.storage.get_leases(), self.storage.storage_time());
+        let limit = self.settings.request_interval;
+        let read = async { tokio::join!(self.storage.get_leases(), self.storage.storage_time()) };
+        let (leases, now) =
+            timeout(limit, read)
+                .await
+                .map_err(|_elapsed| EventStorageError::Timeout {
+                    operation: format!("reading partition group {}", self.shared.group),
+                    after: limit,
+                })?;
         let view = GroupView::read(&self.names, &leases?, now?, &self.shared.owner);
         Ok(view.plan(self.shared.partitions, &self.shared.owner))
     }
