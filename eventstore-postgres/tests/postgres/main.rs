@@ -20,6 +20,7 @@ mod lease_contenders;
 mod least_privileges;
 mod lock_timeout;
 mod prefixes;
+mod projector_faults;
 mod read_your_writes;
 mod restart;
 mod session_locks;
