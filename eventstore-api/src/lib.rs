@@ -6,6 +6,9 @@
 //!   optional, and the one error type [`EventStorageError`].
 //! - **Leases**: [`LeaseRequest`], [`LeaseResponse`], [`Lease`], [`FencingToken`] and
 //!   [`Fence`], for leader election where exactly one instance processes a stream.
+//! - **Built on the SPI**: the typed [`EventStore`] facade, [`Projector`]s with bookmarks, the
+//!   [`LeaderElector`] (one instance processes, the others stand by) and the
+//!   [`PartitionElector`] (many partitions spread over the live instances, each fenced).
 //! - **For backend authors**: the input rules and the order calls are answered in
 //!   ([`admission`], [`validate`]), the idempotency rule ([`idempotency`]) and the lease rules
 //!   for in-process backends ([`in_process`]).
