@@ -24,7 +24,7 @@
 //! Like the [`LeaderElector`](crate::LeaderElector), a partition counts only until the send
 //! time of the last confirmed request plus the ttl minus the safety margin, on this process's
 //! monotonic clock, and [`PartitionWatch::held`] checks that deadline on every call. Every
-//! write stamped with a partition's [`Fence`](crate::Fence) is refused once another member
+//! write stamped with a partition's [`Fence`] is refused once another member
 //! holds it, so a paused member cannot write into a partition that moved.
 //!
 //! With a storage that pushes lease changes ([`Capability::LeaseChanges`]) an elector runs a
