@@ -350,3 +350,19 @@ BEGIN
     RETURN v_token IS NOT NULL;
 END
 $$;
+
+
+-- Each function runs with search_path pinned to the schema it lives in, then pg_temp (last,
+-- so that no temporary object stands in either; pg_catalog is searched first): a same-named
+-- table or function in another schema earlier in a caller's path never stands in for what
+-- the functions use. CREATE OR REPLACE clears the setting, so it is set again each time.
+DO $pin$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION __prefix__request_leases(text[], text[], bigint[], interval[], text) '
+        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION __prefix__release_lease(text, text, text) '
+        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
+END
+$pin$;

@@ -288,10 +288,14 @@ async fn validate_catalog(
         .iter()
         .map(|(function, arguments)| format!("{}({arguments})", prefix.name(function)))
         .collect();
-    let sources: Vec<(String, Option<String>)> = sqlx::query_as(
-        "SELECT t.signature, p.prosrc \
+    // A function's search_path must be pinned to its own schema (see the end of the script).
+    let sources: Vec<(String, Option<String>, Option<bool>)> = sqlx::query_as(
+        "SELECT t.signature, p.prosrc, \
+                coalesce(p.proconfig @> ARRAY['search_path=' || quote_ident(n.nspname) \
+                                              || ', pg_temp'], false) \
          FROM unnest($1::text[]) AS t(signature) \
-         LEFT JOIN pg_proc AS p ON p.oid = to_regprocedure(t.signature)",
+         LEFT JOIN pg_proc AS p ON p.oid = to_regprocedure(t.signature) \
+         LEFT JOIN pg_namespace AS n ON n.oid = p.pronamespace",
     )
     .bind(&signatures)
     .fetch_all(&mut *connection)
@@ -300,9 +304,16 @@ async fn validate_catalog(
     let script = prefix.apply(SCHEMA_SQL);
     for (signature, shipped) in signatures.iter().zip(function_bodies(&script)) {
         let object = format!("function {signature}");
-        match sources.iter().find(|(s, _)| s == signature) {
-            Some((_, Some(source))) if source == shipped => {}
-            Some((_, Some(_))) => {
+        match sources.iter().find(|(s, ..)| s == signature) {
+            Some((_, Some(source), Some(true))) if source == shipped => {}
+            Some((_, Some(source), _)) if source == shipped => {
+                return Err(schema_error(
+                    object,
+                    "does not pin its search_path to its own schema and pg_temp \
+                     (apply the shipped DDL again)",
+                ))
+            }
+            Some((_, Some(_), _)) => {
                 return Err(schema_error(
                     object,
                     "differs from the shipped definition (apply the shipped DDL again)",

@@ -22,5 +22,6 @@ mod lock_timeout;
 mod prefixes;
 mod read_your_writes;
 mod restart;
+mod search_path;
 mod session_locks;
 mod throwaway_cluster;
