@@ -19,6 +19,7 @@ mod lease_changes;
 mod lease_contenders;
 mod least_privileges;
 mod lock_timeout;
+mod pooler;
 mod prefixes;
 mod read_your_writes;
 mod restart;

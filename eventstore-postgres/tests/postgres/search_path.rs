@@ -24,9 +24,7 @@ async fn shadowing_objects_earlier_in_the_callers_path_change_nothing() {
 
     // Tables of the same names, and a clock stuck in 2001, in a schema searched first (even
     // before pg_catalog, which a path may name explicitly).
-    let mut caller = PgConnection::connect(&common::database_url())
-        .await
-        .unwrap();
+    let mut caller = PgConnection::connect(&common::direct_url()).await.unwrap();
     for statement in [
         format!("CREATE SCHEMA {shadow}"),
         format!(
