@@ -21,9 +21,17 @@ pub(crate) async fn place(
     let operation = format!("place the bookmark of {reader:?}");
     match fence {
         None => {
-            let mut session = shared.session(&operation).await?;
-            upsert(shared, &mut session, reader, reference, &tags, &operation).await?;
-            shared.end(&operation, session).await
+            let mut connection = shared.connection_for(&operation).await?;
+            upsert(
+                shared,
+                &mut connection,
+                reader,
+                reference,
+                &tags,
+                &operation,
+            )
+            .await?;
+            shared.end(&operation, connection).await
         }
         Some(fence) => {
             let mut transaction = shared.begin(&operation).await?;
@@ -81,7 +89,7 @@ async fn upsert(
 pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<EventReference>> {
     let operation = "read a bookmark";
     let failing = shared.settings.failing(operation);
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let row = sqlx::query(&format!(
         "SELECT e.id, e.position, e.tx::text AS tx_text \
          FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id WHERE b.reader = $1",
@@ -90,10 +98,10 @@ pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<E
     ))
     .bind(reader)
     .persistent(shared.settings.prepared_statements)
-    .fetch_optional(&mut *session)
+    .fetch_optional(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     row.as_ref()
         .map(decode_reference)
         .transpose()
@@ -103,24 +111,24 @@ pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<E
 /// Removes `reader`'s bookmark, if any.
 pub(crate) async fn remove(shared: &Shared, reader: &str) -> StorageResult<()> {
     let operation = "remove a bookmark";
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     sqlx::query(&format!(
         "DELETE FROM {bookmarks} WHERE reader = $1",
         bookmarks = shared.prefix.name("bookmarks")
     ))
     .bind(reader)
     .persistent(shared.settings.prepared_statements)
-    .execute(&mut *session)
+    .execute(&mut *connection)
     .await
     .map_err(|e| shared.settings.failing(operation).map(e))?;
-    shared.end(operation, session).await
+    shared.end(operation, connection).await
 }
 
 /// Every bookmark, by reader in byte order.
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
     let operation = "list bookmarks";
     let failing = shared.settings.failing(operation);
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
         "SELECT b.reader, b.tags, b.updated_at, e.id, e.position, e.tx::text AS tx_text \
          FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id \
@@ -129,10 +137,10 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
         events = shared.prefix.name("events"),
     ))
     .persistent(shared.settings.prepared_statements)
-    .fetch_all(&mut *session)
+    .fetch_all(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     rows.iter()
         .map(|row| {
             let tags: Vec<String> = row.try_get("tags")?;

@@ -30,7 +30,7 @@ pub(crate) async fn request(
     let owners: Vec<&str> = requests.iter().map(|r| r.owner.as_str()).collect();
     let priorities: Vec<i64> = requests.iter().map(|r| r.priority).collect();
     let ttls: Vec<PgInterval> = requests.iter().map(|r| interval(r.ttl)).collect();
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
         "SELECT r.lease_status, r.lease_token, r.lease_owner \
          FROM {function}($1, $2, $3, $4, $5) WITH ORDINALITY AS r \
@@ -43,10 +43,10 @@ pub(crate) async fn request(
     .bind(ttls)
     .bind(shared.settings.lock_timeout_setting())
     .persistent(shared.settings.prepared_statements)
-    .fetch_all(&mut *session)
+    .fetch_all(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     if rows.len() != requests.len() {
         return Err(EventStorageError::backend(
             "request_leases answered a different number of requests than it was sent",
@@ -62,7 +62,7 @@ pub(crate) async fn request(
 pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> StorageResult<()> {
     let operation = "release a lease";
     let failing = shared.settings.failing(operation);
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     sqlx::query(&format!(
         "SELECT {function}($1, $2, $3)",
         function = shared.prefix.name("release_lease")
@@ -71,27 +71,27 @@ pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> S
     .bind(owner)
     .bind(shared.settings.lock_timeout_setting())
     .persistent(shared.settings.prepared_statements)
-    .execute(&mut *session)
+    .execute(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
-    shared.end(operation, session).await
+    shared.end(operation, connection).await
 }
 
 /// Every lease row, by name in byte order.
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
     let operation = "list leases";
     let failing = shared.settings.failing(operation);
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
         "SELECT lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl \
          FROM {leases} ORDER BY lease_name COLLATE \"C\"",
         leases = shared.prefix.name("leases")
     ))
     .persistent(shared.settings.prepared_statements)
-    .fetch_all(&mut *session)
+    .fetch_all(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     rows.iter()
         .map(|row| decode_lease(row).map_err(|e| failing.map(e)))
         .collect()
@@ -100,13 +100,13 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
 /// PostgreSQL's `now()`.
 pub(crate) async fn storage_time(shared: &Shared) -> StorageResult<DateTime<Utc>> {
     let operation = "read the storage time";
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let now = sqlx::query_scalar("SELECT now()")
         .persistent(shared.settings.prepared_statements)
-        .fetch_one(&mut *session)
+        .fetch_one(&mut *connection)
         .await
         .map_err(|e| shared.settings.failing(operation).map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     Ok(now)
 }
 

@@ -10,7 +10,7 @@ use crate::init_mode::DatabaseInitMode;
 use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::prefix::TablePrefix;
 use crate::settings::Settings;
-use crate::statements::Session;
+use crate::statements::CallConnection;
 
 /// What preparing the schema is called in errors.
 const OPERATION: &str = "prepare the schema";
@@ -133,23 +133,23 @@ async fn initialize_schema(
     match mode {
         DatabaseInitMode::None => Ok(()),
         DatabaseInitMode::Validate => {
-            let mut session = Session::open(pool, settings, OPERATION).await?;
-            validate(&mut session, prefix, settings.prepared_statements).await?;
-            session.end(settings, OPERATION).await
+            let mut connection = CallConnection::open(pool, settings, OPERATION).await?;
+            validate(&mut connection, prefix, settings.prepared_statements).await?;
+            connection.end(settings, OPERATION).await
         }
         DatabaseInitMode::Ensure | DatabaseInitMode::Recreate => {
             let recreate = mode == DatabaseInitMode::Recreate;
             if !recreate {
                 // A complete schema is only read: no lock, no DDL, nothing for a running
                 // system to wait on.
-                let mut session = Session::open(pool, settings, OPERATION).await?;
-                if validate(&mut session, prefix, settings.prepared_statements)
+                let mut connection = CallConnection::open(pool, settings, OPERATION).await?;
+                if validate(&mut connection, prefix, settings.prepared_statements)
                     .await
                     .is_ok()
                 {
-                    return session.end(settings, OPERATION).await;
+                    return connection.end(settings, OPERATION).await;
                 }
-                drop(session);
+                drop(connection);
             }
             let mut transaction = pool
                 .begin_with(BEGIN_READ_COMMITTED)

@@ -20,38 +20,41 @@ use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::settings::Settings;
 
 /// A connection for one call's statements: a pooled connection as it is when statements are
-/// prepared, else a `READ COMMITTED` transaction that [`Session::end`] commits.
+/// prepared, else a `READ COMMITTED` transaction that [`CallConnection::end`] commits.
 #[derive(Debug)]
-pub(crate) enum Session {
+pub(crate) enum CallConnection {
     /// Statements prepared under names the connection caches.
     Pooled(PoolConnection<Postgres>),
     /// Unnamed statements, kept on one server connection by the transaction.
     Transaction(Transaction<'static, Postgres>),
 }
 
-impl Session {
-    /// A session on `pool` for `operation`, as `settings` say statements are sent.
+impl CallConnection {
+    /// A connection on `pool` for `operation`, as `settings` say statements are sent.
     pub(crate) async fn open(
         pool: &PgPool,
         settings: &Settings,
         operation: &str,
-    ) -> StorageResult<Session> {
+    ) -> StorageResult<CallConnection> {
         let failing = |e| settings.failing(operation).map(e);
         if settings.prepared_statements {
-            pool.acquire().await.map(Session::Pooled).map_err(failing)
+            pool.acquire()
+                .await
+                .map(CallConnection::Pooled)
+                .map_err(failing)
         } else {
             pool.begin_with(BEGIN_READ_COMMITTED)
                 .await
-                .map(Session::Transaction)
+                .map(CallConnection::Transaction)
                 .map_err(failing)
         }
     }
 
-    /// Ends the session after its statements succeeded: commits its transaction, if any.
+    /// Ends the call after its statements succeeded: commits its transaction, if any.
     pub(crate) async fn end(self, settings: &Settings, operation: &str) -> StorageResult<()> {
         match self {
-            Session::Pooled(_) => Ok(()),
-            Session::Transaction(transaction) => transaction
+            CallConnection::Pooled(_) => Ok(()),
+            CallConnection::Transaction(transaction) => transaction
                 .commit()
                 .await
                 .map_err(|e| settings.failing(operation).map(e)),
@@ -59,22 +62,22 @@ impl Session {
     }
 }
 
-impl Deref for Session {
+impl Deref for CallConnection {
     type Target = PgConnection;
 
     fn deref(&self) -> &PgConnection {
         match self {
-            Session::Pooled(connection) => connection,
-            Session::Transaction(transaction) => transaction,
+            CallConnection::Pooled(connection) => connection,
+            CallConnection::Transaction(transaction) => transaction,
         }
     }
 }
 
-impl DerefMut for Session {
+impl DerefMut for CallConnection {
     fn deref_mut(&mut self) -> &mut PgConnection {
         match self {
-            Session::Pooled(connection) => connection,
-            Session::Transaction(transaction) => transaction,
+            CallConnection::Pooled(connection) => connection,
+            CallConnection::Transaction(transaction) => transaction,
         }
     }
 }

@@ -48,9 +48,9 @@ pub(crate) async fn append(
         Appended::nothing()
     } else {
         // Nothing to check: one statement in autocommit, which takes the stream lock itself.
-        let mut session = shared.session(&operation).await?;
-        let appended = insert(shared, &mut session, stream, events, &operation).await?;
-        shared.end(&operation, session).await?;
+        let mut connection = shared.connection_for(&operation).await?;
+        let appended = insert(shared, &mut connection, stream, events, &operation).await?;
+        shared.end(&operation, connection).await?;
         appended
     };
     let last_tx = appended.events.iter().map(|event| event.reference.tx).max();

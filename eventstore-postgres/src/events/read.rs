@@ -43,14 +43,14 @@ pub(crate) async fn query(
     }
     let operation = "query events";
     let failing = shared.settings.failing(operation);
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let rows = query
         .build()
         .persistent(shared.settings.prepared_statements)
-        .fetch_all(&mut *session)
+        .fetch_all(&mut *connection)
         .await
         .map_err(|e| failing.map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     rows.iter()
         .map(|row| decode_event(row).map_err(|e| failing.map(e)))
         .collect()
@@ -60,17 +60,17 @@ pub(crate) async fn query(
 pub(crate) async fn get_by_id(shared: &Shared, id: EventId) -> StorageResult<Option<StoredEvent>> {
     let operation = "get an event by id";
     let failing = shared.settings.failing(operation);
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let row = sqlx::query(&format!(
         "SELECT {EVENT_COLUMNS} FROM {events} WHERE id = $1",
         events = shared.prefix.name("events")
     ))
     .bind(id.0)
     .persistent(shared.settings.prepared_statements)
-    .fetch_optional(&mut *session)
+    .fetch_optional(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     row.as_ref()
         .map(decode_event)
         .transpose()
@@ -90,14 +90,14 @@ pub(crate) async fn head(
     query.push(" ORDER BY tx DESC, position DESC LIMIT 1");
     let operation = "read the head of a stream";
     let failing = shared.settings.failing(operation);
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let row = query
         .build()
         .persistent(shared.settings.prepared_statements)
-        .fetch_optional(&mut *session)
+        .fetch_optional(&mut *connection)
         .await
         .map_err(|e| failing.map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     row.as_ref()
         .map(decode_reference)
         .transpose()

@@ -45,14 +45,14 @@ pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64) {
 /// Whether the visibility barrier has passed transaction `tx`.
 async fn barrier_passed(shared: &Shared, tx: u64) -> StorageResult<bool> {
     let operation = "wait for the visibility barrier";
-    let mut session = shared.session(operation).await?;
+    let mut connection = shared.connection_for(operation).await?;
     let passed =
         sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
             .bind(tx.to_string())
             .persistent(shared.settings.prepared_statements)
-            .fetch_one(&mut *session)
+            .fetch_one(&mut *connection)
             .await
             .map_err(|e| shared.settings.failing(operation).map(e))?;
-    shared.end(operation, session).await?;
+    shared.end(operation, connection).await?;
     Ok(passed)
 }
