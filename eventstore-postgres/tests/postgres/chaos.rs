@@ -1,6 +1,7 @@
 //! Chaos: leader electors on PostgreSQL, each leader writing fenced events as fast as it can,
-//! while the server kills their connections again and again, and then while the server
-//! crashes (`pg_ctl -m immediate`) and starts again. Never two leaders at one instant on the
+//! while the server kills their connections again and again and a standby is preferred over
+//! the leader every second (planned handovers), and then while the server crashes
+//! (`pg_ctl -m immediate`) and starts again. Never two leaders at one instant on the
 //! caller's clock, the fencing tokens of the stored writes never go down in storage order, and
 //! a leader leads again within ttl + request interval of the server being back.
 
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::elector::LeaderElector;
+use eventstore_api::elector::{LeaderElector, Leadership};
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Limit,
 };
@@ -29,6 +30,8 @@ const INTERVAL: Duration = Duration::from_millis(600);
 /// How long connections are killed for, and how often.
 const KILLING: Duration = Duration::from_secs(8);
 const KILL_EVERY: Duration = Duration::from_millis(30);
+/// How often a standby is preferred over the leader while connections are killed.
+const PREFER_EVERY: Duration = Duration::from_secs(1);
 /// The pause between a leader's fenced writes.
 const WRITE_EVERY: Duration = Duration::from_millis(5);
 /// The longest a first election may take.
@@ -58,8 +61,8 @@ struct Writes {
     refused: AtomicU64,
 }
 
-/// Writes fenced events, each naming its writer's token, whenever `elector` leads, until
-/// `stop` is set.
+/// Writes fenced events, each naming its writer's token, whenever `elector` leads, and
+/// acknowledges every step-down request at once, until `stop` is set.
 fn start_writer(
     elector: &LeaderElector,
     storage: Arc<dyn EventStorage>,
@@ -70,6 +73,9 @@ fn start_writer(
     let owner = elector.owner().to_owned();
     tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
+            if let Leadership::StepDownRequested { token } = watch.current() {
+                watch.acknowledge_step_down(token);
+            }
             if let Some(fence) = watch.fence() {
                 let event =
                     EventToStore::new("Written", json!({ "owner": owner, "token": fence.token.0 }));
@@ -161,10 +167,20 @@ async fn electors_survive_killed_connections_and_a_crash_with_rising_tokens_in_s
         .expect("an admin connection");
     let mut killed = 0;
     let mut rounds = 0;
+    let mut preferred = 0;
     let killing = Instant::now();
+    let mut next_preference = killing + PREFER_EVERY;
     while killing.elapsed() < KILLING {
         killed += kill_connections(&admin).await;
         rounds += 1;
+        if Instant::now() >= next_preference {
+            // A standby of the highest priority yet: the leader is asked to step down.
+            if let Some(standby) = electors.iter().find(|e| !e.is_leader()) {
+                preferred += 1;
+                standby.set_priority(preferred);
+            }
+            next_preference += PREFER_EVERY;
+        }
         let jitter = Duration::from_millis(rand::random::<u64>() % 60);
         tokio::time::sleep(KILL_EVERY + jitter).await;
     }
@@ -280,7 +296,7 @@ async fn electors_survive_killed_connections_and_a_crash_with_rising_tokens_in_s
     written_tokens.dedup();
     eprintln!(
         "{} handovers (tenures {:?}); {killed} connections killed in {rounds} rounds over \
-         {KILLING:?}; pg_ctl start took {start_took:?}, a leader {resumed:?} after it returned; \
+         {KILLING:?}, with {preferred} standbys preferred over the leader; pg_ctl start took {start_took:?}, a leader {resumed:?} after it returned; \
          {} samples, {} without a leader; \
          {stored} fenced writes stored under tokens {written_tokens:?}, {refused} refused; \
          {:?} in all",
