@@ -721,8 +721,8 @@ pub async fn concurrent_takeover_after_expiry_elects_exactly_one<F: StorageFacto
 /// Concurrent requests by one owner never move its lease's `heartbeat_at` backwards: a
 /// request that started earlier but is applied later must not stamp the earlier time over a
 /// later one, or the storage could expire the lease before the holder's own deadline. Each
-/// round races [`CONTENDERS`] renewals over two handles while `get_leases` is read again and
-/// again; no reading may be earlier than the one before.
+/// round races 16 renewals over two handles while `get_leases` is read again and again; no
+/// reading may be earlier than the one before.
 pub async fn concurrent_renewals_by_one_owner_never_move_the_heartbeat_back<F: StorageFactory>(
     factory: &F,
 ) {
