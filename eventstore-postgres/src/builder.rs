@@ -252,7 +252,9 @@ impl PostgresEventStorageBuilder {
     /// keep: give a direct connection with [`listen_url`](Self::listen_url), or the storage
     /// offers no push (see there).
     ///
-    /// The url parameter `pgbouncer=true` sets this to `false`; a value set here wins.
+    /// The url parameter `pgbouncer=true` sets this to `false`; a value set here wins. With a
+    /// caller's [`pool`](Self::pool) behind a pooler, set it here: sqlx's
+    /// `statement_cache_capacity(0)` alone still prepares every statement under a new name.
     pub fn prepared_statements(mut self, prepared_statements: bool) -> Self {
         self.prepared_statements = Some(prepared_statements);
         self
