@@ -6,6 +6,7 @@
 //! skips, except under `CI=true`, where it fails.
 
 use std::collections::HashSet;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -146,7 +147,11 @@ async fn a_full_disk_is_named_loses_nothing_and_is_recovered_from_after_a_reopen
         Ok(mounted) => mounted,
         Err(why) if required() => panic!("a tmpfs is required under CI=true: {why}"),
         Err(why) => {
-            eprintln!("skipping: cannot mount a tmpfs to fill ({why}); run as root");
+            // Straight to stderr, past the test harness's capture, so that the skip shows.
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping: cannot mount a tmpfs to fill ({why}); run as root"
+            );
             return;
         }
     };
@@ -170,8 +175,9 @@ async fn a_full_disk_is_named_loses_nothing_and_is_recovered_from_after_a_reopen
         }
     }
     let first_failure = first_failure.expect("a 3 MB file system must fill up");
-    eprintln!(
-        "{} events acknowledged before the disk filled",
+    let _ = writeln!(
+        std::io::stderr(),
+        "full disk: {} events acknowledged before the 3 MB tmpfs filled",
         acknowledged.len()
     );
     assert!(

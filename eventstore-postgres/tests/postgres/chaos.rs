@@ -5,6 +5,7 @@
 //! caller's clock, the fencing tokens of the stored writes never go down in storage order, and
 //! a leader leads again within ttl + request interval of the server being back.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -294,8 +295,10 @@ async fn electors_survive_killed_connections_and_a_crash_with_rising_tokens_in_s
     assert!(killed > 0, "no connection was killed");
     let mut written_tokens = tokens.clone();
     written_tokens.dedup();
-    eprintln!(
-        "{} handovers (tenures {:?}); {killed} connections killed in {rounds} rounds over \
+    // Straight to stderr, past the test harness's capture: CI's log shows it for a pass too.
+    let _ = writeln!(
+        std::io::stderr(),
+        "chaos: {} handovers (tenures {:?}); {killed} connections killed in {rounds} rounds over \
          {KILLING:?}, with {preferred} standbys preferred over the leader; pg_ctl start took {start_took:?}, a leader {resumed:?} after it returned; \
          {} samples, {} without a leader; \
          {stored} fenced writes stored under tokens {written_tokens:?}, {refused} refused; \
