@@ -50,7 +50,11 @@
 //!   sync that succeeds proves nothing about it): the storage refuses further appends and
 //!   bookmark changes, and the token journal further reservations, until the store is reopened
 //!   and recovery has read the disk. An append answered with such an error may or may not be
-//!   stored.
+//!   stored. That error and every later refusal name the first failure: the operation, the
+//!   file and the kind of OS error (`cannot write events to /srv/events/events-….log (no
+//!   storage space)`), with the OS error itself as the source. Reads keep working meanwhile.
+//!   After a full disk: free space, reopen, and appends work again; a test fills a 3 MB tmpfs
+//!   to show that every acknowledged event is still there.
 
 // Library code proves its failures impossible instead of unwrapping; tests may unwrap.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
@@ -63,6 +67,7 @@ mod corruption;
 mod directory;
 mod event_reader;
 mod event_record;
+mod file_failure;
 mod frame;
 mod gathering;
 mod index;

@@ -48,6 +48,7 @@ pub(crate) fn recover_log(
         dir,
         max_segment_bytes,
         file,
+        &last_path,
         number,
         extent.frames_end,
         extent.file_length,

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::codec::{DecodeError, Decoder};
 use crate::directory::sync_dir;
+use crate::file_failure::FileFailure;
 use crate::positioned_io::write_all_at;
 
 /// Bytes of a segment header: magic, first position, checksum of both.
@@ -121,6 +122,8 @@ pub(crate) struct SegmentWriter {
     dir: PathBuf,
     max_bytes: u64,
     file: File,
+    /// The active segment's path, named in errors.
+    path: PathBuf,
     segment: u32,
     /// Where the next frame goes: the end of the active segment's frames, buffered ones
     /// included.
@@ -134,12 +137,13 @@ pub(crate) struct SegmentWriter {
 }
 
 impl SegmentWriter {
-    /// A writer appending to `file`, segment number `segment`, whose frames end at `length`
-    /// and which is `allocated` bytes long (zeros after `length`).
+    /// A writer appending to `file` (at `path`), segment number `segment`, whose frames end
+    /// at `length` and which is `allocated` bytes long (zeros after `length`).
     pub(crate) fn new(
         dir: &Path,
         max_bytes: u64,
         file: File,
+        path: &Path,
         segment: u32,
         length: u64,
         allocated: u64,
@@ -148,6 +152,7 @@ impl SegmentWriter {
             dir: dir.to_owned(),
             max_bytes,
             file,
+            path: path.to_owned(),
             segment,
             length,
             written: length,
@@ -162,19 +167,29 @@ impl SegmentWriter {
     ///
     /// # Errors
     /// Sealing the full segment or starting the next one failed.
-    pub(crate) fn append(&mut self, frame: &[u8], first_position: u64) -> io::Result<(u32, u64)> {
+    pub(crate) fn append(
+        &mut self,
+        frame: &[u8],
+        first_position: u64,
+    ) -> Result<(u32, u64), FileFailure> {
         let full = self.length + frame.len() as u64 > self.max_bytes;
         if full && self.length > SEGMENT_HEADER_LEN {
             self.sync()?;
             // Sealed segments end with their last frame: no preallocated zeros stay behind.
-            self.file.set_len(self.length)?;
-            self.file.sync_all()?;
-            self.file = create_segment(&self.dir, first_position)?;
+            self.file
+                .set_len(self.length)
+                .and_then(|()| self.file.sync_all())
+                .map_err(FileFailure::of("seal the full segment", &self.path))?;
+            let path = self.dir.join(segment_file_name(first_position));
+            self.file = create_segment(&self.dir, first_position)
+                .map_err(FileFailure::of("create the next segment", &path))?;
+            self.path = path;
             self.segment += 1;
             self.length = SEGMENT_HEADER_LEN;
             self.written = SEGMENT_HEADER_LEN;
             self.allocated = SEGMENT_HEADER_LEN;
-            let reader = File::open(self.dir.join(segment_file_name(first_position)))?;
+            let reader =
+                File::open(&self.path).map_err(FileFailure::of("open for reading", &self.path))?;
             self.opened.push(Arc::new(reader));
         }
         let offset = self.length;
@@ -187,12 +202,13 @@ impl SegmentWriter {
     ///
     /// # Errors
     /// Writing or syncing failed; what was buffered is then dropped.
-    pub(crate) fn sync(&mut self) -> io::Result<()> {
+    pub(crate) fn sync(&mut self) -> Result<(), FileFailure> {
         if self.buffer.is_empty() {
             return Ok(());
         }
         let result = write_all_at(&self.file, &self.buffer, self.written)
-            .and_then(|()| self.file.sync_data());
+            .and_then(|()| self.file.sync_data())
+            .map_err(FileFailure::of("write events to", &self.path));
         self.written = self.length;
         self.allocated = self.allocated.max(self.length);
         self.buffer.clear();
@@ -208,7 +224,7 @@ impl SegmentWriter {
     ///
     /// # Errors
     /// Writing or syncing the zeros failed.
-    pub(crate) fn preallocate(&mut self) -> io::Result<()> {
+    pub(crate) fn preallocate(&mut self) -> Result<(), FileFailure> {
         debug_assert!(self.buffer.is_empty(), "preallocate between groups");
         let ahead = self
             .length
@@ -217,13 +233,17 @@ impl SegmentWriter {
         if target <= self.allocated || self.allocated - self.length >= ahead / 2 {
             return Ok(());
         }
+        let failing = FileFailure::of("preallocate space in", &self.path);
         let mut at = self.allocated;
-        while at < target {
-            let chunk = (target - at).min(ZEROS.len() as u64) as usize;
-            write_all_at(&self.file, &ZEROS[..chunk], at)?;
-            at += chunk as u64;
-        }
-        self.file.sync_data()?;
+        let mut zero_fill = || {
+            while at < target {
+                let chunk = (target - at).min(ZEROS.len() as u64) as usize;
+                write_all_at(&self.file, &ZEROS[..chunk], at)?;
+                at += chunk as u64;
+            }
+            self.file.sync_data()
+        };
+        zero_fill().map_err(failing)?;
         self.allocated = target;
         Ok(())
     }

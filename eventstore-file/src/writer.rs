@@ -11,7 +11,6 @@
 //! is published, so no lease changes hands between the check and the write becoming visible.
 
 use std::collections::HashMap;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -25,12 +24,13 @@ use eventstore_api::{
     EventStreamId, EventToStore, StoredEvent,
 };
 
-use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks};
+use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks, BOOKMARKS_FILE};
 use crate::command::{Command, HeldAnswer, Reply};
 use crate::corruption::OpenFailure;
 use crate::directory::DirectoryLock;
 use crate::event_reader::read_events;
 use crate::event_record::{encode_batch, EncodedBatch};
+use crate::file_failure::FileFailure;
 use crate::gathering::GroupGathering;
 use crate::index::{EventIndex, IndexedEvent, Location};
 use crate::lease_tokens::LeaseState;
@@ -139,8 +139,8 @@ impl Writer {
         if self.failure.is_some() {
             return;
         }
-        if let Err(error) = self.segments.preallocate() {
-            self.fail("preallocate space in", error);
+        if let Err(failure) = self.segments.preallocate() {
+            self.fail(failure);
         }
     }
 
@@ -336,8 +336,8 @@ impl Writer {
         } = plan;
         match self.write_events(&appends) {
             Ok(locations) => self.publish_events(appends, locations),
-            Err(error) => {
-                let failure = self.fail("write events to", error);
+            Err(failure) => {
+                let failure = self.fail(failure);
                 for append in appends {
                     drop(append.reply.send(Err(failure.error())));
                 }
@@ -354,7 +354,10 @@ impl Writer {
         }
     }
 
-    fn write_events(&mut self, appends: &[PlannedAppend]) -> io::Result<Vec<Vec<Location>>> {
+    fn write_events(
+        &mut self,
+        appends: &[PlannedAppend],
+    ) -> Result<Vec<Vec<Location>>, FileFailure> {
         let mut all = Vec::with_capacity(appends.len());
         for append in appends {
             let first_position = append.events[0].reference.position;
@@ -432,7 +435,8 @@ impl Writer {
         let records: Vec<BookmarkChange> =
             changes.iter().map(|(change, _)| change.clone()).collect();
         if let Err(error) = self.bookmark_journal.record(&records) {
-            let failure = self.fail("write bookmarks to", error);
+            let path = self.dir.join(BOOKMARKS_FILE);
+            let failure = self.fail(FileFailure::new("write bookmarks to", &path, error));
             for (_, reply) in changes {
                 drop(reply.send(Err(failure.error())));
             }
@@ -460,40 +464,36 @@ impl Writer {
     }
 
     /// Records the first failed write: what is on disk is unknown from here on.
-    fn fail(&mut self, action: &str, error: io::Error) -> WriteFailure {
-        let failure = WriteFailure {
-            action: format!("{action} the event store in {}", self.dir.display()),
-            cause: Arc::new(error),
-        };
-        tracing::error!(error = %failure.cause, "cannot {}; refusing writes until reopened", failure.action);
+    fn fail(&mut self, failure: FileFailure) -> WriteFailure {
+        tracing::error!(dir = %self.dir.display(), "{failure}; refusing writes until reopened");
+        let failure = WriteFailure(failure);
         self.failure = Some(failure.clone());
         failure
     }
 }
 
-/// A write, sync or space reservation that failed, named in its own error and in every later
-/// refusal.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("cannot {action}")]
-struct WriteFailure {
-    /// What failed, e.g. `write events to the event store in /srv/events`.
-    action: String,
-    /// The OS error.
-    #[source]
-    cause: Arc<io::Error>,
-}
+/// A write, sync or space reservation that failed, named (operation, file, kind of OS error)
+/// in its own error and in every later refusal, with the OS error as their source: refusals
+/// reach callers long after the failure and must say what failed (a full disk, say) without
+/// the first failure's log line at hand.
+#[derive(Debug, Clone)]
+struct WriteFailure(FileFailure);
 
 impl WriteFailure {
     /// The error of the changes that were being written when it failed.
     fn error(&self) -> EventStorageError {
-        EventStorageError::backend(self.to_string(), Arc::clone(&self.cause))
+        EventStorageError::backend(self.0.to_string(), self.0.cause())
     }
 
-    /// The error of every later change: refused, naming this failure as its source.
+    /// The error of every later change: refused, naming the first failure.
     fn refusal(&self) -> EventStorageError {
         EventStorageError::backend(
-            "the event store refuses writes after an earlier failure; reopen it to recover",
-            self.clone(),
+            format!(
+                "the event store refuses writes since an earlier failure: {}; \
+                 reopen it to recover",
+                self.0
+            ),
+            self.0.cause(),
         )
     }
 }
@@ -504,6 +504,7 @@ mod tests {
     use eventstore_api::{EventFilter, EventStorageError, Tags};
     use serde_json::json;
     use std::fs::File;
+    use std::io;
     use tokio::sync::oneshot;
     use tokio::sync::oneshot::Receiver;
 
@@ -584,16 +585,22 @@ mod tests {
             is_backend(&later) && message.contains("earlier failure"),
             "{message}"
         );
-        let first_failure = later
+        let refusal = later
             .as_ref()
             .err()
-            .and_then(std::error::Error::source)
             .map(ToString::to_string)
             .unwrap_or_default();
         assert!(
-            first_failure.starts_with("cannot write events to the event store in"),
-            "the refusal names the first failure as its source, got {first_failure:?}"
+            refusal.contains("failure: cannot write events to ") && refusal.contains(".log ("),
+            "the refusal names the first failure's operation and file, got {refusal:?}"
         );
+        let os_error = later
+            .as_ref()
+            .err()
+            .and_then(std::error::Error::source)
+            .and_then(|source| source.downcast_ref::<Arc<io::Error>>())
+            .map(|error| error.kind());
+        assert!(os_error.is_some(), "the OS error is the refusal's source");
         assert!(is_backend(&bookmark_answer.blocking_recv().unwrap()));
         // Reads still see every acknowledged event.
         let index = writer.shared.index.read().unwrap();

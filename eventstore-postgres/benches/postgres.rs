@@ -7,6 +7,10 @@
 //! Every lease latency is printed beside the floor measured in the same run through the same
 //! pool: a one-row `UPDATE … RETURNING` in autocommit, the least a durable write that answers
 //! can cost. The run leaves its tables behind under a fresh `bench…_` prefix.
+//!
+//! `--only statements` compares renewals with prepared statements (the default) and without
+//! (`prepared_statements(false)`, for a pooler in transaction mode), and through a PgBouncer
+//! too when `PGBOUNCER_URL` names one (`postgres://…:6432/test?pgbouncer=true`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,6 +77,9 @@ async fn main() {
     if runs("events") {
         appends(&storage, &pool, &prefix).await;
         events(&storage).await;
+    }
+    if runs("statements") {
+        statement_modes(&storage, &url, &prefix).await;
     }
     storage.close().await.unwrap();
 }
@@ -470,4 +477,77 @@ async fn events(storage: &PostgresEventStorage) {
         "| read by tag ({tagged} of {read} events, GIN index) | {:.0} |",
         tagged as f64 / tagged_time.as_secs_f64()
     );
+}
+
+/// Latency with and without prepared statements of a renewal, a lease listing and a read of
+/// the clock, each mode sampled in turn so that every mode sees the same load.
+async fn statement_modes(named: &PostgresEventStorage, url: &str, prefix: &str) {
+    let unnamed_storage = |url: String| async move {
+        PostgresEventStorage::builder()
+            .url(url)
+            .prefix(prefix)
+            .max_connections(2)
+            .prepared_statements(false)
+            .build()
+            .await
+            .expect("a storage without prepared statements")
+    };
+    let mut modes: Vec<(&str, PostgresEventStorage)> = vec![
+        ("prepared (named, cached)", named.clone()),
+        (
+            "unnamed, each call in a transaction",
+            unnamed_storage(url.to_owned()).await,
+        ),
+    ];
+    if let Ok(pooler) = std::env::var("PGBOUNCER_URL") {
+        modes.push((
+            "unnamed, through PgBouncer (transaction mode)",
+            unnamed_storage(pooler).await,
+        ));
+    }
+    for operation in ["`request_lease` renewal", "`get_leases`", "`storage_time`"] {
+        let run = |storage: PostgresEventStorage, mode: usize| async move {
+            let start = Instant::now();
+            match operation {
+                "`get_leases`" => {
+                    storage.get_leases().await.unwrap();
+                }
+                "`storage_time`" => {
+                    storage.storage_time().await.unwrap();
+                }
+                _ => {
+                    let lease = LeaseRequest::new(format!("renewed-{mode}"), "holder", 0, TTL);
+                    let r = storage.request_lease(lease).await.unwrap();
+                    assert_eq!(r.status, LeaseStatus::Leader);
+                }
+            }
+            start.elapsed()
+        };
+        for _ in 0..SAMPLES / 10 {
+            for (mode, (_, storage)) in modes.iter().enumerate() {
+                run(storage.clone(), mode).await;
+            }
+        }
+        let mut samples = vec![Vec::with_capacity(SAMPLES); modes.len()];
+        for _ in 0..SAMPLES {
+            for (mode, (_, storage)) in modes.iter().enumerate() {
+                samples[mode].push(run(storage.clone(), mode).await);
+            }
+        }
+        println!("\n## Statements: {operation}\n");
+        println!("| statements | p50 | p99 | p50 / prepared p50 |");
+        println!("|---|---|---|---|");
+        let stats: Vec<Stats> = samples.into_iter().map(Stats::of).collect();
+        for ((name, _), s) in modes.iter().zip(&stats) {
+            println!(
+                "| {name} | {} | {} | {:.3} |",
+                micros(s.p50),
+                micros(s.p99),
+                s.p50.as_secs_f64() / stats[0].p50.as_secs_f64()
+            );
+        }
+    }
+    for (_, storage) in modes.drain(1..) {
+        storage.close().await.unwrap();
+    }
 }

@@ -137,8 +137,10 @@ BEGIN
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
         -- The common case in one statement: the caller renews the live lease it holds, at the
         -- same priority. It changes nothing anyone waits for, so it notifies nothing.
+        -- Heartbeats never move back: a request by the same owner that started later (a later
+        -- now()) may have committed first, and its heartbeat stays.
         UPDATE __prefix__leases AS l
-           SET heartbeat_at = v_now, ttl = p_ttls[i]
+           SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = p_ttls[i]
          WHERE l.lease_name = p_names[i] AND l.owner = p_owners[i]
            AND l.priority = p_priorities[i] AND l.heartbeat_at + l.ttl >= v_now
         RETURNING l.fencing_token, l.owner, EXISTS (
@@ -209,7 +211,8 @@ BEGIN
             ELSIF v_lease.owner = p_owners[i] THEN
                 -- The holder renews under another priority.
                 UPDATE __prefix__leases AS l
-                   SET priority = p_priorities[i], heartbeat_at = v_now, ttl = p_ttls[i]
+                   SET priority = p_priorities[i], heartbeat_at = greatest(l.heartbeat_at, v_now),
+                       ttl = p_ttls[i]
                  WHERE l.lease_name = p_names[i]
                 RETURNING * INTO STRICT v_lease;
                 v_changes := v_changes
@@ -226,7 +229,7 @@ BEGIN
                     RETURNING c.owner
                 ), refreshed AS (
                     UPDATE __prefix__lease_contenders AS c
-                       SET heartbeat_at = v_now, ttl = p_ttls[i]
+                       SET heartbeat_at = greatest(c.heartbeat_at, v_now), ttl = p_ttls[i]
                      WHERE c.lease_name = p_names[i] AND c.owner = p_owners[i]
                        AND c.priority = p_priorities[i] AND c.heartbeat_at + c.ttl >= v_now
                     RETURNING c.owner
@@ -246,7 +249,8 @@ BEGIN
                         (lease_name, owner, priority, heartbeat_at, ttl)
                     VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
                     ON CONFLICT (lease_name, owner) DO UPDATE
-                        SET priority = excluded.priority, heartbeat_at = excluded.heartbeat_at,
+                        SET priority = excluded.priority,
+                            heartbeat_at = greatest(c.heartbeat_at, excluded.heartbeat_at),
                             ttl = excluded.ttl;
                     v_changes := v_changes
                         || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
@@ -350,3 +354,19 @@ BEGIN
     RETURN v_token IS NOT NULL;
 END
 $$;
+
+
+-- Each function runs with search_path pinned to the schema it lives in, then pg_temp (last,
+-- so that no temporary object stands in either; pg_catalog is searched first): a same-named
+-- table or function in another schema earlier in a caller's path never stands in for what
+-- the functions use. CREATE OR REPLACE clears the setting, so it is set again each time.
+DO $pin$
+BEGIN
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION __prefix__request_leases(text[], text[], bigint[], interval[], text) '
+        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION __prefix__release_lease(text, text, text) '
+        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
+END
+$pin$;

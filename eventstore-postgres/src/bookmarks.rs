@@ -21,11 +21,7 @@ pub(crate) async fn place(
     let operation = format!("place the bookmark of {reader:?}");
     match fence {
         None => {
-            let mut connection = shared
-                .pool
-                .acquire()
-                .await
-                .map_err(|e| shared.settings.failing(&operation).map(e))?;
+            let mut connection = shared.connection_for(&operation).await?;
             upsert(
                 shared,
                 &mut connection,
@@ -34,7 +30,8 @@ pub(crate) async fn place(
                 &tags,
                 &operation,
             )
-            .await
+            .await?;
+            shared.end(&operation, connection).await
         }
         Some(fence) => {
             let mut transaction = shared.begin(&operation).await?;
@@ -78,6 +75,7 @@ async fn upsert(
     .bind(reader)
     .bind(reference.id.0)
     .bind(tags_column::to_texts(tags))
+    .persistent(shared.settings.prepared_statements)
     .fetch_optional(&mut *connection)
     .await
     .map_err(|e| shared.settings.failing(operation).map(e))?;
@@ -89,7 +87,9 @@ async fn upsert(
 
 /// Where `reader`'s bookmark stands, in this storage's coordinates.
 pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<EventReference>> {
-    let failing = shared.settings.failing("read a bookmark");
+    let operation = "read a bookmark";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
     let row = sqlx::query(&format!(
         "SELECT e.id, e.position, e.tx::text AS tx_text \
          FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id WHERE b.reader = $1",
@@ -97,9 +97,11 @@ pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<E
         events = shared.prefix.name("events"),
     ))
     .bind(reader)
-    .fetch_optional(&shared.pool)
+    .persistent(shared.settings.prepared_statements)
+    .fetch_optional(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
     row.as_ref()
         .map(decode_reference)
         .transpose()
@@ -108,20 +110,25 @@ pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<E
 
 /// Removes `reader`'s bookmark, if any.
 pub(crate) async fn remove(shared: &Shared, reader: &str) -> StorageResult<()> {
+    let operation = "remove a bookmark";
+    let mut connection = shared.connection_for(operation).await?;
     sqlx::query(&format!(
         "DELETE FROM {bookmarks} WHERE reader = $1",
         bookmarks = shared.prefix.name("bookmarks")
     ))
     .bind(reader)
-    .execute(&shared.pool)
+    .persistent(shared.settings.prepared_statements)
+    .execute(&mut *connection)
     .await
-    .map_err(|e| shared.settings.failing("remove a bookmark").map(e))?;
-    Ok(())
+    .map_err(|e| shared.settings.failing(operation).map(e))?;
+    shared.end(operation, connection).await
 }
 
 /// Every bookmark, by reader in byte order.
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
-    let failing = shared.settings.failing("list bookmarks");
+    let operation = "list bookmarks";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
         "SELECT b.reader, b.tags, b.updated_at, e.id, e.position, e.tx::text AS tx_text \
          FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id \
@@ -129,9 +136,11 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
         bookmarks = shared.prefix.name("bookmarks"),
         events = shared.prefix.name("events"),
     ))
-    .fetch_all(&shared.pool)
+    .persistent(shared.settings.prepared_statements)
+    .fetch_all(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
     rows.iter()
         .map(|row| {
             let tags: Vec<String> = row.try_get("tags")?;

@@ -9,6 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 use crate::init_mode::DatabaseInitMode;
+use crate::pooler_parameter;
 use crate::prefix::TablePrefix;
 use crate::schema;
 use crate::settings::Settings;
@@ -49,6 +50,7 @@ pub struct PostgresEventStorageBuilder {
     acquire_timeout: Duration,
     idle_timeout: Option<Duration>,
     append_hints: bool,
+    prepared_statements: Option<bool>,
 }
 
 impl Default for PostgresEventStorageBuilder {
@@ -65,6 +67,7 @@ impl Default for PostgresEventStorageBuilder {
             acquire_timeout: Duration::from_secs(30),
             idle_timeout: Some(Duration::from_secs(600)),
             append_hints: false,
+            prepared_statements: None,
         }
     }
 }
@@ -100,6 +103,7 @@ impl fmt::Debug for PostgresEventStorageBuilder {
             .field("acquire_timeout", &self.acquire_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("append_hints", &self.append_hints)
+            .field("prepared_statements", &self.prepared_statements)
             .finish()
     }
 }
@@ -107,6 +111,11 @@ impl fmt::Debug for PostgresEventStorageBuilder {
 impl PostgresEventStorageBuilder {
     /// Connects with a pool of the storage's own, opened from `url`
     /// (`postgres://user:password@host:port/database`); [`close`] closes it.
+    ///
+    /// The parameter `pgbouncer=true` (as in `postgres://app@pooler:6432/db?pgbouncer=true`)
+    /// says the url reaches the server through a pooler in transaction mode, and does what
+    /// [`prepared_statements(false)`](Self::prepared_statements) does; the storage removes it
+    /// before the url reaches the driver.
     ///
     /// [`close`]: eventstore_api::EventStorage::close
     pub fn url(mut self, url: impl Into<String>) -> Self {
@@ -130,6 +139,11 @@ impl PostgresEventStorageBuilder {
     /// connection to the server where the storage goes through a transaction-pooling
     /// PgBouncer, which cannot `LISTEN`.
     ///
+    /// Without prepared statements ([`prepared_statements(false)`](Self::prepared_statements)
+    /// or `pgbouncer=true`) and without a listen url, the storage has no connection that can
+    /// `LISTEN`: it offers neither [`Capability::LeaseChanges`] nor
+    /// [`Capability::AppendHints`], and electors and projectors on it poll.
+    ///
     /// The storage opens one listener connection (`application_name` `eventstore-listener`),
     /// at the first [`subscribe_lease_changes`] or [`subscribe_appends`]. When it cannot
     /// connect or `LISTEN`, it logs a warning, keeps retrying with backoff, and subscriptions
@@ -137,6 +151,8 @@ impl PostgresEventStorageBuilder {
     ///
     /// [`subscribe_lease_changes`]: eventstore_api::EventStorage::subscribe_lease_changes
     /// [`subscribe_appends`]: eventstore_api::EventStorage::subscribe_appends
+    /// [`Capability::LeaseChanges`]: eventstore_api::Capability::LeaseChanges
+    /// [`Capability::AppendHints`]: eventstore_api::Capability::AppendHints
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
         self.listen_url = Some(url.into());
         self
@@ -221,6 +237,29 @@ impl PostgresEventStorageBuilder {
         self
     }
 
+    /// Whether statements are prepared under names each connection caches (default `true`).
+    ///
+    /// `false` is for a pooler in transaction mode (PgBouncer's `pool_mode = transaction`),
+    /// which hands the server connection to another client between transactions: every
+    /// statement is then unnamed, and every call runs in a transaction of its own so that the
+    /// statement's parse and bind reach one server connection. Nothing relies on session
+    /// state: no prepared statement, session setting or session lock outlives a transaction.
+    /// The storage's own pool then sends no session settings at startup either (PgBouncer
+    /// refuses unknown startup parameters): its transactions set `READ COMMITTED` themselves.
+    /// Calls cost more round trips: measured in `docs/BENCHMARKS.md`.
+    ///
+    /// Notifications need a session that `LISTEN`s, which a pooler in transaction mode cannot
+    /// keep: give a direct connection with [`listen_url`](Self::listen_url), or the storage
+    /// offers no push (see there).
+    ///
+    /// The url parameter `pgbouncer=true` sets this to `false`; a value set here wins. With a
+    /// caller's [`pool`](Self::pool) behind a pooler, set it here: sqlx's
+    /// `statement_cache_capacity(0)` alone still prepares every statement under a new name.
+    pub fn prepared_statements(mut self, prepared_statements: bool) -> Self {
+        self.prepared_statements = Some(prepared_statements);
+        self
+    }
+
     /// Checks the settings, connects and prepares the schema as the init mode says.
     ///
     /// # Errors
@@ -238,15 +277,38 @@ impl PostgresEventStorageBuilder {
         }
         let listen_options = match &self.listen_url {
             None => None,
-            Some(url) => Some(parse_url("listen url", url)?),
+            Some(url) => {
+                let (url, pooled) = pooler_parameter::take("listen url", url)?;
+                if pooled == Some(true) {
+                    return Err(EventStorageError::invalid(
+                        "listen url",
+                        "pgbouncer=true",
+                        "must reach the server directly: a pooler in transaction mode cannot LISTEN",
+                    ));
+                }
+                Some(parse_url("listen url", &url)?)
+            }
         };
+        let (source, pooled) = match self.source {
+            Some(Source::Url(url)) => {
+                let (url, pooled) = pooler_parameter::take("database url", &url)?;
+                (Some(Source::Url(url)), pooled)
+            }
+            other => (other, None),
+        };
+        let prepared_statements = self
+            .prepared_statements
+            .or(pooled.map(|pooled| !pooled))
+            .unwrap_or(true);
         let mut settings = Settings {
             lock_timeout: self.lock_timeout,
             visibility_wait: self.visibility_wait,
             acquire_timeout: self.acquire_timeout,
             append_hints: self.append_hints,
+            prepared_statements,
+            push: prepared_statements || listen_options.is_some(),
         };
-        let (pool, owns_pool, listen_options) = match self.source {
+        let (pool, owns_pool, listen_options) = match source {
             None => {
                 return Err(EventStorageError::invalid(
                     "database",
@@ -269,18 +331,22 @@ impl PostgresEventStorageBuilder {
                         "needs 1 <= max_connections and min_connections <= max_connections",
                     ));
                 }
+                let options = options.application_name("eventstore");
+                let options = if prepared_statements {
+                    // Lease decisions and checks after a lock wait need a fresh snapshot per
+                    // statement, whatever the database's default.
+                    options.options([("default_transaction_isolation", "read\\ committed")])
+                } else {
+                    // Behind a pooler, whose startup accepts no other settings: every call
+                    // runs in a transaction that sets READ COMMITTED itself.
+                    options.extra_float_digits(None)
+                };
                 let pool = PgPoolOptions::new()
                     .max_connections(self.max_connections)
                     .min_connections(self.min_connections)
                     .acquire_timeout(self.acquire_timeout)
                     .idle_timeout(self.idle_timeout)
-                    .connect_with(
-                        options
-                            .application_name("eventstore")
-                            // Lease decisions and checks after a lock wait need a fresh
-                            // snapshot per statement, whatever the database's default.
-                            .options([("default_transaction_isolation", "read\\ committed")]),
-                    )
+                    .connect_with(options)
                     .await
                     .map_err(|error| settings.failing("connect").map(error))?;
                 (pool, true, listen_options)

@@ -29,6 +29,7 @@ pub(crate) async fn hold(
     ))
     .bind(&fence.lease_name)
     .bind(shared.settings.lock_timeout_setting())
+    .persistent(shared.settings.prepared_statements)
     .execute(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
@@ -43,6 +44,7 @@ pub(crate) async fn hold(
         leases = prefix.name("leases")
     ))
     .bind(&fence.lease_name)
+    .persistent(shared.settings.prepared_statements)
     .fetch_one(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;

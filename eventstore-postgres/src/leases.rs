@@ -24,11 +24,13 @@ pub(crate) async fn request(
     if requests.is_empty() {
         return Ok(Vec::new());
     }
-    let failing = shared.settings.failing("request leases");
+    let operation = "request leases";
+    let failing = shared.settings.failing(operation);
     let names: Vec<&str> = requests.iter().map(|r| r.lease_name.as_str()).collect();
     let owners: Vec<&str> = requests.iter().map(|r| r.owner.as_str()).collect();
     let priorities: Vec<i64> = requests.iter().map(|r| r.priority).collect();
     let ttls: Vec<PgInterval> = requests.iter().map(|r| interval(r.ttl)).collect();
+    let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
         "SELECT r.lease_status, r.lease_token, r.lease_owner \
          FROM {function}($1, $2, $3, $4, $5) WITH ORDINALITY AS r \
@@ -40,9 +42,11 @@ pub(crate) async fn request(
     .bind(priorities)
     .bind(ttls)
     .bind(shared.settings.lock_timeout_setting())
-    .fetch_all(&shared.pool)
+    .persistent(shared.settings.prepared_statements)
+    .fetch_all(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
     if rows.len() != requests.len() {
         return Err(EventStorageError::backend(
             "request_leases answered a different number of requests than it was sent",
@@ -56,7 +60,9 @@ pub(crate) async fn request(
 
 /// Releases `lease_name` if `owner` holds it, and withdraws `owner` as a contender.
 pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> StorageResult<()> {
-    let failing = shared.settings.failing("release a lease");
+    let operation = "release a lease";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
     sqlx::query(&format!(
         "SELECT {function}($1, $2, $3)",
         function = shared.prefix.name("release_lease")
@@ -64,23 +70,28 @@ pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> S
     .bind(lease_name)
     .bind(owner)
     .bind(shared.settings.lock_timeout_setting())
-    .execute(&shared.pool)
+    .persistent(shared.settings.prepared_statements)
+    .execute(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
-    Ok(())
+    shared.end(operation, connection).await
 }
 
 /// Every lease row, by name in byte order.
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
-    let failing = shared.settings.failing("list leases");
+    let operation = "list leases";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
         "SELECT lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl \
          FROM {leases} ORDER BY lease_name COLLATE \"C\"",
         leases = shared.prefix.name("leases")
     ))
-    .fetch_all(&shared.pool)
+    .persistent(shared.settings.prepared_statements)
+    .fetch_all(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
     rows.iter()
         .map(|row| decode_lease(row).map_err(|e| failing.map(e)))
         .collect()
@@ -88,10 +99,15 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
 
 /// PostgreSQL's `now()`.
 pub(crate) async fn storage_time(shared: &Shared) -> StorageResult<DateTime<Utc>> {
-    sqlx::query_scalar("SELECT now()")
-        .fetch_one(&shared.pool)
+    let operation = "read the storage time";
+    let mut connection = shared.connection_for(operation).await?;
+    let now = sqlx::query_scalar("SELECT now()")
+        .persistent(shared.settings.prepared_statements)
+        .fetch_one(&mut *connection)
         .await
-        .map_err(|e| shared.settings.failing("read the storage time").map(e))
+        .map_err(|e| shared.settings.failing(operation).map(e))?;
+    shared.end(operation, connection).await?;
+    Ok(now)
 }
 
 /// A lease from a row with the columns of the leases table.

@@ -27,6 +27,26 @@
 //! The DDL ships in the crate ([`SCHEMA_SQL`], or [`schema_sql`] for one prefix) and is the
 //! DDL that [`DatabaseInitMode::Ensure`] runs; `docs/POSTGRES.md` explains how to apply it
 //! by hand and which privileges each table needs.
+//!
+//! # Behind PgBouncer
+//!
+//! Behind a pooler in transaction mode, add `?pgbouncer=true` to the url (or call
+//! [`PostgresEventStorageBuilder::prepared_statements`] with `false`): no statement is
+//! prepared under a name, every call runs in a transaction of its own, and nothing relies on
+//! session state. The one thing that needs a direct connection is the notification
+//! listener's `LISTEN`: give it with [`PostgresEventStorageBuilder::listen_url`]. Without
+//! one, the storage offers neither `Capability::LeaseChanges` nor `Capability::AppendHints`
+//! (their subscriptions are `Unsupported`), and electors and projectors on it poll.
+//!
+//! ```no_run
+//! # async fn open() -> Result<(), eventstore_api::EventStorageError> {
+//! let storage = eventstore_postgres::PostgresEventStorage::builder()
+//!     .url("postgres://app@pgbouncer.internal:6432/app?pgbouncer=true")
+//!     .listen_url("postgres://app@db.internal:5432/app")
+//!     .build()
+//!     .await?;
+//! # Ok(()) }
+//! ```
 
 // Library code proves its failures impossible instead of unwrapping; tests may unwrap.
 #![warn(clippy::unwrap_used, clippy::expect_used)]
@@ -45,10 +65,12 @@ mod isolation;
 mod lease_notification;
 mod leases;
 mod listener;
+mod pooler_parameter;
 mod prefix;
 mod schema;
 mod settings;
 mod shared;
+mod statements;
 mod storage;
 mod tags_column;
 

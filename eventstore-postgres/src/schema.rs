@@ -10,6 +10,10 @@ use crate::init_mode::DatabaseInitMode;
 use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::prefix::TablePrefix;
 use crate::settings::Settings;
+use crate::statements::CallConnection;
+
+/// What preparing the schema is called in errors.
+const OPERATION: &str = "prepare the schema";
 
 /// The schema, with `__prefix__` where the prefix goes. Idempotent.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
@@ -125,22 +129,27 @@ async fn initialize_schema(
     mode: DatabaseInitMode,
     settings: &Settings,
 ) -> StorageResult<()> {
-    let failing = settings.failing("prepare the schema");
+    let failing = settings.failing(OPERATION);
     match mode {
         DatabaseInitMode::None => Ok(()),
         DatabaseInitMode::Validate => {
-            let mut connection = pool.acquire().await.map_err(|e| failing.map(e))?;
-            validate(&mut connection, prefix).await
+            let mut connection = CallConnection::open(pool, settings, OPERATION).await?;
+            validate(&mut connection, prefix, settings.prepared_statements).await?;
+            connection.end(settings, OPERATION).await
         }
         DatabaseInitMode::Ensure | DatabaseInitMode::Recreate => {
             let recreate = mode == DatabaseInitMode::Recreate;
             if !recreate {
                 // A complete schema is only read: no lock, no DDL, nothing for a running
                 // system to wait on.
-                let mut connection = pool.acquire().await.map_err(|e| failing.map(e))?;
-                if validate(&mut connection, prefix).await.is_ok() {
-                    return Ok(());
+                let mut connection = CallConnection::open(pool, settings, OPERATION).await?;
+                if validate(&mut connection, prefix, settings.prepared_statements)
+                    .await
+                    .is_ok()
+                {
+                    return connection.end(settings, OPERATION).await;
                 }
+                drop(connection);
             }
             let mut transaction = pool
                 .begin_with(BEGIN_READ_COMMITTED)
@@ -153,6 +162,7 @@ async fn initialize_schema(
             )
             .bind(prefix.name("schema"))
             .bind(settings.lock_timeout_setting())
+            .persistent(settings.prepared_statements)
             .execute(&mut *transaction)
             .await
             .map_err(|e| failing.map(e))?;
@@ -163,14 +173,18 @@ async fn initialize_schema(
                     .await
                     .map_err(|e| failing.map(e))?;
             }
-            if recreate || validate(&mut transaction, prefix).await.is_err() {
+            if recreate
+                || validate(&mut transaction, prefix, settings.prepared_statements)
+                    .await
+                    .is_err()
+            {
                 let script = prefix.apply(SCHEMA_SQL);
                 (&mut *transaction)
                     .execute(script.as_str())
                     .await
                     .map_err(|e| failing.map(e))?;
             }
-            let outcome = validate(&mut transaction, prefix).await;
+            let outcome = validate(&mut transaction, prefix, settings.prepared_statements).await;
             match outcome {
                 Ok(()) => transaction.commit().await.map_err(|e| failing.map(e)),
                 Err(error) => {
@@ -183,19 +197,22 @@ async fn initialize_schema(
 }
 
 /// Reads the catalog and fails with `Schema` naming the first object that is missing or
-/// differs from what the shipped DDL creates.
+/// differs from what the shipped DDL creates; `persistent` says whether its statements are
+/// prepared under names.
 ///
 /// Boxed, so that the future's `Send` bound is proven here, once, for concrete lifetimes.
 pub(crate) fn validate<'a>(
     connection: &'a mut PgConnection,
     prefix: &'a TablePrefix,
+    persistent: bool,
 ) -> Pin<Box<dyn Future<Output = StorageResult<()>> + Send + 'a>> {
-    Box::pin(validate_catalog(connection, prefix))
+    Box::pin(validate_catalog(connection, prefix, persistent))
 }
 
 async fn validate_catalog(
     connection: &mut PgConnection,
     prefix: &TablePrefix,
+    persistent: bool,
 ) -> StorageResult<()> {
     let failing = |e: sqlx::Error| {
         EventStorageError::backend(
@@ -211,6 +228,7 @@ async fn validate_catalog(
          WHERE a.attnum > 0 AND NOT a.attisdropped",
     )
     .bind(&table_names)
+    .persistent(persistent)
     .fetch_all(&mut *connection)
     .await
     .map_err(failing)?;
@@ -256,6 +274,7 @@ async fn validate_catalog(
          LEFT JOIN pg_class AS c ON c.oid = i.indrelid",
     )
     .bind(&index_names)
+    .persistent(persistent)
     .fetch_all(&mut *connection)
     .await
     .map_err(failing)?;
@@ -288,21 +307,33 @@ async fn validate_catalog(
         .iter()
         .map(|(function, arguments)| format!("{}({arguments})", prefix.name(function)))
         .collect();
-    let sources: Vec<(String, Option<String>)> = sqlx::query_as(
-        "SELECT t.signature, p.prosrc \
+    // A function's search_path must be pinned to its own schema (see the end of the script).
+    let sources: Vec<(String, Option<String>, Option<bool>)> = sqlx::query_as(
+        "SELECT t.signature, p.prosrc, \
+                coalesce(p.proconfig @> ARRAY['search_path=' || quote_ident(n.nspname) \
+                                              || ', pg_temp'], false) \
          FROM unnest($1::text[]) AS t(signature) \
-         LEFT JOIN pg_proc AS p ON p.oid = to_regprocedure(t.signature)",
+         LEFT JOIN pg_proc AS p ON p.oid = to_regprocedure(t.signature) \
+         LEFT JOIN pg_namespace AS n ON n.oid = p.pronamespace",
     )
     .bind(&signatures)
+    .persistent(persistent)
     .fetch_all(&mut *connection)
     .await
     .map_err(failing)?;
     let script = prefix.apply(SCHEMA_SQL);
     for (signature, shipped) in signatures.iter().zip(function_bodies(&script)) {
         let object = format!("function {signature}");
-        match sources.iter().find(|(s, _)| s == signature) {
-            Some((_, Some(source))) if source == shipped => {}
-            Some((_, Some(_))) => {
+        match sources.iter().find(|(s, ..)| s == signature) {
+            Some((_, Some(source), Some(true))) if source == shipped => {}
+            Some((_, Some(source), _)) if source == shipped => {
+                return Err(schema_error(
+                    object,
+                    "does not pin its search_path to its own schema and pg_temp \
+                     (apply the shipped DDL again)",
+                ))
+            }
+            Some((_, Some(_), _)) => {
                 return Err(schema_error(
                     object,
                     "differs from the shipped definition (apply the shipped DDL again)",

@@ -15,6 +15,12 @@ pub(crate) struct Settings {
     pub(crate) acquire_timeout: Duration,
     /// Whether each append's insert notifies `<prefix>appends` (append hints).
     pub(crate) append_hints: bool,
+    /// Whether statements are prepared under names the connection caches; when not, each is
+    /// unnamed and every call runs in a transaction (see `statements`).
+    pub(crate) prepared_statements: bool,
+    /// Whether the storage has a connection that can `LISTEN`, so that lease changes and
+    /// append hints can be pushed to its subscribers.
+    pub(crate) push: bool,
 }
 
 impl Settings {

@@ -11,6 +11,7 @@ use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::listener::Listener;
 use crate::prefix::TablePrefix;
 use crate::settings::Settings;
+use crate::statements::CallConnection;
 use crate::{append_notification, lease_notification};
 
 /// What every handle of one storage shares.
@@ -64,6 +65,21 @@ impl Shared {
                 self.pool.close().await;
             }
         }
+    }
+
+    /// A connection for the statements of `operation`, which [`CallConnection::end`] ends (see
+    /// `statements`).
+    pub(crate) async fn connection_for(&self, operation: &str) -> StorageResult<CallConnection> {
+        CallConnection::open(&self.pool, &self.settings, operation).await
+    }
+
+    /// Ends `connection`'s call after its statements succeeded.
+    pub(crate) async fn end(
+        &self,
+        operation: &str,
+        connection: CallConnection,
+    ) -> StorageResult<()> {
+        connection.end(&self.settings, operation).await
     }
 
     /// Starts a `READ COMMITTED` transaction for `operation`, whatever the connection's

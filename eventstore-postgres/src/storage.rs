@@ -93,10 +93,13 @@ impl EventStorage for PostgresEventStorage {
     }
 
     fn supports(&self, capability: Capability) -> bool {
-        matches!(
-            capability,
-            Capability::Lease | Capability::FencedWrites | Capability::LeaseChanges
-        ) || (capability == Capability::AppendHints && self.shared.settings.append_hints)
+        let settings = &self.shared.settings;
+        match capability {
+            Capability::Lease | Capability::FencedWrites => true,
+            Capability::LeaseChanges => settings.push,
+            Capability::AppendHints => settings.append_hints && settings.push,
+            _ => false,
+        }
     }
 
     async fn append(
@@ -215,12 +218,19 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
+        if !self.shared.settings.push {
+            // No connection can LISTEN (see PostgresEventStorageBuilder::listen_url).
+            return Err(EventStorageError::unsupported(
+                "subscribe_lease_changes",
+                self.name(),
+            ));
+        }
         let shared = self.admit(Operation::Read)?;
         Ok(shared.listener.subscribe_lease_changes(&scope).await)
     }
 
     async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
-        if !self.shared.settings.append_hints {
+        if !self.supports(Capability::AppendHints) {
             // As a storage without the capability answers, open or closed.
             return Err(EventStorageError::unsupported(
                 "subscribe_appends",

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWaitError, LeadershipWatch};
-use eventstore_api::{Capability, EventStorage, FencingToken, LeaseRequest, LeaseStatus};
+use eventstore_api::{
+    Capability, EventStorage, FencingToken, LeaseRequest, LeaseScope, LeaseStatus,
+};
 use tokio::task::JoinHandle;
 
 use crate::support;
@@ -242,6 +244,16 @@ async fn pushing_handles<F: StorageFactory>(
         handles.push(Arc::new(factory.another_handle(&first).await));
     }
     handles.insert(0, Arc::new(first));
+    // An elector subscribes in the background, never holding its requests up: on a storage
+    // whose listener connects only then, an elector may stand by before its subscription
+    // hears anything, and miss the change a scenario waits for. A subscription of each handle
+    // first, which returns once the handle's storage listens, rules that race out.
+    for handle in &handles {
+        handle
+            .subscribe_lease_changes(LeaseScope::lease(LEASE))
+            .await
+            .expect("subscribe_lease_changes");
+    }
     Some(handles)
 }
 

@@ -733,6 +733,67 @@ pub async fn concurrent_takeover_after_expiry_elects_exactly_one<F: StorageFacto
     assert_race_elects_exactly_one(&handles, &handles[1], FencingToken(2)).await;
 }
 
+/// Concurrent requests by one owner never move its lease's `heartbeat_at` backwards: a
+/// request that started earlier but is applied later must not stamp the earlier time over a
+/// later one, or the storage could expire the lease before the holder's own deadline. Each
+/// round races 16 renewals over two handles while `get_leases` is read again and again; no
+/// reading may be earlier than the one before.
+pub async fn concurrent_renewals_by_one_owner_never_move_the_heartbeat_back<F: StorageFactory>(
+    factory: &F,
+) {
+    const ROUNDS: usize = 20;
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
+        return;
+    };
+    let handles = [Arc::new(storage), Arc::new(other)];
+    let first = request(&*handles[0], "orders", "node-a", 0, LONG_TTL).await;
+    assert_eq!(first, leader(1, "node-a"), "first request");
+    let mut highest = lease_named(&*handles[0], "orders").await.heartbeat_at;
+    let mut readings = 0_usize;
+    for round in 0..ROUNDS {
+        let start = Arc::new(Barrier::new(CONTENDERS));
+        let tasks: Vec<_> = (0..CONTENDERS)
+            .map(|index| {
+                let handle = Arc::clone(&handles[index % handles.len()]);
+                let start = Arc::clone(&start);
+                tokio::spawn(async move {
+                    start.wait().await;
+                    handle
+                        .request_lease(LeaseRequest::new("orders", "node-a", 0, LONG_TTL))
+                        .await
+                })
+            })
+            .collect();
+        loop {
+            let finished = tasks.iter().all(|task| task.is_finished());
+            let heartbeat = lease_named(&*handles[round % 2], "orders")
+                .await
+                .heartbeat_at;
+            readings += 1;
+            assert!(
+                heartbeat >= highest,
+                "round {round}: heartbeat_at went back from {highest} to {heartbeat}"
+            );
+            highest = heartbeat;
+            if finished {
+                break;
+            }
+        }
+        for (index, task) in tasks.into_iter().enumerate() {
+            let response = task
+                .await
+                .unwrap_or_else(|error| panic!("request {index} panicked: {error}"))
+                .unwrap_or_else(|error| panic!("request {index} failed: {error}"));
+            assert_eq!(
+                response,
+                leader(1, "node-a"),
+                "round {round}, request {index}"
+            );
+        }
+    }
+    assert!(readings >= ROUNDS, "read the lease {readings} times");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Input rules (rule 1)
 // ---------------------------------------------------------------------------------------------

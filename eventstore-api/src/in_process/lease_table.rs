@@ -107,6 +107,12 @@ impl LeaseTable {
             }
             live
         });
+        // Heartbeats never move back, even when a caller passes an earlier "now" than a
+        // request it applied before.
+        let heartbeat_at = entry
+            .contenders
+            .get(&request.owner)
+            .map_or(now, |contender| contender.heartbeat_at.max(now));
         let previous_priority = entry
             .contenders
             .insert(
@@ -114,7 +120,7 @@ impl LeaseTable {
                 Contender {
                     priority: request.priority,
                     ttl: request.ttl,
-                    heartbeat_at: now,
+                    heartbeat_at,
                 },
             )
             .map(|contender| contender.priority);
@@ -145,7 +151,7 @@ impl LeaseTable {
             record => {
                 let lease = match record {
                     Some(lease) if !lease.is_expired_at(now) => {
-                        lease.heartbeat_at = now;
+                        lease.heartbeat_at = lease.heartbeat_at.max(now);
                         lease.ttl = request.ttl;
                         lease.priority = request.priority;
                         lease
@@ -309,6 +315,18 @@ mod tests {
             (taken.status, taken.fencing_token),
             (LeaseStatus::Leader, FencingToken(2))
         );
+    }
+
+    #[test]
+    fn a_renewal_applied_with_an_earlier_now_keeps_the_later_heartbeat() {
+        let mut table = LeaseTable::new();
+        ask(&mut table, "a", 0, at(0));
+        ask(&mut table, "a", 0, at(500));
+        let renewed = ask(&mut table, "a", 0, at(300));
+        assert_eq!(renewed.status, LeaseStatus::Leader);
+        assert_eq!(table.leases()[0].heartbeat_at, at(500));
+        ask(&mut table, "a", 5, at(200));
+        assert_eq!(table.leases()[0].heartbeat_at, at(500));
     }
 
     #[test]

@@ -48,12 +48,10 @@ pub(crate) async fn append(
         Appended::nothing()
     } else {
         // Nothing to check: one statement in autocommit, which takes the stream lock itself.
-        let mut connection = shared
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| shared.settings.failing(&operation).map(e))?;
-        insert(shared, &mut connection, stream, events, &operation).await?
+        let mut connection = shared.connection_for(&operation).await?;
+        let appended = insert(shared, &mut connection, stream, events, &operation).await?;
+        shared.end(&operation, connection).await?;
+        appended
     };
     let last_tx = appended.events.iter().map(|event| event.reference.tx).max();
     if let Some(last_tx) = last_tx {
@@ -106,6 +104,7 @@ async fn append_in(
     ))
     .bind(stream_key(context, purpose))
     .bind(shared.settings.lock_timeout_setting())
+    .persistent(shared.settings.prepared_statements)
     .execute(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
@@ -148,6 +147,7 @@ async fn judge_keys(
     .bind(context)
     .bind(purpose)
     .bind(&keys)
+    .persistent(shared.settings.prepared_statements)
     .fetch_all(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
@@ -187,6 +187,7 @@ async fn check_criteria(
     query.push(" ORDER BY tx, position LIMIT 1");
     let conflicting = query
         .build()
+        .persistent(shared.settings.prepared_statements)
         .fetch_optional(&mut *connection)
         .await
         .map_err(|e| shared.settings.failing(operation).map(e))?;
@@ -251,6 +252,7 @@ async fn insert(
         .bind(&keys)
         .bind(stream_key(context, purpose))
         .bind(shared.settings.lock_timeout_setting())
+        .persistent(shared.settings.prepared_statements)
         .fetch_all(&mut *connection)
         .await
         .map_err(|e| failing.map(e))?;

@@ -41,12 +41,16 @@ pub(crate) async fn query(
             .push(" LIMIT ")
             .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
     }
-    let failing = shared.settings.failing("query events");
+    let operation = "query events";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
     let rows = query
         .build()
-        .fetch_all(&shared.pool)
+        .persistent(shared.settings.prepared_statements)
+        .fetch_all(&mut *connection)
         .await
         .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
     rows.iter()
         .map(|row| decode_event(row).map_err(|e| failing.map(e)))
         .collect()
@@ -54,15 +58,19 @@ pub(crate) async fn query(
 
 /// The event with `id`, if it is committed.
 pub(crate) async fn get_by_id(shared: &Shared, id: EventId) -> StorageResult<Option<StoredEvent>> {
-    let failing = shared.settings.failing("get an event by id");
+    let operation = "get an event by id";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
     let row = sqlx::query(&format!(
         "SELECT {EVENT_COLUMNS} FROM {events} WHERE id = $1",
         events = shared.prefix.name("events")
     ))
     .bind(id.0)
-    .fetch_optional(&shared.pool)
+    .persistent(shared.settings.prepared_statements)
+    .fetch_optional(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
     row.as_ref()
         .map(decode_event)
         .transpose()
@@ -80,12 +88,16 @@ pub(crate) async fn head(
     ));
     push_stream(&mut query, stream);
     query.push(" ORDER BY tx DESC, position DESC LIMIT 1");
-    let failing = shared.settings.failing("read the head of a stream");
+    let operation = "read the head of a stream";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
     let row = query
         .build()
-        .fetch_optional(&shared.pool)
+        .persistent(shared.settings.prepared_statements)
+        .fetch_optional(&mut *connection)
         .await
         .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
     row.as_ref()
         .map(decode_reference)
         .transpose()

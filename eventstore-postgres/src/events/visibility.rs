@@ -10,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use eventstore_api::StorageResult;
+
 use crate::shared::Shared;
 
 /// The first pause between polls; pauses double up to [`LONGEST_PAUSE`].
@@ -29,13 +31,7 @@ pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64) {
     loop {
         // Bounded as a whole: neither a pool without a free connection nor a server that
         // stopped answering holds the caller beyond the deadline.
-        let passed = tokio::time::timeout_at(
-            deadline.into(),
-            sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
-                .bind(tx.to_string())
-                .fetch_one(&shared.pool),
-        )
-        .await;
+        let passed = tokio::time::timeout_at(deadline.into(), barrier_passed(shared, tx)).await;
         // The events are committed; a failure here only means the caller may not see them
         // in its very next read.
         if !matches!(passed, Ok(Ok(false))) || Instant::now() + pause > deadline {
@@ -44,4 +40,19 @@ pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64) {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(LONGEST_PAUSE);
     }
+}
+
+/// Whether the visibility barrier has passed transaction `tx`.
+async fn barrier_passed(shared: &Shared, tx: u64) -> StorageResult<bool> {
+    let operation = "wait for the visibility barrier";
+    let mut connection = shared.connection_for(operation).await?;
+    let passed =
+        sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::text::xid8")
+            .bind(tx.to_string())
+            .persistent(shared.settings.prepared_statements)
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(|e| shared.settings.failing(operation).map(e))?;
+    shared.end(operation, connection).await?;
+    Ok(passed)
 }

@@ -11,9 +11,34 @@ use sqlx::PgPool;
 /// The server tests run against, unless `DATABASE_URL` names another.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// The database url the tests use.
+/// The database url the storages under test connect with: on CI's second pass, a PgBouncer
+/// in transaction mode, with `?pgbouncer=true`.
 pub fn database_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned())
+}
+
+/// A url that reaches the server directly (`EVENTSTORE_PG_DIRECT_URL`, else
+/// [`database_url`]): for what the tests inspect or set up themselves with their own
+/// statements, and for the storages' notification listeners, which must `LISTEN`.
+pub fn direct_url() -> String {
+    std::env::var("EVENTSTORE_PG_DIRECT_URL").unwrap_or_else(|_| database_url())
+}
+
+/// Whether [`database_url`] goes through a pooler in transaction mode
+/// (`EVENTSTORE_PG_VIA_PGBOUNCER=1`).
+pub fn via_pgbouncer() -> bool {
+    std::env::var("EVENTSTORE_PG_VIA_PGBOUNCER").is_ok_and(|via| via == "1")
+}
+
+/// Whether the test must skip because it needs its storage on a direct connection (`why`),
+/// saying so, on the pass through PgBouncer. It runs on the direct pass.
+pub fn needs_direct_connection(why: &str) -> bool {
+    if via_pgbouncer() {
+        skip(&format!(
+            "runs only on the direct pass, it needs a direct connection: {why}"
+        ));
+    }
+    via_pgbouncer()
 }
 
 /// Whether a test must fail, rather than skip, when PostgreSQL cannot be reached.
@@ -33,7 +58,7 @@ static UNREACHABLE: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCel
 /// A small pool on the test database, or `None` (after saying why) when the server cannot
 /// be reached outside CI. Under `CI=true` an unreachable server fails the test.
 pub async fn try_pool() -> Option<PgPool> {
-    let url = database_url();
+    let url = direct_url();
     let connect = || {
         PgPoolOptions::new()
             .max_connections(2)
@@ -80,15 +105,21 @@ pub async fn hinting_storage_on(prefix: &str) -> PostgresEventStorage {
 }
 
 /// A builder for `prefix` on the test database, with a pool small enough for many
-/// parallel tests.
+/// parallel tests. Through PgBouncer its notification listener connects directly, as a
+/// deployment behind a pooler in transaction mode would set it up.
 pub fn builder(prefix: &str) -> eventstore_postgres::PostgresEventStorageBuilder {
-    PostgresEventStorage::builder()
+    let builder = PostgresEventStorage::builder()
         .url(database_url())
         .prefix(prefix)
         .init_mode(DatabaseInitMode::Ensure)
         .max_connections(4)
         .idle_timeout(Some(Duration::from_secs(2)))
-        .acquire_timeout(Duration::from_secs(20))
+        .acquire_timeout(Duration::from_secs(20));
+    if via_pgbouncer() {
+        builder.listen_url(direct_url())
+    } else {
+        builder
+    }
 }
 
 /// Polls `attempt` every few milliseconds until it gives a value; panics naming `what`

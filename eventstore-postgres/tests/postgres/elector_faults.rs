@@ -108,12 +108,12 @@ async fn kill_listeners(admin: &PgPool, prefix: &str) -> Vec<i32> {
 
 /// What a [`Sampler`] saw.
 #[derive(Debug, Default)]
-struct Samples {
-    count: u64,
+pub(crate) struct Samples {
+    pub(crate) count: u64,
     /// Samples in which nobody led.
-    leaderless: u64,
+    pub(crate) leaderless: u64,
     /// Each tenure seen, in order: its owner and token.
-    tenures: Vec<(String, FencingToken)>,
+    pub(crate) tenures: Vec<(String, FencingToken)>,
 }
 
 impl Samples {
@@ -147,13 +147,13 @@ impl Samples {
 
 /// Samples the electors' leadership every few milliseconds on the caller's clock, on a task
 /// of its own so that it goes on while the test waits for a server.
-struct Sampler {
+pub(crate) struct Sampler {
     stop: oneshot::Sender<()>,
     task: JoinHandle<Samples>,
 }
 
 impl Sampler {
-    fn start(electors: &[LeaderElector]) -> Self {
+    pub(crate) fn start(electors: &[LeaderElector]) -> Self {
         let watches: Vec<LeadershipWatch> = electors.iter().map(LeaderElector::watch).collect();
         let (stop, mut stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
@@ -170,7 +170,7 @@ impl Sampler {
     }
 
     /// What was seen; panics as the sampler did if a sample broke a rule.
-    async fn stop(self) -> Samples {
+    pub(crate) async fn stop(self) -> Samples {
         let _ = self.stop.send(());
         match self.task.await {
             Ok(samples) => samples,

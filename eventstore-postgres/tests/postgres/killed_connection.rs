@@ -84,6 +84,11 @@ fn assert_backend_error<T: std::fmt::Debug>(result: Result<T, EventStorageError>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_request_whose_backend_is_killed_fails_and_writes_nothing() {
+    if common::needs_direct_connection(
+        "it finds the storage's server connection by application_name to kill it",
+    ) {
+        return;
+    }
     let Some(admin) = common::try_pool().await else {
         return;
     };
@@ -124,6 +129,11 @@ async fn a_lease_request_whose_backend_is_killed_fails_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_whose_backend_is_killed_mid_transaction_stores_nothing() {
+    if common::needs_direct_connection(
+        "it finds the storage's server connection by application_name to kill it",
+    ) {
+        return;
+    }
     let Some(admin) = common::try_pool().await else {
         return;
     };
@@ -169,6 +179,11 @@ async fn an_append_whose_backend_is_killed_mid_transaction_stores_nothing() {
 
 #[tokio::test]
 async fn idle_connections_killed_under_the_pool_are_replaced() {
+    if common::needs_direct_connection(
+        "it finds the storage's server connections by application_name to kill them",
+    ) {
+        return;
+    }
     let Some(admin) = common::try_pool().await else {
         return;
     };

@@ -573,7 +573,7 @@ async fn a_listener_that_cannot_listen_warns_once_and_subscriptions_stay_silent(
     let logs = log_capture::Logs::default();
     let _capture = tracing::subscriber::set_default(logs.subscriber());
     // The server refuses the listener at once: its database does not exist.
-    let url = common::database_url();
+    let url = common::direct_url();
     let (server, _) = url.rsplit_once('/').expect("a url with a database");
     let storage = common::builder(&common::unique_prefix())
         .listen_url(format!("{server}/eventstore_no_such_database"))

@@ -17,6 +17,11 @@ use crate::common;
 
 #[tokio::test]
 async fn an_application_role_with_only_the_shipped_grants_can_do_everything() {
+    if common::needs_direct_connection(
+        "it connects as a role of its own, which the pooler's auth file does not list",
+    ) {
+        return;
+    }
     let Some(admin) = common::try_pool().await else {
         return;
     };

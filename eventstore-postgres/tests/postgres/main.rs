@@ -1,12 +1,14 @@
 //! PostgreSQL-only behaviour: init modes, prefixes, lock timeouts, contention between
 //! separate pools, killed connections, the visibility barrier, lease change notifications,
-//! append hints, fencing tokens that survive a server restart, and electors that outlive a
-//! failing push channel.
+//! append hints, fencing tokens that survive a server restart, electors that outlive a
+//! failing push channel, electors under chaos (killed connections, a crash), pinned
+//! search_path, and what a pooler in transaction mode needs.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod append_hints;
+mod chaos;
 mod contention;
 mod elector_faults;
 mod event_order;
@@ -19,9 +21,11 @@ mod lease_changes;
 mod lease_contenders;
 mod least_privileges;
 mod lock_timeout;
+mod pooler;
 mod prefixes;
 mod projector_faults;
 mod read_your_writes;
 mod restart;
+mod search_path;
 mod session_locks;
 mod throwaway_cluster;

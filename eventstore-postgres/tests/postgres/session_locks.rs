@@ -18,6 +18,11 @@ use crate::common;
 
 #[tokio::test]
 async fn no_lock_outlives_its_transaction() {
+    if common::needs_direct_connection(
+        "it inspects the locks of the storage's own server sessions, found by application_name",
+    ) {
+        return;
+    }
     let Some(admin) = common::try_pool().await else {
         return;
     };

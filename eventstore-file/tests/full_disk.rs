@@ -1,0 +1,224 @@
+//! A full disk, for real: the store fills a small tmpfs it mounts. The failed append and every
+//! later refusal name the cause (operation, file, OS error), reads keep working, nothing
+//! acknowledged is lost after a reopen, and appends work again once space is freed.
+//!
+//! Mounting needs root (or `CAP_SYS_ADMIN`). Where the mount fails the test prints why and
+//! skips, except under `CI=true`, where it fails.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use eventstore_api::{
+    AppendCriteria, Direction, EventFilter, EventId, EventStorage, EventStorageError,
+    EventStreamId, EventToStore, Limit,
+};
+use eventstore_file::FileEventStorage;
+use eventstore_tck::support::assert_chain_repeats_no_text;
+use serde_json::json;
+
+/// The size of the file system the store fills.
+const SIZE: &str = "3m";
+
+/// Space taken up front and freed after the disk filled, so that appends can work again.
+const RESERVE_BYTES: usize = 512 * 1024;
+
+/// A tmpfs mounted on a fresh directory, unmounted when dropped (the test passing or not).
+struct MountedTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl MountedTmpfs {
+    /// Mounts a tmpfs of [`SIZE`], or says why it cannot.
+    fn mount() -> Result<MountedTmpfs, String> {
+        let dir =
+            tempfile::tempdir().map_err(|error| format!("no temporary directory: {error}"))?;
+        let output = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={SIZE},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .output()
+            .map_err(|error| format!("cannot run mount: {error}"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "mount -t tmpfs failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        Ok(MountedTmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for MountedTmpfs {
+    fn drop(&mut self) {
+        let unmounted = Command::new("umount")
+            .arg(self.dir.path())
+            .status()
+            .is_ok_and(|status| status.success());
+        if !unmounted {
+            // Still busy (a file left open by a failing test): detach it now, gone once closed.
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+}
+
+fn required() -> bool {
+    std::env::var("CI").is_ok_and(|ci| ci == "true" || ci == "1")
+}
+
+fn stream() -> EventStreamId {
+    EventStreamId::for_context("filling")
+}
+
+fn batch(round: usize) -> Vec<EventToStore> {
+    (0..8)
+        .map(|n| {
+            EventToStore::new(
+                "Filled",
+                json!({ "round": round, "n": n, "text": "x".repeat(400) }),
+            )
+        })
+        .collect()
+}
+
+async fn stored_ids(storage: &FileEventStorage) -> HashSet<EventId> {
+    storage
+        .query(
+            &EventFilter::match_all(),
+            &EventStreamId::any(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await
+        .expect("reading the store")
+        .into_iter()
+        .map(|event| event.reference.id)
+        .collect()
+}
+
+/// Asserts that `error` names the full disk: the operation, a file of the store, and the OS
+/// error, in its own message (the OS error's kind) and in its source (the OS error itself).
+fn assert_names_the_full_disk(error: &EventStorageError, store: &Path, what: &str) {
+    let message = error.to_string();
+    assert!(
+        matches!(error, EventStorageError::Backend { .. }),
+        "{what}: {message}"
+    );
+    assert!(
+        message.contains("cannot write events to") || message.contains("cannot preallocate"),
+        "{what} names the operation: {message}"
+    );
+    assert!(
+        message.contains(&store.display().to_string()) && message.contains(".log"),
+        "{what} names the file: {message}"
+    );
+    assert!(
+        message.contains("no storage space"),
+        "{what} names the kind of OS error: {message}"
+    );
+    let os_error = std::error::Error::source(error).map(ToString::to_string);
+    assert!(
+        os_error
+            .as_deref()
+            .is_some_and(|text| text.contains("os error 28")),
+        "{what}'s source is the OS error ENOSPC: {os_error:?}"
+    );
+    assert_chain_repeats_no_text(error, what);
+}
+
+#[tokio::test]
+async fn a_full_disk_is_named_loses_nothing_and_is_recovered_from_after_a_reopen() {
+    let mounted = match MountedTmpfs::mount() {
+        Ok(mounted) => mounted,
+        Err(why) if required() => panic!("a tmpfs is required under CI=true: {why}"),
+        Err(why) => {
+            // Straight to stderr, past the test harness's capture, so that the skip shows.
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping: cannot mount a tmpfs to fill ({why}); run as root"
+            );
+            return;
+        }
+    };
+    let store: PathBuf = mounted.path().join("store");
+    let reserve = mounted.path().join("reserve");
+    std::fs::write(&reserve, vec![1_u8; RESERVE_BYTES]).expect("writing the reserve");
+
+    let storage = FileEventStorage::open(&store).await.expect("open");
+    let mut acknowledged = HashSet::new();
+    let mut first_failure = None;
+    for round in 0..100_000 {
+        match storage
+            .append(AppendCriteria::none(), &stream(), batch(round))
+            .await
+        {
+            Ok(stored) => acknowledged.extend(stored.into_iter().map(|e| e.reference.id)),
+            Err(error) => {
+                first_failure = Some(error);
+                break;
+            }
+        }
+    }
+    let first_failure = first_failure.expect("a 3 MB file system must fill up");
+    let _ = writeln!(
+        std::io::stderr(),
+        "full disk: {} events acknowledged before the 3 MB tmpfs filled",
+        acknowledged.len()
+    );
+    assert!(
+        !acknowledged.is_empty(),
+        "appends worked before the disk filled"
+    );
+    assert_names_the_full_disk(&first_failure, &store, "the failed append");
+
+    // Every later change is refused naming the same cause; reads keep working.
+    let refused = storage
+        .append(AppendCriteria::none(), &stream(), batch(0))
+        .await
+        .expect_err("a store whose write failed refuses appends until reopened");
+    assert!(
+        refused
+            .to_string()
+            .contains("refuses writes since an earlier failure"),
+        "{refused}"
+    );
+    assert_names_the_full_disk(&refused, &store, "a later append");
+    let read = stored_ids(&storage).await;
+    assert_eq!(
+        read, acknowledged,
+        "reads see exactly the acknowledged events"
+    );
+    storage.close().await.expect("close");
+
+    // Space freed, reopened: nothing acknowledged is lost, and appends work again.
+    std::fs::remove_file(&reserve).expect("freeing the reserve");
+    let reopened = FileEventStorage::open(&store).await.expect("reopen");
+    let after = stored_ids(&reopened).await;
+    assert!(
+        acknowledged.is_subset(&after),
+        "{} acknowledged events lost after the reopen",
+        acknowledged.difference(&after).count()
+    );
+    let appended = reopened
+        .append(AppendCriteria::none(), &stream(), batch(0))
+        .await
+        .expect("appends work again once space is freed");
+    assert_eq!(appended.len(), 8);
+    assert_eq!(stored_ids(&reopened).await.len(), after.len() + 8);
+    reopened.close().await.expect("close");
+}
