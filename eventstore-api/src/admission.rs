@@ -94,6 +94,13 @@ pub enum Operation<'a> {
         /// Its owner.
         owner: &'a str,
     },
+    /// `release_leases`: a valid owner and valid lease names.
+    ReleaseLeases {
+        /// The leases released.
+        lease_names: &'a [String],
+        /// Their owner.
+        owner: &'a str,
+    },
     /// A call without input to check: `get_event_by_id`, `get_bookmarks`, `get_leases`,
     /// `storage_time`.
     Read,
@@ -136,6 +143,9 @@ impl Operation<'_> {
             Operation::RequestLeases { requests } => validate::validate_lease_requests(requests),
             Operation::ReleaseLease { lease_name, owner } => {
                 validate::validate_release(lease_name, owner)
+            }
+            Operation::ReleaseLeases { lease_names, owner } => {
+                validate::validate_releases(lease_names, owner)
             }
             Operation::Read => Ok(()),
         }

@@ -190,6 +190,39 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         Err(EventStorageError::unsupported("release_lease", self.name()))
     }
 
+    /// Releases each of `lease_names` that `owner` holds and withdraws `owner` as their
+    /// contender, as [`EventStorage::release_lease`] would one by one; a backend may do it in
+    /// one round trip. An invalid owner or name refuses the whole call and changes nothing.
+    ///
+    /// The default validates every name, then releases them one by one.
+    ///
+    /// # Errors
+    /// As [`EventStorage::release_lease`].
+    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
+        if !self.supports(Capability::Lease) {
+            return Err(EventStorageError::unsupported(
+                "release_leases",
+                self.name(),
+            ));
+        }
+        if let Err(invalid) = crate::validate::validate_releases(lease_names, owner) {
+            // As in `request_leases`: a closed storage says `Closed` first, which asking
+            // `release_lease` with the refused name gets, changing nothing either way.
+            let refused = lease_names
+                .iter()
+                .find(|name| crate::validate::validate_release(name, owner).is_err());
+            let probe = refused.map_or("", String::as_str);
+            if let Err(EventStorageError::Closed) = self.release_lease(probe, owner).await {
+                return Err(EventStorageError::Closed);
+            }
+            return Err(invalid);
+        }
+        for lease_name in lease_names {
+            self.release_lease(lease_name, owner).await?;
+        }
+        Ok(())
+    }
+
     /// Every lease the storage records, expired and released ones included, by name.
     ///
     /// # Errors
@@ -353,6 +386,13 @@ macro_rules! forward_event_storage {
             }
             async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
                 (**self).release_lease(lease_name, owner).await
+            }
+            async fn release_leases(
+                &self,
+                lease_names: &[String],
+                owner: &str,
+            ) -> StorageResult<()> {
+                (**self).release_leases(lease_names, owner).await
             }
             async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
                 (**self).get_leases().await

@@ -97,6 +97,18 @@ pub fn validate_release(lease_name: &str, owner: &str) -> Result {
     validate_name("lease owner", owner)
 }
 
+/// Checks the arguments of `release_leases`: the owner, then every lease name.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] for the owner or the first invalid name, with its index.
+pub fn validate_releases(lease_names: &[String], owner: &str) -> Result {
+    validate_name("lease owner", owner)?;
+    for (index, lease_name) in lease_names.iter().enumerate() {
+        validate_name(&format!("lease name {index}"), lease_name)?;
+    }
+    Ok(())
+}
+
 /// Checks a lease ttl against [`MIN_TTL`] and [`MAX_TTL`].
 ///
 /// # Errors

@@ -19,3 +19,4 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON __prefix__lease_contenders TO __app_role
 GRANT EXECUTE ON FUNCTION __prefix__request_leases(text[], text[], bigint[], interval[], text)
     TO __app_role__;
 GRANT EXECUTE ON FUNCTION __prefix__release_lease(text, text, text) TO __app_role__;
+GRANT EXECUTE ON FUNCTION __prefix__release_leases(text[], text, text) TO __app_role__;

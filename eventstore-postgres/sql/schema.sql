@@ -356,6 +356,36 @@ END
 $$;
 
 
+
+-- Several releases by one owner in one transaction, so that they commit (and notify) once.
+-- Every lock up front, in the key order of request_leases, so that this never deadlocks with
+-- an overlapping batch; release_lease then takes each lock again, which it already holds.
+CREATE OR REPLACE FUNCTION __prefix__release_leases(
+    p_names text[],
+    p_owner text,
+    p_lock_timeout text
+)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_key integer;
+    v_name text;
+    v_released integer := 0;
+BEGIN
+    PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    FOR v_key IN SELECT DISTINCT hashtext(n) FROM unnest(p_names) AS n ORDER BY 1 LOOP
+        PERFORM pg_advisory_xact_lock(hashtext('__prefix__leases'), v_key);
+    END LOOP;
+    FOR v_name IN SELECT DISTINCT n FROM unnest(p_names) AS n LOOP
+        IF __prefix__release_lease(v_name, p_owner, p_lock_timeout) THEN
+            v_released := v_released + 1;
+        END IF;
+    END LOOP;
+    RETURN v_released;
+END
+$$;
+
 -- Each function runs with search_path pinned to the schema it lives in, then pg_temp (last,
 -- so that no temporary object stands in either; pg_catalog is searched first): a same-named
 -- table or function in another schema earlier in a caller's path never stands in for what
@@ -367,6 +397,9 @@ BEGIN
         'SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format(
         'ALTER FUNCTION __prefix__release_lease(text, text, text) '
+        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION __prefix__release_leases(text[], text, text) '
         'SET search_path = %I, pg_temp', pg_catalog.current_schema());
 END
 $pin$;

@@ -77,6 +77,33 @@ pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> S
     shared.end(operation, connection).await
 }
 
+/// Releases each of `lease_names` that `owner` holds in one call of `release_leases`: one
+/// transaction and one commit however many.
+pub(crate) async fn release_all(
+    shared: &Shared,
+    lease_names: &[String],
+    owner: &str,
+) -> StorageResult<()> {
+    if lease_names.is_empty() {
+        return Ok(());
+    }
+    let operation = "release leases";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
+    sqlx::query(&format!(
+        "SELECT {function}($1, $2, $3)",
+        function = shared.prefix.name("release_leases")
+    ))
+    .bind(lease_names)
+    .bind(owner)
+    .bind(shared.settings.lock_timeout_setting())
+    .persistent(shared.settings.prepared_statements)
+    .execute(&mut *connection)
+    .await
+    .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await
+}
+
 /// Every lease row, by name in byte order.
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
     let operation = "list leases";

@@ -109,6 +109,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "text[], text[], bigint[], interval[], text",
     ),
     ("release_lease", "text, text, text"),
+    ("release_leases", "text[], text, text"),
 ];
 
 /// Prepares the schema of `prefix` as `mode` says.

@@ -209,6 +209,15 @@ impl EventStorage for PostgresEventStorage {
         .await
     }
 
+    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
+        leases::release_all(
+            self.admit(Operation::ReleaseLeases { lease_names, owner })?,
+            lease_names,
+            owner,
+        )
+        .await
+    }
+
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         leases::all(self.admit(Operation::Read)?).await
     }

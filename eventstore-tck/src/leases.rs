@@ -905,6 +905,94 @@ pub async fn invalid_releases_are_refused_and_change_nothing<F: StorageFactory>(
     }
 }
 
+/// `release_leases` releases every listed lease the owner holds (each acquirable at once by
+/// the next request, with the next token), withdraws the owner as contender of the others,
+/// leaves other owners' leases alone, takes a name listed twice once, and an empty list
+/// changes nothing.
+pub async fn releasing_several_leases_releases_each_held_one<F: StorageFactory>(factory: &F) {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
+        return;
+    };
+    request(&storage, "a", "node-a", 0, LONG_TTL).await;
+    request(&storage, "b", "node-a", 0, LONG_TTL).await;
+    request(&other, "c", "node-b", 0, LONG_TTL).await;
+    // node-a waits for c with a higher priority: its registration asks node-b to step down.
+    request(&storage, "c", "node-a", 5, LONG_TTL).await;
+    storage
+        .release_leases(&[], "node-a")
+        .await
+        .expect("release_leases of nothing");
+    assert_eq!(
+        request(&other, "c", "node-b", 0, LONG_TTL).await,
+        step_down_requested(1, "node-b"),
+        "an empty release_leases withdraws nothing"
+    );
+
+    let names = ["a", "b", "c", "a", "never-held"].map(String::from);
+    storage
+        .release_leases(&names, "node-a")
+        .await
+        .expect("release_leases");
+    let now = storage_time(&storage).await;
+    for name in ["a", "b"] {
+        let lease = lease_named(&storage, name).await;
+        assert!(
+            lease.is_expired_at(now),
+            "release_leases: {name} is released, expired at once on the storage's clock: {lease:?}"
+        );
+        assert_eq!(
+            request(&other, name, "node-b", 0, LONG_TTL).await,
+            leader(2, "node-b"),
+            "release_leases: the next request acquires {name} with the next token"
+        );
+    }
+    assert_eq!(
+        request(&other, "c", "node-b", 0, LONG_TTL).await,
+        leader(1, "node-b"),
+        "release_leases leaves another owner's lease alone and withdraws the caller as contender"
+    );
+    assert!(
+        !leases(&storage)
+            .await
+            .iter()
+            .any(|lease| lease.lease_name == "never-held"),
+        "release_leases creates no lease"
+    );
+}
+
+/// `release_leases` with an invalid owner or any invalid lease name is refused with
+/// `InvalidInput` (rule `validate_releases`) and changes nothing, not even for the valid names.
+pub async fn invalid_batch_releases_are_refused_and_change_nothing<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_leases(factory).await else {
+        return;
+    };
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let before = leases(&storage).await;
+    let cases = [
+        (
+            "an invalid second name",
+            vec!["orders".to_owned(), " ".to_owned()],
+            "node-a",
+        ),
+        ("a NUL in a name", vec!["orders\0".to_owned()], "node-a"),
+        ("a blank owner", vec!["orders".to_owned()], " "),
+    ];
+    for (what, names, owner) in cases {
+        let result = storage.release_leases(&names, owner).await;
+        assert_invalid_input(
+            result,
+            &format!("release_leases with {what}"),
+            "validate_releases",
+        );
+        assert_leases_unchanged(
+            &storage,
+            &before,
+            &format!("a refused release_leases with {what} must change nothing"),
+        )
+        .await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Batches (request_leases)
 // ---------------------------------------------------------------------------------------------
@@ -1064,6 +1152,15 @@ pub async fn lease_methods_refuse_once_the_storage_is_closed<F: StorageFactory>(
         assert_closed(r, &format!("an empty request_leases through {which}"));
         let r = handle.release_lease("orders", "node-a").await;
         assert_closed(r, &format!("release_lease through {which}"));
+        let r = handle
+            .release_leases(&["orders".to_owned()], "node-a")
+            .await;
+        assert_closed(r, &format!("release_leases through {which}"));
+        let r = handle.release_leases(&[" ".to_owned()], "node-a").await;
+        assert_closed(
+            r,
+            &format!("release_leases of an invalid name through {which}"),
+        );
         let r = handle.get_leases().await;
         assert_closed(r, &format!("get_leases through {which}"));
         let r = handle.storage_time().await;

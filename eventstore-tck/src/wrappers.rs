@@ -320,6 +320,11 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         self.inner.release_lease(lease_name, owner).await
     }
 
+    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
+        self.gate().await?;
+        self.inner.release_leases(lease_names, owner).await
+    }
+
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.gate().await?;
         self.inner.get_leases().await
@@ -485,6 +490,10 @@ impl<S: EventStorage> EventStorage for PollOnly<S> {
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
         self.inner.release_lease(lease_name, owner).await
+    }
+
+    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
+        self.inner.release_leases(lease_names, owner).await
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {

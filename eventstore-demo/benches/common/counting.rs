@@ -130,6 +130,10 @@ impl<S: EventStorage> EventStorage for CountingStorage<S> {
         }
         self.inner.request_leases(requests).await
     }
+    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
+        self.call("release_leases");
+        self.inner.release_leases(lease_names, owner).await
+    }
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
         self.call("release_lease");
         self.inner.release_lease(lease_name, owner).await

@@ -1,10 +1,7 @@
 //! Letting partitions go: handovers, withdrawn registrations, and leaving the group.
 
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::sync::Arc;
 
-use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
 
 use super::PartitionLoop;
@@ -70,37 +67,30 @@ impl PartitionLoop {
         self.release(due).await;
     }
 
-    /// Releases `partitions` concurrently, each given up after a ttl.
+    /// Releases `partitions` in one call, given up after a ttl (a hung storage must not hang
+    /// the loop; what is not released expires).
     async fn release(&self, partitions: Vec<u32>) {
-        let mut releases = JoinSet::new();
-        for partition in partitions {
-            let lease_name = partition_lease_name(&self.shared.group, partition);
-            releases.spawn(self.release_one(lease_name));
-        }
-        while releases.join_next().await.is_some() {}
+        let lease_names: Vec<String> = partitions
+            .iter()
+            .map(|partition| partition_lease_name(&self.shared.group, *partition))
+            .collect();
+        self.release_leases(&lease_names).await.ok();
     }
 
-    fn release_one(
-        &self,
-        lease_name: String,
-    ) -> impl Future<Output = Result<(), EventStorageError>> + Send + 'static {
-        let storage = Arc::clone(&self.storage);
-        let owner = self.shared.owner.clone();
-        let ttl = self.settings.ttl;
-        async move {
-            let released = match timeout(ttl, storage.release_lease(&lease_name, &owner)).await {
-                Ok(released) => released,
-                Err(_elapsed) => Err(EventStorageError::Timeout {
-                    operation: format!("release_lease({lease_name})"),
-                    after: ttl,
-                }),
-            };
-            if let Err(error) = &released {
-                tracing::warn!(lease = %lease_name, %owner, error = %error.report(),
-                    "release failed; the lease expires after its ttl");
-            }
-            released
+    async fn release_leases(&self, lease_names: &[String]) -> Result<(), EventStorageError> {
+        let (owner, ttl) = (&self.shared.owner, self.settings.ttl);
+        let released = match timeout(ttl, self.storage.release_leases(lease_names, owner)).await {
+            Ok(released) => released,
+            Err(_elapsed) => Err(EventStorageError::Timeout {
+                operation: format!("release_leases({} leases)", lease_names.len()),
+                after: ttl,
+            }),
+        };
+        if let Err(error) = &released {
+            tracing::warn!(group = %self.shared.group, %owner, leases = ?lease_names,
+                error = %error.report(), "release failed; the leases expire after their ttl");
         }
+        released
     }
 
     /// Leaves the group: the membership first, so that the others rebalance at once, then
@@ -109,7 +99,7 @@ impl PartitionLoop {
         let holdings = self.shared.holdings();
         self.shared.lapse(true);
         let membership = self
-            .release_one(member_lease_name(&self.shared.group, &self.shared.owner))
+            .release_leases(&[member_lease_name(&self.shared.group, &self.shared.owner)])
             .await;
         let partitions: BTreeSet<u32> = holdings
             .held
