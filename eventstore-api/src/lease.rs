@@ -60,6 +60,10 @@ impl LeaseStatus {
 
 /// A lease's generation: strictly increasing on every change of owner, stable across renewals,
 /// never reset. Stamp work with it so that a stale leader's writes can be refused.
+///
+/// A backend may step it by more than one where that keeps it from ever repeating: PostgreSQL
+/// puts the server's timeline in the high bits, so tokens granted after a failover exceed every
+/// token of the old primary. Compare tokens only by order.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
 )]

@@ -88,6 +88,19 @@ CREATE TABLE IF NOT EXISTS __prefix__lease_contenders (
 -- characters JSON escapes) is sent as {"kind": "missed"}: listeners learn only that something
 -- changed.
 
+-- The base of the fencing tokens this server grants: the timeline it writes WAL on, less one,
+-- in the bits above the 40 of a lease's own count. A promotion moves a replica to a new
+-- timeline, so every token it grants is larger than any the old primary could have granted,
+-- even those that never reached the replica; on a server never promoted (timeline 1) the
+-- base is 0 and tokens start at 1. Comparisons stay plain integer comparisons.
+CREATE OR REPLACE FUNCTION __prefix__token_base()
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1)
+           << 40
+$$;
+
 -- Acquire, renew or contend for a batch of leases in one call, answering each request as if
 -- it ran alone, in order. Each lease is serialized by a transaction-scoped advisory lock in a
 -- key space of its own, so lease traffic never waits on an append or a read.
@@ -111,6 +124,7 @@ DECLARE
     v_lapsed text[];
     v_refreshed boolean;
     v_ranked_as bigint;
+    v_after_expiry boolean;
     v_changes json[];
     v_change json;
     i integer;
@@ -157,7 +171,8 @@ BEGIN
             IF NOT FOUND THEN
                 INSERT INTO __prefix__leases AS l
                     (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
-                VALUES (p_names[i], p_owners[i], p_priorities[i], 1, v_now, v_now, p_ttls[i])
+                VALUES (p_names[i], p_owners[i], p_priorities[i], __prefix__token_base() + 1,
+                        v_now, v_now, p_ttls[i])
                 RETURNING * INTO STRICT v_lease;
                 v_changes := v_changes
                     || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
@@ -195,19 +210,21 @@ BEGIN
                         || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
                                'owner', p_owners[i], 'priority', p_priorities[i]);
                 END IF;
-                v_changes := v_changes
-                    || json_build_object('lease', p_names[i], 'kind', 'acquired',
-                           'owner', p_owners[i], 'token', v_lease.fencing_token + 1,
-                           'after_expiry', NOT v_lease.released);
+                v_after_expiry := NOT v_lease.released;
                 -- Nobody holds it live: the caller takes it under the next token, even when
-                -- it was the caller's own lease, so that two tenures never share a token.
+                -- it was the caller's own lease, so that two tenures never share a token; after
+                -- a promotion, above every token of the timeline before.
                 UPDATE __prefix__leases AS l
                    SET owner = p_owners[i], priority = p_priorities[i],
-                       fencing_token = l.fencing_token + 1,
+                       fencing_token = greatest(l.fencing_token, __prefix__token_base()) + 1,
                        acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i],
                        released = false
                  WHERE l.lease_name = p_names[i]
                 RETURNING * INTO STRICT v_lease;
+                v_changes := v_changes
+                    || json_build_object('lease', p_names[i], 'kind', 'acquired',
+                           'owner', p_owners[i], 'token', v_lease.fencing_token,
+                           'after_expiry', v_after_expiry);
             ELSIF v_lease.owner = p_owners[i] THEN
                 -- The holder renews under another priority.
                 UPDATE __prefix__leases AS l
@@ -400,6 +417,9 @@ BEGIN
         'SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format(
         'ALTER FUNCTION __prefix__release_leases(text[], text, text) '
+        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION __prefix__token_base() '
         'SET search_path = %I, pg_temp', pg_catalog.current_schema());
 END
 $pin$;

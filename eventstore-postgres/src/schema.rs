@@ -104,6 +104,7 @@ const INDEXES: &[(&str, &str, bool)] = &[
 
 /// Every function (by suffix) with its argument types.
 const FUNCTIONS: &[(&str, &str)] = &[
+    ("token_base", ""),
     (
         "request_leases",
         "text[], text[], bigint[], interval[], text",

@@ -12,6 +12,7 @@ mod chaos;
 mod contention;
 mod elector_faults;
 mod event_order;
+mod failover;
 mod fenced_writes;
 mod index_use;
 mod init_modes;

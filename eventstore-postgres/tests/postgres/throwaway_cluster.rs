@@ -19,6 +19,57 @@ pub(crate) struct ThrowawayCluster {
 impl ThrowawayCluster {
     /// Creates and starts one, or says why it cannot (no PostgreSQL binaries here).
     fn start() -> Result<Self, String> {
+        let cluster = ThrowawayCluster::empty()?;
+        cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data(),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+        )?;
+        cluster.pg_ctl_start()?;
+        Ok(cluster)
+    }
+
+    /// A streaming replica of this cluster, made with `pg_basebackup`, started on a port of
+    /// its own. Asynchronous unless the primary names it in `synchronous_standby_names`.
+    pub(crate) fn start_replica(&self) -> Result<Self, String> {
+        let replica = ThrowawayCluster::empty()?;
+        let port = self.port.to_string();
+        replica.run(
+            "pg_basebackup",
+            &[
+                "-D",
+                &replica.data(),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-X",
+                "stream",
+                "-R",
+                "--no-sync",
+            ],
+        )?;
+        replica.pg_ctl_start()?;
+        Ok(replica)
+    }
+
+    /// Promotes this replica to a primary, waiting until it accepts writes.
+    pub(crate) fn promote(&self) -> Result<(), String> {
+        self.run("pg_ctl", &["-D", &self.data(), "-w", "-t", "60", "promote"])
+    }
+
+    /// A directory and a port, nothing in them yet.
+    fn empty() -> Result<Self, String> {
         let bin = find_bin_dir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
         let run_as_postgres = is_root();
         let dir = tempfile::Builder::new()
@@ -38,27 +89,12 @@ impl ThrowawayCluster {
             .and_then(|l| l.local_addr())
             .map_err(|e| e.to_string())?
             .port();
-        let cluster = ThrowawayCluster {
+        Ok(ThrowawayCluster {
             bin,
             dir,
             port,
             run_as_postgres,
-        };
-        cluster.run(
-            "initdb",
-            &[
-                "-D",
-                &cluster.data(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-            ],
-        )?;
-        cluster.pg_ctl_start()?;
-        Ok(cluster)
+        })
     }
 
     /// A started cluster, or `None` after saying why there is none; under `CI=true` having
