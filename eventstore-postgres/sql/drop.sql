@@ -4,6 +4,7 @@ DROP FUNCTION IF EXISTS __prefix__request_leases(text[], text[], bigint[], inter
 DROP FUNCTION IF EXISTS __prefix__release_leases(text[], text, text);
 DROP FUNCTION IF EXISTS __prefix__release_lease(text, text, text);
 DROP FUNCTION IF EXISTS __prefix__token_base();
+DROP FUNCTION IF EXISTS __prefix__check_fence(text, bigint, text);
 DROP TABLE IF EXISTS __prefix__bookmarks;
 DROP TABLE IF EXISTS __prefix__lease_contenders;
 DROP TABLE IF EXISTS __prefix__leases;

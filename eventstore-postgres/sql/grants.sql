@@ -21,3 +21,4 @@ GRANT EXECUTE ON FUNCTION __prefix__request_leases(text[], text[], bigint[], int
 GRANT EXECUTE ON FUNCTION __prefix__release_lease(text, text, text) TO __app_role__;
 GRANT EXECUTE ON FUNCTION __prefix__release_leases(text[], text, text) TO __app_role__;
 GRANT EXECUTE ON FUNCTION __prefix__token_base() TO __app_role__;
+GRANT EXECUTE ON FUNCTION __prefix__check_fence(text, bigint, text) TO __app_role__;

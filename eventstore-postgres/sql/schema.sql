@@ -403,6 +403,40 @@ BEGIN
 END
 $$;
 
+
+-- A fence checked inside the caller's own transaction, for code that writes a read model of
+-- its own next to the store: it holds the lease's lock in shared mode until that transaction
+-- ends, so no takeover can commit between this check and the caller's writes. Raises
+-- 'fenced' (SQLSTATE EF001) when the lease is unknown, not live, or holds another token.
+CREATE OR REPLACE FUNCTION __prefix__check_fence(
+    p_name text,
+    p_token bigint,
+    p_lock_timeout text DEFAULT '10s'
+)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_lease __prefix__leases%ROWTYPE;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '__prefix__check_fence needs READ COMMITTED isolation, not %',
+                current_setting('transaction_isolation')
+            USING ERRCODE = 'invalid_transaction_state';
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(hashtext('__prefix__leases'), hashtext(p_name))
+       FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
+    -- A statement after the lock: it sees what committed while the lock was awaited.
+    SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_name;
+    IF NOT FOUND OR v_lease.fencing_token <> p_token
+       OR v_lease.heartbeat_at + v_lease.ttl < clock_timestamp() THEN
+        RAISE EXCEPTION 'fenced: lease % with token % does not hold (current token %)',
+                p_name, p_token, v_lease.fencing_token
+            USING ERRCODE = 'EF001';
+    END IF;
+END
+$$;
+
 -- Each function runs with search_path pinned to the schema it lives in, then pg_temp (last,
 -- so that no temporary object stands in either; pg_catalog is searched first): a same-named
 -- table or function in another schema earlier in a caller's path never stands in for what
@@ -420,6 +454,9 @@ BEGIN
         'SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format(
         'ALTER FUNCTION __prefix__token_base() '
+        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION __prefix__check_fence(text, bigint, text) '
         'SET search_path = %I, pg_temp', pg_catalog.current_schema());
 END
 $pin$;

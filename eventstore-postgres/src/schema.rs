@@ -111,6 +111,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ),
     ("release_lease", "text, text, text"),
     ("release_leases", "text[], text, text"),
+    ("check_fence", "text, bigint, text"),
 ];
 
 /// Prepares the schema of `prefix` as `mode` says.

@@ -79,6 +79,78 @@ impl PostgresEventStorage {
         &self.shared.pool
     }
 
+    /// Checks `fence` inside the caller's own transaction on this storage's database, and
+    /// holds the lease's lock in shared mode until that transaction ends: no takeover can
+    /// commit between this check and the caller's writes. A projector that writes its read
+    /// model into tables of its own is fenced that way like the storage's own writes:
+    ///
+    /// ```no_run
+    /// # use eventstore_api::Fence;
+    /// # async fn project(storage: &eventstore_postgres::PostgresEventStorage, fence: &Fence)
+    /// #     -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut transaction = storage.pool().begin().await?;
+    /// storage.check_fence(&mut transaction, fence).await?; // Fenced: another instance leads
+    /// sqlx::query("UPDATE order_totals SET total = total + 1")
+    ///     .execute(&mut *transaction)
+    ///     .await?;
+    /// transaction.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A refused fence rolls nothing back by itself: drop the transaction. The transaction must
+    /// run at `READ COMMITTED` (PostgreSQL's default), so that the check sees what committed
+    /// while the lock was awaited. Code outside Rust calls `<prefix>check_fence(lease_name,
+    /// token)` in its transaction, which raises SQLSTATE `EF001` when fenced.
+    ///
+    /// # Errors
+    /// `Fenced` when the lease is unknown, not live on the database's clock, or holds another
+    /// token; `InvalidInput` for an invalid fence, or a connection outside a transaction block
+    /// or at another isolation level (nothing is checked then); `Timeout` when the lock is not
+    /// granted within the lock timeout; `Closed`; `Backend`.
+    pub async fn check_fence(
+        &self,
+        transaction: &mut sqlx::PgConnection,
+        fence: &Fence,
+    ) -> StorageResult<()> {
+        let shared = self.admit(Operation::Read)?;
+        eventstore_api::validate::validate_fence(fence)?;
+        let operation = "check a fence in the caller's transaction";
+        let failing = shared.settings.failing(operation);
+        // A shared lock taken outside a transaction block would end with its statement.
+        let in_block = sqlx::query("SAVEPOINT eventstore_check_fence")
+            .persistent(shared.settings.prepared_statements)
+            .execute(&mut *transaction)
+            .await;
+        if in_block.is_err() {
+            return Err(EventStorageError::invalid(
+                "check_fence connection",
+                "outside a transaction block",
+                "must be inside the caller's transaction (begin one first), or the lease lock \
+                 would end with the check",
+            ));
+        }
+        sqlx::query("RELEASE SAVEPOINT eventstore_check_fence")
+            .persistent(shared.settings.prepared_statements)
+            .execute(&mut *transaction)
+            .await
+            .map_err(|e| failing.map(e))?;
+        let isolation: String =
+            sqlx::query_scalar("SELECT current_setting('transaction_isolation')")
+                .persistent(shared.settings.prepared_statements)
+                .fetch_one(&mut *transaction)
+                .await
+                .map_err(|e| failing.map(e))?;
+        if isolation != "read committed" {
+            return Err(EventStorageError::invalid(
+                "check_fence transaction isolation",
+                isolation,
+                "must be READ COMMITTED, so that the check sees what committed while the lease \
+                 lock was awaited",
+            ));
+        }
+        crate::fencing::hold(shared, transaction, fence, operation).await
+    }
+
     /// The shared state, once `operation` is admitted (open, valid input).
     fn admit(&self, operation: Operation<'_>) -> StorageResult<&Shared> {
         self.shared.admission.admit(operation)?;

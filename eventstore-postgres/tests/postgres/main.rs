@@ -22,6 +22,7 @@ mod lease_changes;
 mod lease_contenders;
 mod least_privileges;
 mod lock_timeout;
+mod own_transaction_fence;
 mod pooler;
 mod prefixes;
 mod projector_faults;

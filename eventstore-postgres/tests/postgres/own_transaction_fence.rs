@@ -1,0 +1,240 @@
+//! Fences for the application's own tables: `check_fence` in the caller's transaction accepts
+//! the live holder's fence, holds the lease against a takeover until that transaction ends,
+//! and refuses the fence once another instance holds the lease, with nothing of the caller's
+//! written. The SQL function `<prefix>check_fence` does the same for code outside Rust.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventstore_api::{
+    EventStorage, EventStorageError, Fence, FencingToken, LeaseRequest, LeaseStatus,
+};
+use eventstore_postgres::PostgresEventStorage;
+use sqlx::PgPool;
+
+use crate::common;
+
+const LEASE: &str = "read-model";
+const TTL: Duration = Duration::from_millis(300);
+
+async fn read_model_rows(pool: &PgPool, table: &str) -> Vec<(String, i64)> {
+    sqlx::query_as(&format!(
+        "SELECT writer, token FROM {table} ORDER BY token, writer"
+    ))
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Writes one read-model row under `fence` in the caller's own transaction.
+async fn write_fenced(
+    storage: &PostgresEventStorage,
+    table: &str,
+    fence: &Fence,
+    writer: &str,
+) -> Result<(), EventStorageError> {
+    let mut transaction = storage.pool().begin().await.unwrap();
+    storage.check_fence(&mut transaction, fence).await?;
+    sqlx::query(&format!(
+        "INSERT INTO {table} (writer, token) VALUES ($1, $2)"
+    ))
+    .bind(writer)
+    .bind(fence.token.0 as i64)
+    .execute(&mut *transaction)
+    .await
+    .unwrap();
+    transaction.commit().await.unwrap();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_model_write_in_the_callers_transaction_is_fenced_against_a_racing_takeover() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    if common::needs_direct_connection("it holds a transaction open across other connections") {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    let table = format!("{prefix}read_model");
+    sqlx::query(&format!(
+        "CREATE TABLE {table} (writer text NOT NULL, token bigint NOT NULL)"
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let other: Arc<dyn EventStorage> = Arc::new(common::storage_on(&prefix).await);
+
+    let held = storage
+        .request_lease(LeaseRequest::new(LEASE, "instance-a", 0, TTL))
+        .await
+        .unwrap();
+    assert_eq!(held.status, LeaseStatus::Leader);
+    let fence_a = Fence::new(LEASE, held.fencing_token);
+    write_fenced(&storage, &table, &fence_a, "instance-a")
+        .await
+        .expect("the live holder's fence passes in its own transaction");
+
+    // Instance a checks its fence and keeps its transaction open past the ttl while instance b
+    // tries to take the lease over: the takeover waits for the transaction.
+    let mut transaction = storage.pool().begin().await.unwrap();
+    storage
+        .check_fence(&mut transaction, &fence_a)
+        .await
+        .expect("still live at the check");
+    common::eventually(
+        "the lease to expire on the database's clock",
+        Duration::from_secs(10),
+        || async {
+            let now = other.storage_time().await.ok()?;
+            let leases = other.get_leases().await.ok()?;
+            leases
+                .iter()
+                .any(|l| l.lease_name == LEASE && l.is_expired_at(now))
+                .then_some(())
+        },
+    )
+    .await;
+    let takeover = {
+        let other = Arc::clone(&other);
+        tokio::spawn(async move {
+            other
+                .request_lease(LeaseRequest::new(LEASE, "instance-b", 0, TTL * 20))
+                .await
+        })
+    };
+    common::eventually(
+        "the takeover to wait for the checked transaction",
+        Duration::from_secs(10),
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%request_leases%' \
+                   AND query NOT LIKE '%pg_stat_activity%'",
+            )
+            .fetch_one(&admin)
+            .await
+            .ok()?;
+            (waiting >= 1).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        !takeover.is_finished(),
+        "no takeover commits while the check holds"
+    );
+    sqlx::query(&format!(
+        "INSERT INTO {table} (writer, token) VALUES ('instance-a', $1)"
+    ))
+    .bind(fence_a.token.0 as i64)
+    .execute(&mut *transaction)
+    .await
+    .unwrap();
+    transaction.commit().await.unwrap();
+    let taken = takeover
+        .await
+        .unwrap()
+        .expect("the takeover goes ahead after the commit");
+    assert_eq!(
+        (taken.status, taken.fencing_token),
+        (LeaseStatus::Leader, fence_a.token.next()),
+        "instance b leads with the next token"
+    );
+
+    // Now instance a is a zombie: its fence is refused and nothing of it is written.
+    let refused = write_fenced(&storage, &table, &fence_a, "zombie").await;
+    assert!(
+        matches!(
+            refused,
+            Err(EventStorageError::Fenced { presented, current: Some(current), .. })
+                if presented == fence_a.token && current == taken.fencing_token
+        ),
+        "the zombie's fence is refused: {refused:?}"
+    );
+    let fence_b = Fence::new(LEASE, taken.fencing_token);
+    write_fenced(&storage, &table, &fence_b, "instance-b")
+        .await
+        .expect("the new holder's fence passes");
+    assert_eq!(
+        read_model_rows(&admin, &table).await,
+        vec![
+            ("instance-a".to_owned(), 1),
+            ("instance-a".to_owned(), 1),
+            ("instance-b".to_owned(), 2),
+        ],
+        "the read model holds the holders' writes and nothing of the zombie"
+    );
+
+    // The SQL function answers the same, for code outside Rust.
+    let sql = format!("SELECT {prefix}check_fence($1, $2)");
+    let mut transaction = admin.begin().await.unwrap();
+    let error = sqlx::query(&sql)
+        .bind(LEASE)
+        .bind(fence_a.token.0 as i64)
+        .execute(&mut *transaction)
+        .await
+        .expect_err("the SQL check refuses the stale token");
+    let code = error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.into_owned());
+    assert_eq!(code.as_deref(), Some("EF001"), "{error}");
+    transaction.rollback().await.unwrap();
+    let mut transaction = admin.begin().await.unwrap();
+    sqlx::query(&sql)
+        .bind(LEASE)
+        .bind(fence_b.token.0 as i64)
+        .execute(&mut *transaction)
+        .await
+        .expect("the SQL check passes the live token");
+    transaction.commit().await.unwrap();
+
+    storage.close().await.unwrap();
+    other.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn check_fence_outside_a_transaction_or_with_a_bad_fence_is_invalid_and_checks_nothing() {
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    storage
+        .request_lease(LeaseRequest::new(LEASE, "instance-a", 0, TTL * 100))
+        .await
+        .unwrap();
+    let fence = Fence::new(LEASE, FencingToken(1));
+
+    let mut connection = storage.pool().acquire().await.unwrap();
+    let outside = storage.check_fence(&mut connection, &fence).await;
+    assert!(
+        matches!(&outside, Err(EventStorageError::InvalidInput { field, .. }) if field.contains("check_fence")),
+        "outside a transaction block: {outside:?}"
+    );
+    drop(connection);
+
+    let mut transaction = storage.pool().begin().await.unwrap();
+    let blank = storage
+        .check_fence(&mut transaction, &Fence::new(" ", FencingToken(1)))
+        .await;
+    assert!(
+        matches!(blank, Err(EventStorageError::InvalidInput { .. })),
+        "a blank lease name: {blank:?}"
+    );
+    transaction.rollback().await.unwrap();
+
+    let mut transaction = storage.pool().begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *transaction)
+        .await
+        .unwrap();
+    let repeatable = storage.check_fence(&mut transaction, &fence).await;
+    assert!(
+        matches!(&repeatable, Err(EventStorageError::InvalidInput { value, .. }) if value.contains("repeatable read")),
+        "REPEATABLE READ: {repeatable:?}"
+    );
+    transaction.rollback().await.unwrap();
+    storage.close().await.unwrap();
+}
