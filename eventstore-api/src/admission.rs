@@ -94,6 +94,11 @@ pub enum Operation<'a> {
         /// Its owner.
         owner: &'a str,
     },
+    /// `get_contenders`: a valid lease name.
+    Contenders {
+        /// The lease whose contenders are listed.
+        lease_name: &'a str,
+    },
     /// `release_leases`: a valid owner and valid lease names.
     ReleaseLeases {
         /// The leases released.
@@ -143,6 +148,9 @@ impl Operation<'_> {
             Operation::RequestLeases { requests } => validate::validate_lease_requests(requests),
             Operation::ReleaseLease { lease_name, owner } => {
                 validate::validate_release(lease_name, owner)
+            }
+            Operation::Contenders { lease_name } => {
+                validate::validate_name("lease name", lease_name)
             }
             Operation::ReleaseLeases { lease_names, owner } => {
                 validate::validate_releases(lease_names, owner)

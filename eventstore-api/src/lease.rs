@@ -128,6 +128,37 @@ impl Lease {
     }
 }
 
+/// A contender registered for a lease: an instance that asked for it and is not its holder
+/// of record. Registrations lapse with their own ttl; a storage may keep a lapsed one until it
+/// next tidies the lease, so judge liveness with [`LeaseContender::is_live_at`] on the
+/// storage's clock.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseContender {
+    /// The lease it contends for.
+    pub lease_name: String,
+    /// The contender's owner id.
+    pub owner: String,
+    /// Its priority at its last request.
+    pub priority: i64,
+    /// Its last request, on the storage's clock.
+    pub heartbeat_at: DateTime<Utc>,
+    /// The ttl of its last request.
+    pub ttl: Duration,
+}
+
+impl LeaseContender {
+    /// When the registration lapses unless renewed: `heartbeat_at + ttl`.
+    pub fn expires_at(&self) -> DateTime<Utc> {
+        self.heartbeat_at + chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::MAX)
+    }
+
+    /// Whether the registration is live at `now` (from the storage's clock): until and
+    /// including `heartbeat_at + ttl`.
+    pub fn is_live_at(&self, now: DateTime<Utc>) -> bool {
+        now <= self.expires_at()
+    }
+}
+
 /// A lease name and a fencing token: a write carrying it succeeds only while that lease is
 /// live on the storage's clock and its current token is this one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

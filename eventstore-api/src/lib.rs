@@ -62,7 +62,9 @@ pub use capability::Capability;
 pub use error::EventStorageError;
 pub use event::{EventId, EventToStore, EventType, StoredEvent};
 pub use filter::{AppendCondition, AppendCriteria, Direction, EventFilter, FilterItem, Limit};
-pub use lease::{Fence, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus};
+pub use lease::{
+    Fence, FencingToken, Lease, LeaseContender, LeaseRequest, LeaseResponse, LeaseStatus,
+};
 pub use lease_changes::{LeaseChange, LeaseChangeKind, LeaseChanges, LeaseNotice, LeaseScope};
 pub use reference::EventReference;
 pub use storage::{EventStorage, StorageResult};

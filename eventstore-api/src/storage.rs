@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use crate::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
-    LeaseRequest, LeaseResponse, LeaseScope, Limit, StoredEvent, Tags,
+    LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StoredEvent, Tags,
 };
 
 /// Shorthand for the result every storage operation returns.
@@ -231,6 +231,22 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         Err(EventStorageError::unsupported("get_leases", self.name()))
     }
 
+    /// The contenders registered for `lease_name` besides its holder of record, by priority
+    /// (highest first), then owner id; empty for a lease nobody contends for or that never
+    /// existed ([`Capability::Lease`]). Lapsed registrations may be listed until the storage
+    /// tidies the lease: judge them with [`LeaseContender::is_live_at`] and
+    /// [`EventStorage::storage_time`].
+    ///
+    /// # Errors
+    /// `InvalidInput` (invalid lease name), `Unsupported`, `Closed`, `Backend`.
+    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+        let _ = lease_name;
+        Err(EventStorageError::unsupported(
+            "get_contenders",
+            self.name(),
+        ))
+    }
+
     /// "Now" on the storage's clock, the clock that judges lease expiry.
     ///
     /// # Errors
@@ -396,6 +412,9 @@ macro_rules! forward_event_storage {
             }
             async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
                 (**self).get_leases().await
+            }
+            async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+                (**self).get_contenders(lease_name).await
             }
             async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
                 (**self).storage_time().await

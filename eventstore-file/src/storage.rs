@@ -14,7 +14,8 @@ use eventstore_api::admission::{Admission, Operation};
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
+    StoredEvent, Tags,
 };
 use tokio::sync::oneshot;
 
@@ -383,6 +384,12 @@ impl EventStorage for FileEventStorage {
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         Ok(self.leases().await?.table().leases())
+    }
+
+    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+        let leases = self.leases().await?;
+        self.admit(Operation::Contenders { lease_name })?;
+        Ok(leases.table().contenders(lease_name))
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {

@@ -10,7 +10,8 @@ use eventstore_api::append_hints::AppendHintHub;
 use eventstore_api::{
     AppendCriteria, AppendHint, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
+    StoredEvent, Tags,
 };
 
 use crate::event_log::EventLog;
@@ -235,6 +236,11 @@ impl EventStorage for MemoryEventStorage {
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         Ok(lock(&self.admit(Operation::Read)?.leases).leases())
+    }
+
+    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+        let state = self.admit(Operation::Contenders { lease_name })?;
+        Ok(lock(&state.leases).contenders(lease_name))
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::{
-    EventStorageError, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseStatus, StorageResult,
+    EventStorageError, FencingToken, Lease, LeaseContender, LeaseRequest, LeaseResponse,
+    LeaseStatus, StorageResult,
 };
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
@@ -122,6 +123,46 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
     rows.iter()
         .map(|row| decode_lease(row).map_err(|e| failing.map(e)))
         .collect()
+}
+
+/// The contender rows of `lease_name` (the holder has none: it counts through its lease row),
+/// by priority, highest first, then owner in byte order.
+pub(crate) async fn contenders(
+    shared: &Shared,
+    lease_name: &str,
+) -> StorageResult<Vec<LeaseContender>> {
+    let operation = "list a lease's contenders";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
+    let rows = sqlx::query(&format!(
+        "SELECT c.lease_name, c.owner, c.priority, c.heartbeat_at, c.ttl \
+         FROM {contenders} AS c \
+         LEFT JOIN {leases} AS l ON l.lease_name = c.lease_name AND l.owner = c.owner \
+         WHERE c.lease_name = $1 AND l.lease_name IS NULL \
+         ORDER BY c.priority DESC, c.owner COLLATE \"C\"",
+        contenders = shared.prefix.name("lease_contenders"),
+        leases = shared.prefix.name("leases"),
+    ))
+    .bind(lease_name)
+    .persistent(shared.settings.prepared_statements)
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
+    rows.iter()
+        .map(|row| decode_contender(row).map_err(|e| failing.map(e)))
+        .collect()
+}
+
+fn decode_contender(row: &PgRow) -> Result<LeaseContender, sqlx::Error> {
+    let ttl: PgInterval = row.try_get("ttl")?;
+    Ok(LeaseContender {
+        lease_name: row.try_get("lease_name")?,
+        owner: row.try_get("owner")?,
+        priority: row.try_get("priority")?,
+        heartbeat_at: row.try_get("heartbeat_at")?,
+        ttl: duration(&ttl)?,
+    })
 }
 
 /// PostgreSQL's `now()`.

@@ -9,7 +9,8 @@ use eventstore_api::admission::Operation;
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
+    StoredEvent, Tags,
 };
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
@@ -292,6 +293,14 @@ impl EventStorage for PostgresEventStorage {
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         leases::all(self.admit(Operation::Read)?).await
+    }
+
+    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+        leases::contenders(
+            self.admit(Operation::Contenders { lease_name })?,
+            lease_name,
+        )
+        .await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {

@@ -127,6 +127,10 @@ async fn answers_of_every_capability<S: EventStorage + ?Sized>(
             ),
         ),
         ("get_leases", shown(storage.get_leases().await)),
+        (
+            "get_contenders",
+            shown(storage.get_contenders("capabilities").await),
+        ),
         ("storage_time", shown(storage.storage_time().await)),
     ];
     // The token the lease was granted with, so that a fenced write may succeed.

@@ -993,6 +993,127 @@ pub async fn invalid_batch_releases_are_refused_and_change_nothing<F: StorageFac
     }
 }
 
+/// `get_contenders` lists a lease's contenders besides its holder, by priority (highest
+/// first), then owner id, each with the priority, ttl and heartbeat of its last request on the
+/// storage's clock; a lease nobody contends for, or that never existed, has none.
+pub async fn contenders_are_listed_by_priority_without_the_holder<F: StorageFactory>(factory: &F) {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
+        return;
+    };
+    let before = storage_time(&storage).await;
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    request(&other, "orders", "node-c", 0, LONG_TTL).await;
+    request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    request(&other, "orders", "node-d", 5, SHORT_TTL * 100).await;
+    let after = storage_time(&storage).await;
+
+    let contenders = storage
+        .get_contenders("orders")
+        .await
+        .expect("get_contenders");
+    let listed: Vec<(&str, i64, Duration)> = contenders
+        .iter()
+        .map(|c| (c.owner.as_str(), c.priority, c.ttl))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("node-d", 5, SHORT_TTL * 100),
+            ("node-b", 0, LONG_TTL),
+            ("node-c", 0, LONG_TTL)
+        ],
+        "get_contenders: by priority, then owner, without the holder node-a"
+    );
+    for contender in &contenders {
+        assert_eq!(
+            contender.lease_name, "orders",
+            "get_contenders: {contender:?}"
+        );
+        assert!(
+            before <= contender.heartbeat_at && contender.heartbeat_at <= after,
+            "get_contenders: heartbeat on the storage's clock between {before} and {after}: \
+             {contender:?}"
+        );
+        assert!(
+            contender.is_live_at(after),
+            "get_contenders: a fresh registration is live: {contender:?}"
+        );
+    }
+    assert!(
+        storage
+            .get_contenders("nobody-contends")
+            .await
+            .expect("get_contenders")
+            .is_empty(),
+        "get_contenders of a lease that never existed: none"
+    );
+    request(&storage, "solo", "node-a", 0, LONG_TTL).await;
+    assert!(
+        storage
+            .get_contenders("solo")
+            .await
+            .expect("get_contenders")
+            .is_empty(),
+        "get_contenders of a lease only its holder asked for: none"
+    );
+}
+
+/// A contender that releases is withdrawn at once; one whose registration lapsed is either no
+/// longer listed or listed as not live on the storage's clock.
+pub async fn withdrawn_and_lapsed_contenders_are_not_live<F: StorageFactory>(factory: &F) {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
+        return;
+    };
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    request(&other, "orders", "node-b", 0, LONG_TTL).await;
+    request(&other, "orders", "node-c", 0, SHORT_TTL).await;
+    release(&other, "orders", "node-b").await;
+    let owners: Vec<String> = storage
+        .get_contenders("orders")
+        .await
+        .expect("get_contenders")
+        .into_iter()
+        .map(|c| c.owner)
+        .collect();
+    assert_eq!(
+        owners,
+        ["node-c"],
+        "get_contenders: a released contender is withdrawn"
+    );
+
+    support::eventually(
+        "node-c's registration to lapse on the storage's clock",
+        || async {
+            let now = storage_time(&storage).await;
+            let contenders = storage
+                .get_contenders("orders")
+                .await
+                .expect("get_contenders");
+            contenders.iter().all(|c| !c.is_live_at(now))
+        },
+    )
+    .await;
+}
+
+/// `get_contenders` with an invalid lease name is refused with `InvalidInput` naming the lease
+/// name (rule `validate_name`).
+pub async fn contenders_of_an_invalid_lease_name_are_refused<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_leases(factory).await else {
+        return;
+    };
+    for (what, name) in [
+        ("an empty", ""),
+        ("a blank", " "),
+        ("a NUL-holding", "a\0b"),
+    ] {
+        assert_invalid_input(
+            storage.get_contenders(name).await,
+            &format!("get_contenders of {what} lease name"),
+            "validate_name",
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Batches (request_leases)
 // ---------------------------------------------------------------------------------------------
@@ -1152,6 +1273,8 @@ pub async fn lease_methods_refuse_once_the_storage_is_closed<F: StorageFactory>(
         assert_closed(r, &format!("an empty request_leases through {which}"));
         let r = handle.release_lease("orders", "node-a").await;
         assert_closed(r, &format!("release_lease through {which}"));
+        let r = handle.get_contenders("orders").await;
+        assert_closed(r, &format!("get_contenders through {which}"));
         let r = handle
             .release_leases(&["orders".to_owned()], "node-a")
             .await;

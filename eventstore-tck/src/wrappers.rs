@@ -13,7 +13,8 @@ use chrono::{DateTime, Utc};
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
+    StoredEvent, Tags,
 };
 
 /// A storage with the capabilities of the one it wraps hidden: events, bookmarks and `close`
@@ -330,6 +331,11 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         self.inner.get_leases().await
     }
 
+    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+        self.gate().await?;
+        self.inner.get_contenders(lease_name).await
+    }
+
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         self.gate().await?;
         self.inner.subscribe_lease_changes(scope).await
@@ -498,6 +504,10 @@ impl<S: EventStorage> EventStorage for PollOnly<S> {
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.inner.get_leases().await
+    }
+
+    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+        self.inner.get_contenders(lease_name).await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {

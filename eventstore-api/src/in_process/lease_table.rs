@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::lease_changes::LeaseChangeHub;
 use crate::{
-    EventStorageError, Fence, FencingToken, Lease, LeaseChange, LeaseChangeKind, LeaseRequest,
-    LeaseResponse, LeaseStatus,
+    EventStorageError, Fence, FencingToken, Lease, LeaseChange, LeaseChangeKind, LeaseContender,
+    LeaseRequest, LeaseResponse, LeaseStatus,
 };
 use chrono::{DateTime, Utc};
 
@@ -267,6 +267,29 @@ impl LeaseTable {
             .collect();
         leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
         leases
+    }
+
+    /// The contenders of `lease_name` besides its holder of record, by priority (highest
+    /// first), then owner id. Lapsed ones stay until the lease's next request drops them.
+    pub fn contenders(&self, lease_name: &str) -> Vec<LeaseContender> {
+        let Some(entry) = self.leases.get(lease_name) else {
+            return Vec::new();
+        };
+        let holder = entry.record.as_ref().map(|lease| lease.owner.as_str());
+        let mut contenders: Vec<LeaseContender> = entry
+            .contenders
+            .iter()
+            .filter(|(owner, _)| Some(owner.as_str()) != holder)
+            .map(|(owner, contender)| LeaseContender {
+                lease_name: lease_name.to_owned(),
+                owner: owner.clone(),
+                priority: contender.priority,
+                heartbeat_at: contender.heartbeat_at,
+                ttl: contender.ttl,
+            })
+            .collect();
+        contenders.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.owner.cmp(&b.owner)));
+        contenders
     }
 
     /// Checks `fence` against the lease it names at `now`.

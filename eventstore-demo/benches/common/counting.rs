@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStreamId, EventToStore, Lease, LeaseChanges, LeaseRequest, LeaseResponse,
-    LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    EventStorage, EventStreamId, EventToStore, Lease, LeaseChanges, LeaseContender, LeaseRequest,
+    LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
 };
 
 /// A storage that counts lease requests by lease and calls by method, and forwards
@@ -137,6 +137,10 @@ impl<S: EventStorage> EventStorage for CountingStorage<S> {
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
         self.call("release_lease");
         self.inner.release_lease(lease_name, owner).await
+    }
+    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+        self.call("get_contenders");
+        self.inner.get_contenders(lease_name).await
     }
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.call("get_leases");
