@@ -13,6 +13,7 @@ pub(crate) fn span(millis: i64) -> String {
     let seconds = millis / 1000;
     match seconds {
         0 => format!("{millis}ms"),
+        1..=59 if millis.is_multiple_of(1000) => format!("{seconds}s"),
         1..=59 => format!("{}.{}s", seconds, (millis % 1000) / 100),
         60..=3599 => format!("{}m {:02}s", seconds / 60, seconds % 60),
         3600..=86_399 => format!("{}h {:02}m", seconds / 3600, (seconds % 3600) / 60),
@@ -38,6 +39,7 @@ mod tests {
     fn spans_use_at_most_two_units() {
         assert_eq!(span(850), "850ms");
         assert_eq!(span(12_345), "12.3s");
+        assert_eq!(span(15_000), "15s");
         assert_eq!(span(-12_345), "12.3s");
         assert_eq!(span(252_000), "4m 12s");
         assert_eq!(span(3 * 3_600_000 + 4 * 60_000), "3h 04m");
