@@ -257,3 +257,107 @@ async fn read_only_opens_while_appends_go_on_see_a_growing_gapless_log() {
     assert!(opens > 0);
     writer.close().await.unwrap();
 }
+
+const CHILD_DIR: &str = "EVENTSTORE_FILE_READ_ONLY_CHILD_DIR";
+const CHILD_TEST: &str = "child_appends_for_the_read_only_test";
+/// How many appends the child makes.
+const CHILD_APPENDS: u64 = 600;
+
+#[test]
+#[ignore = "the child process of read_only_opens_while_another_process_appends_see_every_acknowledged_event"]
+fn child_appends_for_the_read_only_test() {
+    use std::io::Write;
+    let dir =
+        std::env::var(CHILD_DIR).expect("run by the read-only test, which sets the directory");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        // Small segments, so that segments are sealed and started under the reader.
+        let options = eventstore_file::FileStorageOptions::default().max_segment_bytes(64 << 10);
+        let storage = FileEventStorage::open_with(&dir, options).await.unwrap();
+        let stream = EventStreamId::for_context("counter");
+        for n in 1..=CHILD_APPENDS {
+            // Large enough that a reader often finds a frame half written.
+            let event = EventToStore::new("Counted", json!({ "n": n, "filler": "f".repeat(2048) }));
+            storage
+                .append(AppendCriteria::none(), &stream, vec![event])
+                .await
+                .unwrap();
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "ACK {n}").unwrap();
+            stdout.flush().unwrap();
+        }
+        storage.close().await.unwrap();
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_opens_while_another_process_appends_see_every_acknowledged_event() {
+    use std::io::BufRead;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    // The child creates the store; wait for it before the first read-only open.
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            CHILD_TEST,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let acknowledged = Arc::new(AtomicU64::new(0));
+    let stdout = child.stdout.take().unwrap();
+    let reader = {
+        let acknowledged = Arc::clone(&acknowledged);
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(n) = line.strip_prefix("ACK ") {
+                    acknowledged.store(n.parse().unwrap(), Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut opens = 0;
+    let mut seen = 0;
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "the child stalled");
+        let acked_before_open = acknowledged.load(Ordering::SeqCst);
+        if acked_before_open == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
+        let events = all_events(&reader).await;
+        reader.close().await.unwrap();
+        for (index, stored) in events.iter().enumerate() {
+            assert_eq!(stored.reference.position, index as u64 + 1);
+            assert_eq!(stored.payload["n"], index as u64 + 1);
+        }
+        let count = events.len() as u64;
+        assert!(
+            count >= acked_before_open,
+            "{count} events read, but {acked_before_open} were acknowledged before the open"
+        );
+        assert!(count as usize >= seen, "{count} after {seen}");
+        seen = count as usize;
+        opens += 1;
+        if acked_before_open == CHILD_APPENDS {
+            break;
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    assert!(opens > 1, "{opens} read-only opens");
+    eprintln!("{opens} read-only opens while another process appended {CHILD_APPENDS} events");
+}
