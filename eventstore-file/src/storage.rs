@@ -396,14 +396,18 @@ impl EventStorage for FileEventStorage {
             events: &events,
         })?;
         self.refuse_if_read_only("append")?;
-        self.submit(|reply| Command::Append {
-            fence: None,
-            criteria,
-            stream: stream.clone(),
-            events,
-            reply,
-        })
-        .await
+        let started = std::time::Instant::now();
+        let appended = self
+            .submit(|reply| Command::Append {
+                fence: None,
+                criteria,
+                stream: stream.clone(),
+                events,
+                reply,
+            })
+            .await;
+        eventstore_api::telemetry::record_append(BACKEND_NAME, started.elapsed());
+        appended
     }
 
     async fn query(
@@ -549,14 +553,18 @@ impl EventStorage for FileEventStorage {
             events: &events,
         })?;
         self.refuse_if_read_only("append_fenced")?;
-        self.submit(|reply| Command::Append {
-            fence: Some(fence.clone()),
-            criteria,
-            stream: stream.clone(),
-            events,
-            reply,
-        })
-        .await
+        let started = std::time::Instant::now();
+        let appended = self
+            .submit(|reply| Command::Append {
+                fence: Some(fence.clone()),
+                criteria,
+                stream: stream.clone(),
+                events,
+                reply,
+            })
+            .await;
+        eventstore_api::telemetry::record_append(BACKEND_NAME, started.elapsed());
+        appended
     }
 
     async fn bookmark_fenced(

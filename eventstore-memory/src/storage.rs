@@ -93,8 +93,11 @@ impl Shared {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
+        let started = std::time::Instant::now();
         let now = self.clock.now();
-        let stored = self.write_log().append(criteria, stream, events, now)?;
+        let stored = self.write_log().append(criteria, stream, events, now);
+        eventstore_api::telemetry::record_append("memory", started.elapsed());
+        let stored = stored?;
         if let Some(last) = stored.last() {
             self.appends.publish(AppendHint {
                 stream: stream.clone(),
