@@ -17,6 +17,13 @@
 //! Backends add their own, named `eventstore_<backend>_…` (the file backend's group commit:
 //! `eventstore_file_group_size`, `eventstore_file_sync_seconds`).
 //!
+//! # Tracing
+//!
+//! Every backend of this workspace opens a `debug` span per storage operation, named after the
+//! [`EventStorage`](crate::EventStorage) method, with the backend and what the operation is
+//! about as fields: `stream`, `lease` (and `owner`), `reader`, `id`; never a payload. Electors
+//! log each leadership change at `info`.
+//!
 //! [`LeaderElector`]: crate::LeaderElector
 
 use std::time::Duration;
@@ -49,4 +56,19 @@ pub(crate) fn outcome_label(status: crate::LeaseStatus) -> &'static str {
 /// backend reports appends under one name.
 pub fn record_append(backend: &'static str, elapsed: Duration) {
     metrics::histogram!(APPEND_SECONDS, "backend" => backend).record(elapsed.as_secs_f64());
+}
+
+/// The lease names of a batch of requests for a span or log field: the one name, or the first
+/// and how many more, so that a batch of a thousand partitions stays one short field.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseNames<'a>(pub &'a [crate::LeaseRequest]);
+
+impl std::fmt::Display for LeaseNames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            [] => Ok(()),
+            [one] => f.write_str(&one.lease_name),
+            [first, rest @ ..] => write!(f, "{} (+{} more)", first.lease_name, rest.len()),
+        }
+    }
 }

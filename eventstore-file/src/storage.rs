@@ -385,6 +385,7 @@ impl EventStorage for FileEventStorage {
             )
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, events = events.len()))]
     async fn append(
         &self,
         criteria: AppendCriteria,
@@ -410,6 +411,7 @@ impl EventStorage for FileEventStorage {
         appended
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, limit = ?limit.0, ?direction))]
     async fn query(
         &self,
         filter: &EventFilter,
@@ -423,6 +425,7 @@ impl EventStorage for FileEventStorage {
         self.fetch(locations, direction).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", id = %id.0))]
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
         self.admit(Operation::Read)?;
         let Some(location) = self.index().locate_id(id) else {
@@ -431,11 +434,13 @@ impl EventStorage for FileEventStorage {
         Ok(self.fetch(vec![location], Direction::Forward).await?.pop())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream))]
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
         self.admit(Operation::Head { stream })?;
         Ok(self.index().head(stream))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader, position = reference.position))]
     async fn bookmark(
         &self,
         reader: &str,
@@ -457,6 +462,7 @@ impl EventStorage for FileEventStorage {
         .await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader))]
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
         self.admit(Operation::Reader { reader })?;
         let bookmarks = self
@@ -468,6 +474,7 @@ impl EventStorage for FileEventStorage {
         Ok(bookmarks.get(reader).map(|bookmark| bookmark.reference))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader))]
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
         self.admit(Operation::Reader { reader })?;
         self.refuse_if_read_only("remove_bookmark")?;
@@ -478,6 +485,7 @@ impl EventStorage for FileEventStorage {
         .await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
     async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
         self.admit(Operation::Read)?;
         let bookmarks = self
@@ -489,6 +497,7 @@ impl EventStorage for FileEventStorage {
         Ok(bookmarks.values().cloned().collect())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = %request.lease_name, owner = %request.owner))]
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
         self.admit(Operation::RequestLease { request: &request })?;
         self.refuse_if_read_only("request_lease")?;
@@ -496,6 +505,7 @@ impl EventStorage for FileEventStorage {
         Ok(responses.remove(0))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = %eventstore_api::telemetry::LeaseNames(&requests), requests = requests.len()))]
     async fn request_leases(
         &self,
         requests: Vec<LeaseRequest>,
@@ -507,6 +517,7 @@ impl EventStorage for FileEventStorage {
         self.answer_lease_requests(requests).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_name, owner = owner))]
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
         self.admit(Operation::ReleaseLease { lease_name, owner })?;
         self.refuse_if_read_only("release_lease")?;
@@ -515,12 +526,14 @@ impl EventStorage for FileEventStorage {
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.admit(Operation::Read)?;
         self.refuse_if_read_only("get_leases")?;
         Ok(self.leases().await?.table().leases())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         self.admit(Operation::Read)?;
         self.refuse_if_read_only("storage_time")?;
@@ -540,6 +553,7 @@ impl EventStorage for FileEventStorage {
         Ok(changes.subscribe(&scope))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, events = events.len(), lease = %fence.lease_name, token = fence.token.0))]
     async fn append_fenced(
         &self,
         fence: &Fence,
@@ -567,6 +581,7 @@ impl EventStorage for FileEventStorage {
         appended
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader, position = reference.position, lease = %fence.lease_name, token = fence.token.0))]
     async fn bookmark_fenced(
         &self,
         fence: &Fence,

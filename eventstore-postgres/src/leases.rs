@@ -17,6 +17,8 @@ use sqlx::Row;
 use crate::shared::Shared;
 
 /// Answers `requests` (validated by the caller) in one call of `request_leases`.
+#[tracing::instrument(name = "request_leases", level = "debug", skip_all,
+    fields(backend = "postgres", lease = %eventstore_api::telemetry::LeaseNames(requests), requests = requests.len()))]
 pub(crate) async fn request(
     shared: &Shared,
     requests: &[LeaseRequest],
@@ -55,6 +57,8 @@ pub(crate) async fn request(
 }
 
 /// Releases `lease_name` if `owner` holds it, and withdraws `owner` as a contender.
+#[tracing::instrument(name = "release_lease", level = "debug", skip_all,
+    fields(backend = "postgres", lease = lease_name, owner = owner))]
 pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> StorageResult<()> {
     let failing = shared.settings.failing("release a lease");
     sqlx::query(&format!(
@@ -71,6 +75,12 @@ pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> S
 }
 
 /// Every lease row, by name in byte order.
+#[tracing::instrument(
+    name = "get_leases",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres")
+)]
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
     let failing = shared.settings.failing("list leases");
     let rows = sqlx::query(&format!(
@@ -87,6 +97,12 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
 }
 
 /// PostgreSQL's `now()`.
+#[tracing::instrument(
+    name = "storage_time",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres")
+)]
 pub(crate) async fn storage_time(shared: &Shared) -> StorageResult<DateTime<Utc>> {
     sqlx::query_scalar("SELECT now()")
         .fetch_one(&shared.pool)

@@ -21,6 +21,8 @@ use crate::tags_column;
 
 /// Appends `events` to `stream` if `criteria` (and `fence`, when given) hold, all or nothing,
 /// and records how long it took.
+#[tracing::instrument(name = "append", level = "debug", skip_all,
+    fields(backend = "postgres", stream = %stream, events = events.len(), fenced = fence.is_some()))]
 pub(crate) async fn append(
     shared: &Shared,
     fence: Option<&Fence>,
