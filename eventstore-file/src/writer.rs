@@ -41,7 +41,7 @@ use crate::segments::SegmentWriter;
 /// Histogram: how many commands (appends and bookmark changes) one group commit took.
 pub(crate) const GROUP_SIZE: &str = "eventstore_file_group_size";
 
-/// Histogram: seconds one group's write and sync of the event log took.
+/// Histogram: seconds one group's write and sync of the event log took (groups that append).
 pub(crate) const SYNC_SECONDS: &str = "eventstore_file_sync_seconds";
 
 /// What the writer shares with the storage handles.
@@ -383,7 +383,9 @@ impl Writer {
         }
         let syncing = Instant::now();
         self.segments.sync()?;
-        metrics::histogram!(SYNC_SECONDS).record(syncing.elapsed().as_secs_f64());
+        if !appends.is_empty() {
+            metrics::histogram!(SYNC_SECONDS).record(syncing.elapsed().as_secs_f64());
+        }
         Ok(all)
     }
 
