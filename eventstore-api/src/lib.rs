@@ -54,6 +54,7 @@ mod reference;
 mod storage;
 mod stream;
 mod tag;
+pub mod telemetry;
 pub mod validate;
 
 pub use append_hints::{AppendHint, AppendHints, AppendNotice};

@@ -15,9 +15,13 @@
 //! With `DATABASE_URL` set the demo runs on PostgreSQL too, each instance with its own
 //! connection pool as separate processes would have (tables prefixed `leader_demo_`,
 //! recreated at start).
+//!
+//! It ends with the metrics the run recorded: the demo installs a recorder of its own, as an
+//! application installs its exporter (see `eventstore_api::telemetry`).
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -28,6 +32,8 @@ use eventstore_api::{
     AppendCriteria, EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore,
     Fence, Lease, StoredEvent, Tags,
 };
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics_util::registry::{AtomicStorage, Registry};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -363,6 +369,7 @@ async fn wait_for_leader(instances: &[Instance]) -> usize {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     started();
+    let metrics = DemoMetrics::install()?;
     let postgres_url = std::env::var("DATABASE_URL").ok();
     let wants_postgres = std::env::args().any(|arg| arg == "--postgres");
     let backend = match (wants_postgres, &postgres_url) {
@@ -518,8 +525,95 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !lost.is_empty() || !unchanged || zombie_append.is_ok() || zombie_bookmark.is_ok() {
         return Err("the demo's story did not hold; see above".into());
     }
+    metrics.print();
     println!("done in {:.1} s", started().elapsed().as_secs_f64());
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics: what an exporter would publish
+// ---------------------------------------------------------------------------------------------
+
+/// The demo's metrics recorder: keeps every value for the summary at the end.
+struct DemoMetrics {
+    registry: Arc<Registry<Key, AtomicStorage>>,
+}
+
+impl DemoMetrics {
+    fn install() -> Result<DemoMetrics, Box<dyn std::error::Error>> {
+        let registry = Arc::new(Registry::atomic());
+        metrics::set_global_recorder(DemoMetrics {
+            registry: Arc::clone(&registry),
+        })
+        .map_err(|error| error.to_string())?;
+        Ok(DemoMetrics { registry })
+    }
+
+    fn print(&self) {
+        act("Metrics recorded (an application's exporter would publish these)");
+        let name = |key: &Key| {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|label| format!("{}={}", label.key(), label.value()))
+                .collect();
+            if labels.is_empty() {
+                key.name().to_owned()
+            } else {
+                format!("{}{{{}}}", key.name(), labels.join(","))
+            }
+        };
+        let mut lines = Vec::new();
+        for (key, counter) in self.registry.get_counter_handles() {
+            lines.push((name(&key), counter.load(Ordering::Relaxed).to_string()));
+        }
+        for (key, gauge) in self.registry.get_gauge_handles() {
+            let value = f64::from_bits(gauge.load(Ordering::Relaxed));
+            lines.push((name(&key), value.to_string()));
+        }
+        for (key, histogram) in self.registry.get_histogram_handles() {
+            let mut values = histogram.data();
+            values.sort_by(f64::total_cmp);
+            let Some(&max) = values.last() else { continue };
+            let median = values[values.len() / 2];
+            let summary = if key.name().ends_with("_seconds") {
+                format!(
+                    "{} recorded, median {:.2} ms, max {:.2} ms",
+                    values.len(),
+                    median * 1e3,
+                    max * 1e3
+                )
+            } else {
+                format!("{} recorded, median {median}, max {max}", values.len())
+            };
+            lines.push((name(&key), summary));
+        }
+        lines.sort();
+        let width = lines.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+        for (name, value) in lines {
+            println!("  {name:<width$}  {value}");
+        }
+    }
+}
+
+impl Recorder for DemoMetrics {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.registry
+            .get_or_create_counter(key, |counter| Counter::from_arc(counter.clone()))
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.registry
+            .get_or_create_gauge(key, |gauge| Gauge::from_arc(gauge.clone()))
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.registry
+            .get_or_create_histogram(key, |histogram| Histogram::from_arc(histogram.clone()))
+    }
 }
 
 fn report_refusal<T>(what: &str, result: &Result<T, EventStorageError>) {

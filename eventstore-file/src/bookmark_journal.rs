@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
 use crate::corruption::{Corruption, OpenFailure};
-use crate::journal::Journal;
+use crate::journal::{Journal, Record};
 
 /// The journal's file name inside the store's directory.
 pub(crate) const BOOKMARKS_FILE: &str = "bookmarks.log";
@@ -116,18 +116,18 @@ impl BookmarkJournal {
     pub(crate) fn open(dir: &Path) -> Result<(BookmarkJournal, Bookmarks), OpenFailure> {
         let path = dir.join(BOOKMARKS_FILE);
         let (journal, records) = Journal::open(&path, MAGIC)?;
-        let mut bookmarks = Bookmarks::new();
-        for record in &records {
-            let change = BookmarkChange::decode(&record.payload).map_err(|error| {
-                Corruption::new(
-                    &path,
-                    record.offset,
-                    format!("the bookmark record does not decode: {error}"),
-                )
-            })?;
-            change.apply_to(&mut bookmarks);
-        }
+        let bookmarks = replay(&path, &records)?;
         Ok((BookmarkJournal { journal }, bookmarks))
+    }
+
+    /// Reads the bookmarks in `dir` without changing any file (see [`Journal::read_only`]).
+    ///
+    /// # Errors
+    /// I/O failure or damage.
+    pub(crate) fn read_only(dir: &Path) -> Result<Bookmarks, OpenFailure> {
+        let path = dir.join(BOOKMARKS_FILE);
+        let records = Journal::read_only(&path, MAGIC)?;
+        replay(&path, &records)
     }
 
     /// Records `changes` durably.
@@ -156,6 +156,22 @@ impl BookmarkJournal {
             .collect::<io::Result<Vec<_>>>()?;
         self.journal.rewrite(&records)
     }
+}
+
+/// The bookmarks that the journal's `records` leave, in order.
+fn replay(path: &Path, records: &[Record]) -> Result<Bookmarks, OpenFailure> {
+    let mut bookmarks = Bookmarks::new();
+    for record in records {
+        let change = BookmarkChange::decode(&record.payload).map_err(|error| {
+            Corruption::new(
+                path,
+                record.offset,
+                format!("the bookmark record does not decode: {error}"),
+            )
+        })?;
+        change.apply_to(&mut bookmarks);
+    }
+    Ok(bookmarks)
 }
 
 #[cfg(test)]

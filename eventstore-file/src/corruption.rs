@@ -54,6 +54,12 @@ pub(crate) enum OpenFailure {
         #[source]
         source: std::io::Error,
     },
+    /// A read-only open found no event log in the directory.
+    #[error("{} holds no event store: no segment file events-<position>.log", .dir.display())]
+    NotAStore {
+        /// The directory.
+        dir: PathBuf,
+    },
     /// The content is damaged.
     #[error(transparent)]
     Corrupt(#[from] Corruption),

@@ -127,6 +127,60 @@ impl Journal {
         Ok((Journal::at(path, magic, file, count), records))
     }
 
+    /// Reads the records of the journal at `path` without changing the file: a missing or
+    /// headerless file holds no records, and the records end before a torn one (which a
+    /// writer in another process may be completing right now).
+    ///
+    /// # Errors
+    /// I/O failure, a wrong magic, or a damaged record followed by more data.
+    pub(crate) fn read_only(
+        path: &Path,
+        magic: [u8; MAGIC_LEN],
+    ) -> Result<Vec<Record>, OpenFailure> {
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(OpenFailure::io("cannot open", path)(error)),
+        };
+        let length = file
+            .metadata()
+            .map_err(OpenFailure::io("cannot inspect", path))?
+            .len();
+        if length < MAGIC_LEN as u64 {
+            return Ok(Vec::new());
+        }
+        let mut reader = BufReader::new(&file);
+        let mut found = [0u8; MAGIC_LEN];
+        reader
+            .read_exact(&mut found)
+            .map_err(OpenFailure::io("cannot read", path))?;
+        if found != magic {
+            return Err(Corruption::new(
+                path,
+                0,
+                format!(
+                    "the file starts with {found:?}, not the header {:?} of this kind of file",
+                    String::from_utf8_lossy(&magic)
+                ),
+            )
+            .into());
+        }
+        let mut scanner = FrameScanner::new(reader, MAGIC_LEN as u64, length);
+        let mut records = Vec::new();
+        loop {
+            match scanner
+                .next_frame()
+                .map_err(OpenFailure::io("cannot read", path))?
+            {
+                Scanned::Frame { offset, payload } => records.push(Record { offset, payload }),
+                Scanned::End { .. } | Scanned::Torn { .. } => return Ok(records),
+                Scanned::Corrupt { offset, problem } => {
+                    return Err(Corruption::new(path, offset, problem).into())
+                }
+            }
+        }
+    }
+
     fn at(path: &Path, magic: [u8; MAGIC_LEN], file: File, records: usize) -> Journal {
         Journal {
             path: path.to_owned(),

@@ -31,7 +31,8 @@ const RESERVATION_BLOCK: u64 = 100;
 pub(crate) struct LeaseState {
     table: LeaseTable,
     ceilings: HashMap<String, u64>,
-    journal: Journal,
+    /// `None` for a read-only store, which grants no lease.
+    journal: Option<Journal>,
 }
 
 impl LeaseState {
@@ -72,8 +73,17 @@ impl LeaseState {
         Ok(LeaseState {
             table,
             ceilings,
-            journal,
+            journal: Some(journal),
         })
+    }
+
+    /// The state of a read-only store: no lease, and no token can be reserved.
+    pub(crate) fn read_only() -> LeaseState {
+        LeaseState {
+            table: LeaseTable::new(),
+            ceilings: HashMap::new(),
+            journal: None,
+        }
     }
 
     /// The lease table, for reading and for fence checks.
@@ -107,10 +117,16 @@ impl LeaseState {
             .iter()
             .map(|(name, ceiling)| encode(name, *ceiling))
             .collect::<io::Result<Vec<_>>>()?;
-        self.journal.append(&records)?;
+        let Some(journal) = self.journal.as_mut() else {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "the store is open read-only: no fencing token can be reserved",
+            ));
+        };
+        journal.append(&records)?;
         self.ceilings.extend(raised);
-        if self.journal.wants_rewrite(self.ceilings.len()) {
-            self.journal.rewrite(&encode_all(&self.ceilings)?)?;
+        if journal.wants_rewrite(self.ceilings.len()) {
+            journal.rewrite(&encode_all(&self.ceilings)?)?;
         }
         Ok(())
     }

@@ -43,7 +43,9 @@
 //!   frame cannot be told from a torn write and is cut off too.
 //! - **One process at a time.** The directory is locked while open; a second open, here or in
 //!   another process, fails naming the directory and the holder's pid. Share one storage
-//!   between tasks by cloning the handle.
+//!   between tasks by cloning the handle. An operator's tool reads a store beside the process
+//!   that holds it with [`FileEventStorage::open_read_only`]: no lock, nothing written, a
+//!   frame still being written at the end of the log read as the end.
 //! - **Leases in memory.** A reopened store lists no leases (their holders may be long gone),
 //!   but its fencing tokens continue above every token handed out before.
 //! - **Write failures.** If a write or sync fails, what reached the disk is unknown (and a later

@@ -36,10 +36,10 @@ pub(crate) fn recover_log(
     };
     let mut index = EventIndex::default();
     for (number, (named_first, path)) in segments.iter().enumerate() {
-        index_segment(path, *named_first, false, number as u32, &mut index)?;
+        index_segment(path, *named_first, Mode::Sealed, number as u32, &mut index)?;
     }
     let number = segments.len() as u32;
-    let extent = index_segment(&last_path, last_first, true, number, &mut index)?;
+    let extent = index_segment(&last_path, last_first, Mode::RepairLast, number, &mut index)?;
     let file = OpenOptions::new()
         .write(true)
         .open(&last_path)
@@ -56,11 +56,56 @@ pub(crate) fn recover_log(
     Ok((index, writer))
 }
 
+/// Indexes the log in `dir` as it is on disk, changing nothing: for a reader beside a writer
+/// that may be in the middle of an append. The log ends before a torn frame at the end of the
+/// last segment, or before a last segment whose header is not written yet.
+///
+/// # Errors
+/// `dir` holds no segment; I/O failure; damage that a write in progress cannot explain.
+pub(crate) fn read_log(dir: &Path) -> Result<EventIndex, OpenFailure> {
+    let segments =
+        list_segments(dir).map_err(OpenFailure::io("cannot list the segments of", dir))?;
+    if segments.is_empty() {
+        return Err(OpenFailure::NotAStore {
+            dir: dir.to_owned(),
+        });
+    }
+    let mut index = EventIndex::default();
+    let last = segments.len() - 1;
+    for (number, (named_first, path)) in segments.iter().enumerate() {
+        let mode = if number == last {
+            Mode::ReadLast
+        } else {
+            Mode::Sealed
+        };
+        index_segment(path, *named_first, mode, number as u32, &mut index)?;
+    }
+    Ok(index)
+}
+
+/// How a segment is scanned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A sealed segment: it ends with its last frame, and any damage is corruption.
+    Sealed,
+    /// The last segment, opened for appending: a torn tail is cut off, a missing header
+    /// written.
+    RepairLast,
+    /// The last segment, read only: a torn tail or a missing header ends the log there.
+    ReadLast,
+}
+
+impl Mode {
+    fn is_last(self) -> bool {
+        self != Mode::Sealed
+    }
+}
+
 /// Indexes segment `number`, named as starting at `named_first`, and makes it readable.
 fn index_segment(
     path: &Path,
     named_first: u64,
-    is_last: bool,
+    mode: Mode,
     number: u32,
     index: &mut EventIndex,
 ) -> Result<Extent, OpenFailure> {
@@ -77,7 +122,7 @@ fn index_segment(
         )
         .into());
     }
-    let extent = scan_segment(path, is_last, expected_first, number, index)?;
+    let extent = scan_segment(path, mode, expected_first, number, index)?;
     let reader = File::open(path).map_err(OpenFailure::io("cannot open", path))?;
     index.add_segment(Arc::new(reader));
     Ok(extent)
@@ -102,14 +147,15 @@ impl Extent {
 /// Indexes one segment's events; returns its extent after any repair.
 fn scan_segment(
     path: &Path,
-    is_last: bool,
+    mode: Mode,
     expected_first: u64,
     number: u32,
     index: &mut EventIndex,
 ) -> Result<Extent, OpenFailure> {
+    let is_last = mode.is_last();
     let mut file = OpenOptions::new()
         .read(true)
-        .write(is_last)
+        .write(mode == Mode::RepairLast)
         .open(path)
         .map_err(OpenFailure::io("cannot open", path))?;
     let length = file
@@ -124,6 +170,10 @@ fn scan_segment(
                 format!("a sealed segment is only {length} bytes long, shorter than its header"),
             )
             .into());
+        }
+        if mode == Mode::ReadLast {
+            // Being created by the writer right now, or by a crash: no events in it yet.
+            return Ok(Extent::exact(length));
         }
         // Created by a crash before its header was synced: write the header afresh.
         tracing::warn!(file = %path.display(), length, "rewriting an incomplete segment header");
@@ -172,6 +222,10 @@ fn scan_segment(
                     ),
                 )
                 .into())
+            }
+            Scanned::Torn { offset, .. } if mode == Mode::ReadLast => {
+                // A write in progress, or one a crash cut short: the log ends before it.
+                return Ok(Extent::exact(offset));
             }
             Scanned::Torn { offset, reason } if is_last => {
                 tracing::warn!(

@@ -30,6 +30,9 @@ use crate::writer::{SharedState, Writer};
 
 const BACKEND_NAME: &str = "file";
 
+/// How a read-only handle names itself when it refuses an operation.
+const READ_ONLY_BACKEND: &str = "read-only file";
+
 /// Events and bookmarks durable in a directory, leases in memory.
 ///
 /// Clones are cheap handles onto one storage; [`EventStorage::close`] on any of them closes
@@ -45,6 +48,8 @@ struct Inner {
     commands: Mutex<Option<Sender<Command>>>,
     writer: tokio::sync::Mutex<Option<JoinHandle<()>>>,
     admission: Admission,
+    /// Opened by [`FileEventStorage::open_read_only`]: no writer, no lock, no change.
+    read_only: bool,
 }
 
 impl fmt::Debug for FileEventStorage {
@@ -52,6 +57,7 @@ impl fmt::Debug for FileEventStorage {
         f.debug_struct("FileEventStorage")
             .field("dir", &self.inner.dir)
             .field("closed", &self.inner.admission.is_closed())
+            .field("read_only", &self.inner.read_only)
             .finish_non_exhaustive()
     }
 }
@@ -79,6 +85,66 @@ impl FileEventStorage {
         tokio::task::spawn_blocking(move || open_blocking(dir, &options))
             .await
             .map_err(|error| EventStorageError::backend("opening the event store failed", error))?
+    }
+
+    /// Opens the store in `dir` for reading only, beside the process that has it open.
+    ///
+    /// No lock is taken and no file is created or changed, so this works while another
+    /// process (or another handle in this one) holds the directory: an operator's tool reads
+    /// the events and bookmarks of a running service this way. The handle sees the store as
+    /// it was on disk when opened; a frame still being written at the end of the log (a
+    /// torn tail) is not an error but the end of what is read. Open again to see later
+    /// events.
+    ///
+    /// Every change is refused with [`EventStorageError::Unsupported`] naming the read-only
+    /// storage: appends, bookmark changes and all lease operations (the leases of a file
+    /// store live in the memory of the process that holds it). [`EventStorage::supports`]
+    /// answers `false` for every capability.
+    ///
+    /// # Errors
+    /// `Backend` when `dir` does not exist or holds no event log (nothing is created), when
+    /// the log is damaged in a way a write in progress cannot explain, or on I/O failure.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), eventstore_api::EventStorageError> {
+    /// use eventstore_api::{AppendCriteria, EventStorage, EventStreamId, EventToStore};
+    /// use eventstore_file::FileEventStorage;
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let writer = FileEventStorage::open(dir.path()).await?;
+    /// let stream = EventStreamId::for_context("orders");
+    /// writer
+    ///     .append(AppendCriteria::none(), &stream, vec![EventToStore::new("OrderPlaced", serde_json::json!({}))])
+    ///     .await?;
+    ///
+    /// // While `writer` still holds the directory:
+    /// let reader = FileEventStorage::open_read_only(dir.path()).await?;
+    /// assert_eq!(reader.head(&stream).await?.map(|head| head.position), Some(1));
+    /// assert!(reader.append(AppendCriteria::none(), &stream, vec![]).await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn open_read_only(dir: impl AsRef<Path>) -> StorageResult<FileEventStorage> {
+        let dir = dir.as_ref().to_owned();
+        tokio::task::spawn_blocking(move || open_read_only_blocking(dir))
+            .await
+            .map_err(|error| {
+                EventStorageError::backend("opening the event store read-only failed", error)
+            })?
+    }
+
+    /// Whether this handle was opened by [`FileEventStorage::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    /// Refuses `operation` on a read-only handle.
+    fn refuse_if_read_only(&self, operation: &str) -> StorageResult<()> {
+        if self.inner.read_only {
+            return Err(EventStorageError::unsupported(operation, READ_ONLY_BACKEND));
+        }
+        Ok(())
     }
 
     /// The store's directory.
@@ -226,6 +292,63 @@ fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<Fi
             commands: Mutex::new(Some(sender)),
             writer: tokio::sync::Mutex::new(Some(thread)),
             admission: Admission::new(),
+            read_only: false,
+        }),
+    })
+}
+
+/// How often a read-only open reads the store again when the writer beside it changed a file
+/// under it (sealed a segment, compacted the bookmarks) while it was being read.
+const READ_ONLY_ATTEMPTS: usize = 3;
+
+fn open_read_only_blocking(dir: PathBuf) -> StorageResult<FileEventStorage> {
+    if !dir.is_dir() {
+        return Err(EventStorageError::backend(
+            format!("cannot open the event store in {}", dir.display()),
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} is not a directory", dir.display()),
+            ),
+        ));
+    }
+    let mut attempt = 1;
+    let (index, bookmarks) = loop {
+        let read = crate::recovery::read_log(&dir).and_then(|index| {
+            Ok((
+                index,
+                crate::bookmark_journal::BookmarkJournal::read_only(&dir)?,
+            ))
+        });
+        match read {
+            Ok(read) => break read,
+            Err(OpenFailure::Io { .. }) if attempt < READ_ONLY_ATTEMPTS => attempt += 1,
+            Err(failure) => {
+                let message = format!("cannot open the event store in {} read-only", dir.display());
+                return Err(match failure {
+                    OpenFailure::Corrupt(corruption) => {
+                        EventStorageError::backend(message, corruption)
+                    }
+                    other => EventStorageError::backend(message, other),
+                });
+            }
+        }
+    };
+    tracing::debug!(dir = %dir.display(), events = index.len(), bookmarks = bookmarks.len(), "opened the event store read-only");
+    let state = SharedState {
+        index: Arc::new(std::sync::RwLock::new(index)),
+        bookmarks: Arc::new(std::sync::RwLock::new(bookmarks)),
+        leases: Arc::new(tokio::sync::Mutex::new(LeaseState::read_only())),
+        clock: Arc::new(eventstore_api::in_process::StorageClock::new()),
+        appends: Arc::new(eventstore_api::append_hints::AppendHintHub::new()),
+    };
+    Ok(FileEventStorage {
+        inner: Arc::new(Inner {
+            dir,
+            state,
+            commands: Mutex::new(None),
+            writer: tokio::sync::Mutex::new(None),
+            admission: Admission::new(),
+            read_only: true,
         }),
     })
 }
@@ -253,15 +376,17 @@ impl EventStorage for FileEventStorage {
     }
 
     fn supports(&self, capability: Capability) -> bool {
-        matches!(
-            capability,
-            Capability::Lease
-                | Capability::FencedWrites
-                | Capability::LeaseChanges
-                | Capability::AppendHints
-        )
+        !self.inner.read_only
+            && matches!(
+                capability,
+                Capability::Lease
+                    | Capability::FencedWrites
+                    | Capability::LeaseChanges
+                    | Capability::AppendHints
+            )
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, events = events.len()))]
     async fn append(
         &self,
         criteria: AppendCriteria,
@@ -272,16 +397,22 @@ impl EventStorage for FileEventStorage {
             stream,
             events: &events,
         })?;
-        self.submit(|reply| Command::Append {
-            fence: None,
-            criteria,
-            stream: stream.clone(),
-            events,
-            reply,
-        })
-        .await
+        self.refuse_if_read_only("append")?;
+        let started = std::time::Instant::now();
+        let appended = self
+            .submit(|reply| Command::Append {
+                fence: None,
+                criteria,
+                stream: stream.clone(),
+                events,
+                reply,
+            })
+            .await;
+        eventstore_api::telemetry::record_append(BACKEND_NAME, started.elapsed());
+        appended
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, limit = ?limit.0, ?direction))]
     async fn query(
         &self,
         filter: &EventFilter,
@@ -295,6 +426,7 @@ impl EventStorage for FileEventStorage {
         self.fetch(locations, direction).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", id = %id.0))]
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
         self.admit(Operation::Read)?;
         let Some(location) = self.index().locate_id(id) else {
@@ -303,11 +435,13 @@ impl EventStorage for FileEventStorage {
         Ok(self.fetch(vec![location], Direction::Forward).await?.pop())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream))]
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
         self.admit(Operation::Head { stream })?;
         Ok(self.index().head(stream))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader, position = reference.position))]
     async fn bookmark(
         &self,
         reader: &str,
@@ -318,6 +452,7 @@ impl EventStorage for FileEventStorage {
             reader,
             tags: &tags,
         })?;
+        self.refuse_if_read_only("bookmark")?;
         self.submit(|reply| Command::Bookmark {
             fence: None,
             reader: reader.to_owned(),
@@ -328,6 +463,7 @@ impl EventStorage for FileEventStorage {
         .await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader))]
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
         self.admit(Operation::Reader { reader })?;
         let bookmarks = self
@@ -339,8 +475,10 @@ impl EventStorage for FileEventStorage {
         Ok(bookmarks.get(reader).map(|bookmark| bookmark.reference))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader))]
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
         self.admit(Operation::Reader { reader })?;
+        self.refuse_if_read_only("remove_bookmark")?;
         self.submit(|reply| Command::RemoveBookmark {
             reader: reader.to_owned(),
             reply,
@@ -348,6 +486,7 @@ impl EventStorage for FileEventStorage {
         .await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
     async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
         self.admit(Operation::Read)?;
         let bookmarks = self
@@ -359,12 +498,15 @@ impl EventStorage for FileEventStorage {
         Ok(bookmarks.values().cloned().collect())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = %request.lease_name, owner = %request.owner))]
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
         self.admit(Operation::RequestLease { request: &request })?;
+        self.refuse_if_read_only("request_lease")?;
         let mut responses = self.answer_lease_requests(vec![request]).await?;
         Ok(responses.remove(0))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = %eventstore_api::telemetry::LeaseNames(&requests), requests = requests.len()))]
     async fn request_leases(
         &self,
         requests: Vec<LeaseRequest>,
@@ -372,41 +514,54 @@ impl EventStorage for FileEventStorage {
         self.admit(Operation::RequestLeases {
             requests: &requests,
         })?;
+        self.refuse_if_read_only("request_leases")?;
         self.answer_lease_requests(requests).await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_name, owner = owner))]
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
         self.admit(Operation::ReleaseLease { lease_name, owner })?;
+        self.refuse_if_read_only("release_lease")?;
         let mut leases = self.leases().await?;
         leases.release(lease_name, owner, self.inner.state.clock.now());
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        self.admit(Operation::Read)?;
+        self.refuse_if_read_only("get_leases")?;
         Ok(self.leases().await?.table().leases())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_name))]
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        let leases = self.leases().await?;
         self.admit(Operation::Contenders { lease_name })?;
-        Ok(leases.table().contenders(lease_name))
+        self.refuse_if_read_only("get_contenders")?;
+        Ok(self.leases().await?.table().contenders(lease_name))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         self.admit(Operation::Read)?;
+        self.refuse_if_read_only("storage_time")?;
         Ok(self.inner.state.clock.now())
     }
 
     async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
         self.admit(Operation::Query { stream })?;
+        self.refuse_if_read_only("subscribe_appends")?;
         Ok(self.inner.state.appends.subscribe(stream))
     }
 
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
+        self.admit(Operation::Read)?;
+        self.refuse_if_read_only("subscribe_lease_changes")?;
         let changes = self.leases().await?.table().changes();
         Ok(changes.subscribe(&scope))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, events = events.len(), lease = %fence.lease_name, token = fence.token.0))]
     async fn append_fenced(
         &self,
         fence: &Fence,
@@ -419,16 +574,22 @@ impl EventStorage for FileEventStorage {
             stream,
             events: &events,
         })?;
-        self.submit(|reply| Command::Append {
-            fence: Some(fence.clone()),
-            criteria,
-            stream: stream.clone(),
-            events,
-            reply,
-        })
-        .await
+        self.refuse_if_read_only("append_fenced")?;
+        let started = std::time::Instant::now();
+        let appended = self
+            .submit(|reply| Command::Append {
+                fence: Some(fence.clone()),
+                criteria,
+                stream: stream.clone(),
+                events,
+                reply,
+            })
+            .await;
+        eventstore_api::telemetry::record_append(BACKEND_NAME, started.elapsed());
+        appended
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader, position = reference.position, lease = %fence.lease_name, token = fence.token.0))]
     async fn bookmark_fenced(
         &self,
         fence: &Fence,
@@ -441,6 +602,7 @@ impl EventStorage for FileEventStorage {
             reader,
             tags: &tags,
         })?;
+        self.refuse_if_read_only("bookmark_fenced")?;
         self.submit(|reply| Command::Bookmark {
             fence: Some(fence.clone()),
             reader: reader.to_owned(),

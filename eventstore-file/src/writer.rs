@@ -38,6 +38,12 @@ use crate::options::FileStorageOptions;
 use crate::recovery::recover_log;
 use crate::segments::SegmentWriter;
 
+/// Histogram: how many commands (appends and bookmark changes) one group commit took.
+pub(crate) const GROUP_SIZE: &str = "eventstore_file_group_size";
+
+/// Histogram: seconds one group's write and sync of the event log took (groups that append).
+pub(crate) const SYNC_SECONDS: &str = "eventstore_file_sync_seconds";
+
 /// What the writer shares with the storage handles.
 #[derive(Debug, Clone)]
 pub(crate) struct SharedState {
@@ -126,6 +132,7 @@ impl Writer {
             let group = gathering.gather(first, &commands);
             let started = Instant::now();
             let size = group.len();
+            metrics::histogram!(GROUP_SIZE).record(size as f64);
             self.commit(group);
             gathering.committed(size, started.elapsed());
             self.prepare_for_next_group();
@@ -377,7 +384,11 @@ impl Writer {
                     .collect(),
             );
         }
+        let syncing = Instant::now();
         self.segments.sync()?;
+        if !appends.is_empty() {
+            metrics::histogram!(SYNC_SECONDS).record(syncing.elapsed().as_secs_f64());
+        }
         Ok(all)
     }
 

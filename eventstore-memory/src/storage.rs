@@ -94,8 +94,11 @@ impl Shared {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
+        let started = std::time::Instant::now();
         let now = self.clock.now();
-        let stored = self.write_log().append(criteria, stream, events, now)?;
+        let stored = self.write_log().append(criteria, stream, events, now);
+        eventstore_api::telemetry::record_append("memory", started.elapsed());
+        let stored = stored?;
         if let Some(last) = stored.last() {
             self.appends.publish(AppendHint {
                 stream: stream.clone(),
@@ -137,6 +140,7 @@ impl EventStorage for MemoryEventStorage {
         )
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", stream = %stream, events = events.len()))]
     async fn append(
         &self,
         criteria: AppendCriteria,
@@ -150,6 +154,7 @@ impl EventStorage for MemoryEventStorage {
         shared.append(&criteria, stream, events)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", stream = %stream, limit = ?limit.0, ?direction))]
     async fn query(
         &self,
         filter: &EventFilter,
@@ -164,15 +169,18 @@ impl EventStorage for MemoryEventStorage {
             .query(filter, stream, after, limit, direction))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", id = %id.0))]
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
         Ok(self.admit(Operation::Read)?.read_log().get(id).cloned())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", stream = %stream))]
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
         let shared = self.admit(Operation::Head { stream })?;
         Ok(shared.read_log().head(stream))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", reader = reader, position = reference.position))]
     async fn bookmark(
         &self,
         reader: &str,
@@ -186,6 +194,7 @@ impl EventStorage for MemoryEventStorage {
         shared.bookmark(reader, reference, tags)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", reader = reader))]
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
         let shared = self.admit(Operation::Reader { reader })?;
         Ok(lock(&shared.bookmarks)
@@ -193,12 +202,14 @@ impl EventStorage for MemoryEventStorage {
             .map(|bookmark| bookmark.reference))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", reader = reader))]
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
         let shared = self.admit(Operation::Reader { reader })?;
         lock(&shared.bookmarks).remove(reader);
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory"))]
     async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
         Ok(lock(&self.admit(Operation::Read)?.bookmarks)
             .values()
@@ -206,12 +217,14 @@ impl EventStorage for MemoryEventStorage {
             .collect())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = %request.lease_name, owner = %request.owner))]
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
         let shared = self.admit(Operation::RequestLease { request: &request })?;
         let mut leases = lock(&shared.leases);
         Ok(leases.request(&request, shared.clock.now()))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = %eventstore_api::telemetry::LeaseNames(&requests), requests = requests.len()))]
     async fn request_leases(
         &self,
         requests: Vec<LeaseRequest>,
@@ -227,6 +240,7 @@ impl EventStorage for MemoryEventStorage {
             .collect())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = lease_name, owner = owner))]
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
         let shared = self.admit(Operation::ReleaseLease { lease_name, owner })?;
         let mut leases = lock(&shared.leases);
@@ -234,15 +248,18 @@ impl EventStorage for MemoryEventStorage {
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory"))]
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         Ok(lock(&self.admit(Operation::Read)?.leases).leases())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = lease_name))]
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
         let state = self.admit(Operation::Contenders { lease_name })?;
         Ok(lock(&state.leases).contenders(lease_name))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory"))]
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         Ok(self.admit(Operation::Read)?.clock.now())
     }
@@ -258,6 +275,7 @@ impl EventStorage for MemoryEventStorage {
         Ok(changes.subscribe(&scope))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", stream = %stream, events = events.len(), lease = %fence.lease_name, token = fence.token.0))]
     async fn append_fenced(
         &self,
         fence: &Fence,
@@ -277,6 +295,7 @@ impl EventStorage for MemoryEventStorage {
         shared.append(&criteria, stream, events)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", reader = reader, position = reference.position, lease = %fence.lease_name, token = fence.token.0))]
     async fn bookmark_fenced(
         &self,
         fence: &Fence,

@@ -11,6 +11,8 @@ use crate::tags_column;
 
 /// Places `reader`'s bookmark at the event `reference` names, if this storage holds it and
 /// `fence` (when given) holds.
+#[tracing::instrument(name = "bookmark", level = "debug", skip_all,
+    fields(backend = "postgres", reader = reader, position = reference.position, fenced = fence.is_some()))]
 pub(crate) async fn place(
     shared: &Shared,
     fence: Option<&Fence>,
@@ -86,6 +88,12 @@ async fn upsert(
 }
 
 /// Where `reader`'s bookmark stands, in this storage's coordinates.
+#[tracing::instrument(
+    name = "get_bookmark",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres", reader = reader)
+)]
 pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<EventReference>> {
     let operation = "read a bookmark";
     let failing = shared.settings.failing(operation);
@@ -109,6 +117,12 @@ pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<E
 }
 
 /// Removes `reader`'s bookmark, if any.
+#[tracing::instrument(
+    name = "remove_bookmark",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres", reader = reader)
+)]
 pub(crate) async fn remove(shared: &Shared, reader: &str) -> StorageResult<()> {
     let operation = "remove a bookmark";
     let mut connection = shared.connection_for(operation).await?;
@@ -125,6 +139,12 @@ pub(crate) async fn remove(shared: &Shared, reader: &str) -> StorageResult<()> {
 }
 
 /// Every bookmark, by reader in byte order.
+#[tracing::instrument(
+    name = "get_bookmarks",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres")
+)]
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
     let operation = "list bookmarks";
     let failing = shared.settings.failing(operation);

@@ -18,6 +18,8 @@ use sqlx::Row;
 use crate::shared::Shared;
 
 /// Answers `requests` (validated by the caller) in one call of `request_leases`.
+#[tracing::instrument(name = "request_leases", level = "debug", skip_all,
+    fields(backend = "postgres", lease = %eventstore_api::telemetry::LeaseNames(requests), requests = requests.len()))]
 pub(crate) async fn request(
     shared: &Shared,
     requests: &[LeaseRequest],
@@ -60,6 +62,8 @@ pub(crate) async fn request(
 }
 
 /// Releases `lease_name` if `owner` holds it, and withdraws `owner` as a contender.
+#[tracing::instrument(name = "release_lease", level = "debug", skip_all,
+    fields(backend = "postgres", lease = lease_name, owner = owner))]
 pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> StorageResult<()> {
     let operation = "release a lease";
     let failing = shared.settings.failing(operation);
@@ -80,6 +84,8 @@ pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> S
 
 /// Releases each of `lease_names` that `owner` holds in one call of `release_leases`: one
 /// transaction and one commit however many.
+#[tracing::instrument(name = "release_leases", level = "debug", skip_all,
+    fields(backend = "postgres", leases = lease_names.len(), owner = owner))]
 pub(crate) async fn release_all(
     shared: &Shared,
     lease_names: &[String],
@@ -106,6 +112,12 @@ pub(crate) async fn release_all(
 }
 
 /// Every lease row, by name in byte order.
+#[tracing::instrument(
+    name = "get_leases",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres")
+)]
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
     let operation = "list leases";
     let failing = shared.settings.failing(operation);
@@ -127,6 +139,8 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
 
 /// The contender rows of `lease_name` (the holder has none: it counts through its lease row),
 /// by priority, highest first, then owner in byte order.
+#[tracing::instrument(name = "get_contenders", level = "debug", skip_all,
+    fields(backend = "postgres", lease = lease_name))]
 pub(crate) async fn contenders(
     shared: &Shared,
     lease_name: &str,
@@ -166,6 +180,12 @@ fn decode_contender(row: &PgRow) -> Result<LeaseContender, sqlx::Error> {
 }
 
 /// PostgreSQL's `now()`.
+#[tracing::instrument(
+    name = "storage_time",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres")
+)]
 pub(crate) async fn storage_time(shared: &Shared) -> StorageResult<DateTime<Utc>> {
     let operation = "read the storage time";
     let mut connection = shared.connection_for(operation).await?;

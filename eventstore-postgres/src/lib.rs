@@ -76,5 +76,5 @@ mod tags_column;
 
 pub use builder::{PostgresEventStorageBuilder, DEFAULT_PREFIX};
 pub use init_mode::DatabaseInitMode;
-pub use schema::{schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
+pub use schema::{drop_sql, schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
 pub use storage::PostgresEventStorage;

@@ -34,6 +34,15 @@ pub fn schema_sql(prefix: &str) -> StorageResult<String> {
     Ok(TablePrefix::parse(prefix)?.apply(SCHEMA_SQL))
 }
 
+/// The script that drops every object of `prefix` (events, bookmarks and leases with it),
+/// as [`DatabaseInitMode::Recreate`] runs it before creating them anew.
+///
+/// # Errors
+/// `InvalidInput` when `prefix` does not match `^[a-z][a-z0-9_]{0,30}_$`.
+pub fn drop_sql(prefix: &str) -> StorageResult<String> {
+    Ok(TablePrefix::parse(prefix)?.apply(DROP_SQL))
+}
+
 /// A column the backend reads or writes: name, type as `format_type` spells it, NOT NULL.
 type ExpectedColumn = (&'static str, &'static str, bool);
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::telemetry;
 use crate::{Fence, FencingToken};
 
 /// The leadership of one elector, as published on its watch channel.
@@ -114,6 +115,8 @@ pub(super) struct Shared {
     pub(super) owner: String,
     tenure: Mutex<Option<Tenure>>,
     acknowledged: Mutex<Option<FencingToken>>,
+    /// The last token this elector led under, so that an acquisition is counted once.
+    led_token: Mutex<Option<FencingToken>>,
     pub(super) acknowledgement: Notify,
     publisher: watch::Sender<Leadership>,
 }
@@ -125,6 +128,7 @@ impl Shared {
             owner,
             tenure: Mutex::new(None),
             acknowledged: Mutex::new(None),
+            led_token: Mutex::new(None),
             acknowledgement: Notify::new(),
             publisher: watch::Sender::new(Leadership::Unknown),
         })
@@ -156,7 +160,28 @@ impl Shared {
             if *current == leadership {
                 false
             } else {
-                tracing::debug!(lease = %self.lease_name, owner = %self.owner, %leadership, "leadership changed");
+                tracing::info!(lease = %self.lease_name, owner = %self.owner, %leadership, "leadership changed");
+                if let Some(token) = leadership.token() {
+                    let mut led = self
+                        .led_token
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    if *led != Some(token) {
+                        *led = Some(token);
+                        metrics::counter!(telemetry::LEASE_ACQUISITIONS, "lease" => self.lease_name.clone())
+                            .increment(1);
+                    }
+                }
+                if let Leadership::SteppedDown { .. } = leadership {
+                    metrics::counter!(telemetry::LEASE_STEP_DOWNS, "lease" => self.lease_name.clone())
+                        .increment(1);
+                }
+                metrics::gauge!(
+                    telemetry::ELECTOR_LEADER,
+                    "lease" => self.lease_name.clone(),
+                    "owner" => self.owner.clone()
+                )
+                .set(if leadership.is_leader() { 1.0 } else { 0.0 });
                 *current = leadership;
                 true
             }

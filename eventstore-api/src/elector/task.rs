@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::leadership::{Leadership, Shared, Tenure};
+use crate::telemetry;
 use crate::{
     Capability, EventStorage, EventStorageError, FencingToken, LeaseChangeKind, LeaseChanges,
     LeaseNotice, LeaseRequest, LeaseResponse, LeaseScope, LeaseStatus,
@@ -191,6 +192,7 @@ impl ElectionLoop {
         let answer = match self.while_waiting(answer).await? {
             Ok(answer) => answer,
             Err(_elapsed) => {
+                self.count_request("failed");
                 tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
                     "lease request unanswered within the ttl; not leading");
                 self.shared.demote(Leadership::Unknown);
@@ -199,11 +201,13 @@ impl ElectionLoop {
         };
         match answer {
             Ok(response) => {
+                self.count_request(telemetry::outcome_label(response.status));
                 self.apply(response, valid_until, sent);
                 Some(RequestOutcome::Answered)
             }
             Err(EventStorageError::Closed) => Some(RequestOutcome::Closed),
             Err(error) => {
+                self.count_request("failed");
                 // A failed renewal is never evidence of still leading.
                 tracing::warn!(lease = %self.shared.lease_name, owner = %self.shared.owner,
                     error = %error.report(), "lease request failed; not leading");
@@ -211,6 +215,15 @@ impl ElectionLoop {
                 Some(RequestOutcome::Failed)
             }
         }
+    }
+
+    fn count_request(&self, outcome: &'static str) {
+        metrics::counter!(
+            telemetry::LEASE_REQUESTS,
+            "lease" => self.shared.lease_name.clone(),
+            "outcome" => outcome
+        )
+        .increment(1);
     }
 
     fn apply(&mut self, mut response: LeaseResponse, valid_until: Instant, sent: Instant) {
@@ -399,7 +412,13 @@ impl ElectionLoop {
             .storage
             .release_lease(&self.shared.lease_name, &self.shared.owner);
         match timeout(self.settings.ttl, operation).await {
-            Ok(released) => released,
+            Ok(released) => {
+                if released.is_ok() {
+                    metrics::counter!(telemetry::LEASE_RELEASES, "lease" => self.shared.lease_name.clone())
+                        .increment(1);
+                }
+                released
+            }
             Err(_elapsed) => Err(EventStorageError::Timeout {
                 operation: format!("release_lease({})", self.shared.lease_name),
                 after: self.settings.ttl,

@@ -19,8 +19,24 @@ use crate::filter_sql::{push_after, push_filter, push_stream};
 use crate::shared::Shared;
 use crate::tags_column;
 
-/// Appends `events` to `stream` if `criteria` (and `fence`, when given) hold, all or nothing.
+/// Appends `events` to `stream` if `criteria` (and `fence`, when given) hold, all or nothing,
+/// and records how long it took.
+#[tracing::instrument(name = "append", level = "debug", skip_all,
+    fields(backend = "postgres", stream = %stream, events = events.len(), fenced = fence.is_some()))]
 pub(crate) async fn append(
+    shared: &Shared,
+    fence: Option<&Fence>,
+    criteria: AppendCriteria,
+    stream: &EventStreamId,
+    events: Vec<EventToStore>,
+) -> StorageResult<Vec<StoredEvent>> {
+    let started = std::time::Instant::now();
+    let appended = append_unmeasured(shared, fence, criteria, stream, events).await;
+    eventstore_api::telemetry::record_append("postgres", started.elapsed());
+    appended
+}
+
+async fn append_unmeasured(
     shared: &Shared,
     fence: Option<&Fence>,
     criteria: AppendCriteria,

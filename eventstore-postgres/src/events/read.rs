@@ -12,6 +12,8 @@ use crate::shared::Shared;
 
 /// The matching events of the streams `stream` covers, strictly after `after`, below the
 /// visibility barrier.
+#[tracing::instrument(name = "query", level = "debug", skip_all,
+    fields(backend = "postgres", stream = %stream, limit = ?limit.0, ?direction))]
 pub(crate) async fn query(
     shared: &Shared,
     filter: &EventFilter,
@@ -57,6 +59,8 @@ pub(crate) async fn query(
 }
 
 /// The event with `id`, if it is committed.
+#[tracing::instrument(name = "get_event_by_id", level = "debug", skip_all,
+    fields(backend = "postgres", id = %id.0))]
 pub(crate) async fn get_by_id(shared: &Shared, id: EventId) -> StorageResult<Option<StoredEvent>> {
     let operation = "get an event by id";
     let failing = shared.settings.failing(operation);
@@ -78,6 +82,8 @@ pub(crate) async fn get_by_id(shared: &Shared, id: EventId) -> StorageResult<Opt
 }
 
 /// The last event below the visibility barrier in the streams `stream` covers.
+#[tracing::instrument(name = "head", level = "debug", skip_all,
+    fields(backend = "postgres", stream = %stream))]
 pub(crate) async fn head(
     shared: &Shared,
     stream: &EventStreamId,

@@ -34,8 +34,24 @@ pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64) {
         let passed = tokio::time::timeout_at(deadline.into(), barrier_passed(shared, tx)).await;
         // The events are committed; a failure here only means the caller may not see them
         // in its very next read.
-        if !matches!(passed, Ok(Ok(false))) || Instant::now() + pause > deadline {
-            return;
+        match passed {
+            Ok(Ok(true)) => return,
+            Ok(Ok(false)) if Instant::now() + pause <= deadline => {}
+            Ok(Ok(false)) | Err(_) => {
+                tracing::warn!(
+                    tx,
+                    ?wait,
+                    "an append's events are committed, but an older transaction still hides them \
+                     from new reads after the visibility wait"
+                );
+                return;
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(tx, %error,
+                    "an append's events are committed, but whether new reads see them yet could \
+                     not be checked");
+                return;
+            }
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(LONGEST_PAUSE);

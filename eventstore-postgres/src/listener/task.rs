@@ -75,7 +75,13 @@ pub(super) async fn listen_until_stopped(
     }
     // The listener's connection goes back to the pool when the listener is dropped; closing
     // the pool closes it, unless the server does not answer in time.
-    let _ = tokio::time::timeout(ATTEMPT_TIMEOUT, pool.close()).await;
+    if tokio::time::timeout(ATTEMPT_TIMEOUT, pool.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!(after = ?ATTEMPT_TIMEOUT,
+            "closing the notification listener's connection timed out; the server did not answer");
+    }
 }
 
 /// What the attempts so far mean for subscribers and the log.

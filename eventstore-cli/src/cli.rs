@@ -1,0 +1,155 @@
+//! The command line as `clap` reads it: commands, flags and their help.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use eventstore_api::EventStreamId;
+
+/// The whole command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "eventstore",
+    version,
+    about = "Look at an event store: leases, bookmarks, events, and the PostgreSQL schema",
+    long_about = "Look at an event store: leases, bookmarks, events, and the PostgreSQL schema.\n\n\
+        PostgreSQL: --url (or DATABASE_URL) and --prefix. A file store: --dir.\n\
+        Reading never creates anything; only `schema apply` creates a schema.\n\
+        Exit codes: 0 success, 1 failed check, 2 bad usage."
+)]
+pub(crate) struct Cli {
+    /// Which store to look at.
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Where the store is.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArgs {
+    /// PostgreSQL url, postgres://user:password@host:port/database [default: $DATABASE_URL]
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "dir")]
+    pub(crate) url: Option<String>,
+    /// Table prefix of the PostgreSQL store [default: eventstore_]
+    #[arg(long, global = true, value_name = "PREFIX", conflicts_with = "dir")]
+    pub(crate) prefix: Option<String>,
+    /// Directory of a file store (opened read-only, beside the process that holds it)
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) dir: Option<PathBuf>,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Every lease: holder, fencing token, priority, acquired, last renewal, expiry, live
+    Leases {
+        /// One JSON document (with --watch, one per refresh and line)
+        #[arg(long)]
+        json: bool,
+        /// Print again every --interval seconds until interrupted
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between refreshes with --watch
+        #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = parse_interval)]
+        interval: Duration,
+    },
+    /// Every reader's bookmark: reader, position, updated
+    Bookmarks {
+        /// One JSON document
+        #[arg(long)]
+        json: bool,
+    },
+    /// The last events of a stream, oldest first
+    Events {
+        /// The stream, CONTEXT/PURPOSE; `*` for any (orders/*, */*)
+        #[arg(long, value_name = "CONTEXT/PURPOSE", value_parser = parse_stream)]
+        stream: EventStreamId,
+        /// How many of the stream's last events
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        limit: u64,
+        /// One JSON document
+        #[arg(long)]
+        json: bool,
+    },
+    /// The PostgreSQL schema of a prefix
+    Schema {
+        /// What to do with it.
+        #[command(subcommand)]
+        action: SchemaAction,
+    },
+}
+
+/// What `schema` does.
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub(crate) enum SchemaAction {
+    /// Print the DDL with the prefix applied (connects to nothing)
+    Print,
+    /// Check that every table, index and function is in place; exit 1 when not
+    Check,
+    /// Create what is missing (safe while the store is in use)
+    Apply,
+    /// Drop every table and function of the prefix, with every event, bookmark and lease
+    Drop {
+        /// Yes, delete everything stored under the prefix
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// `CONTEXT/PURPOSE`, with `*` for "any".
+fn parse_stream(text: &str) -> Result<EventStreamId, String> {
+    let Some((context, purpose)) = text.split_once('/') else {
+        return Err(format!(
+            "{text:?} is not CONTEXT/PURPOSE (e.g. orders/default, orders/*)"
+        ));
+    };
+    if context.is_empty() || purpose.is_empty() || purpose.contains('/') {
+        return Err(format!(
+            "{text:?} is not CONTEXT/PURPOSE (e.g. orders/default, orders/*)"
+        ));
+    }
+    let part = |text: &str| (text != "*").then(|| text.to_owned());
+    Ok(EventStreamId {
+        context: part(context),
+        purpose: part(purpose),
+    })
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(0.1..=86_400.0).contains(&seconds) {
+        return Err(format!("{text} s is not between 0.1 and 86400"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_are_context_slash_purpose_with_stars_for_any() {
+        assert_eq!(
+            parse_stream("orders/eu").unwrap(),
+            EventStreamId::new("orders", "eu")
+        );
+        assert_eq!(
+            parse_stream("orders/*").unwrap(),
+            EventStreamId::for_context("orders").any_purpose()
+        );
+        assert_eq!(parse_stream("*/*").unwrap(), EventStreamId::any());
+        for bad in ["orders", "/eu", "orders/", "a/b/c"] {
+            assert!(parse_stream(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

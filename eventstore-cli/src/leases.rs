@@ -1,0 +1,179 @@
+//! `eventstore leases`: every lease the storage records, judged on the storage's clock.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use eventstore_api::Lease;
+use serde::Serialize;
+
+use crate::cli::StoreArgs;
+use crate::failure::Failure;
+use crate::output::{print_json, print_text, table};
+use crate::store::{OpenStore, StoreDescription, Target};
+use crate::time_text::{ago, instant, span};
+
+/// The JSON document of `eventstore leases --json`.
+#[derive(Debug, Serialize)]
+struct LeasesDocument {
+    /// Now on the storage's clock; every `live` is judged at this instant.
+    storage_time: DateTime<Utc>,
+    #[serde(flatten)]
+    store: StoreDescription,
+    /// Every lease the storage records, by name: live, expired and released ones.
+    leases: Vec<LeaseView>,
+}
+
+/// One lease in the JSON document.
+#[derive(Debug, Serialize)]
+struct LeaseView {
+    lease_name: String,
+    /// The holder, or the last holder of an expired or released lease.
+    owner: String,
+    fencing_token: u64,
+    priority: i64,
+    acquired_at: DateTime<Utc>,
+    /// The last renewal (a released lease's is backdated so that it is expired at once).
+    heartbeat_at: DateTime<Utc>,
+    ttl_ms: u64,
+    /// `heartbeat_at + ttl`: live until then, inclusive.
+    expires_at: DateTime<Utc>,
+    /// Whether the lease is held at `storage_time`: `storage_time <= expires_at`.
+    live: bool,
+    /// `expires_at - storage_time` in milliseconds: how long it stays live, or, negative,
+    /// for how long it has been expired.
+    expires_in_ms: i64,
+}
+
+impl LeaseView {
+    fn of(lease: &Lease, now: DateTime<Utc>) -> LeaseView {
+        let expires_at = lease.expires_at();
+        LeaseView {
+            lease_name: lease.lease_name.clone(),
+            owner: lease.owner.clone(),
+            fencing_token: lease.fencing_token.0,
+            priority: lease.priority,
+            acquired_at: lease.acquired_at,
+            heartbeat_at: lease.heartbeat_at,
+            ttl_ms: u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX),
+            expires_at,
+            live: !lease.is_expired_at(now),
+            expires_in_ms: (expires_at - now).num_milliseconds(),
+        }
+    }
+}
+
+/// Runs `eventstore leases`; with `watch`, again every so often until interrupted.
+///
+/// # Errors
+/// The store cannot be opened or read; a file store, whose leases live in its process.
+pub(crate) async fn run(
+    args: &StoreArgs,
+    json: bool,
+    watch: Option<Duration>,
+) -> Result<(), Failure> {
+    let target = Target::from_args(args)?;
+    if let Target::File(dir) = &target {
+        return Err(Failure::check(format!(
+            "the leases of a file store live in the memory of the process that holds it, not \
+             in its directory {}: ask that process (its LeaderElector or get_leases)",
+            dir.display()
+        )));
+    }
+    let store = OpenStore::open(&target).await?;
+    let outcome = print_rounds(&store, json, watch).await;
+    store.close().await;
+    outcome
+}
+
+async fn print_rounds(
+    store: &OpenStore,
+    json: bool,
+    watch: Option<Duration>,
+) -> Result<(), Failure> {
+    let clear = watch.is_some() && !json && std::io::stdout().is_terminal();
+    loop {
+        let document = read(store).await?;
+        if json {
+            print_json(&document)?;
+        } else {
+            let text = render(&document);
+            print_text(&if clear {
+                format!("\x1b[2J\x1b[H{text}")
+            } else {
+                text
+            })?;
+        }
+        match watch {
+            None => return Ok(()),
+            Some(interval) => {
+                tokio::time::sleep(interval).await;
+                if !clear && !json {
+                    print_text("\n")?;
+                }
+            }
+        }
+    }
+}
+
+async fn read(store: &OpenStore) -> Result<LeasesDocument, Failure> {
+    let mut leases = store
+        .storage()
+        .get_leases()
+        .await
+        .map_err(|error| Failure::storage("cannot read the leases", &error))?;
+    // Read after the leases, so that no lease renewed in between looks renewed in the future.
+    let now = store.storage_time().await?;
+    leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
+    Ok(LeasesDocument {
+        storage_time: now,
+        store: store.description(),
+        leases: leases
+            .iter()
+            .map(|lease| LeaseView::of(lease, now))
+            .collect(),
+    })
+}
+
+fn render(document: &LeasesDocument) -> String {
+    let now = document.storage_time;
+    let live = document.leases.iter().filter(|lease| lease.live).count();
+    let mut text = format!(
+        "{} leases ({live} live) in {}; storage time {}\n",
+        document.leases.len(),
+        document.store,
+        instant(now)
+    );
+    if document.leases.is_empty() {
+        return text;
+    }
+    let rows: Vec<Vec<String>> = document
+        .leases
+        .iter()
+        .map(|lease| {
+            let expiry = if lease.live {
+                format!("in {}", span(lease.expires_in_ms))
+            } else {
+                format!("expired {} ago", span(lease.expires_in_ms))
+            };
+            vec![
+                lease.lease_name.clone(),
+                lease.owner.clone(),
+                lease.fencing_token.to_string(),
+                lease.priority.to_string(),
+                ago(lease.acquired_at, now),
+                ago(lease.heartbeat_at, now),
+                span(i64::try_from(lease.ttl_ms).unwrap_or(i64::MAX)),
+                expiry,
+                if lease.live { "live" } else { "no" }.to_owned(),
+            ]
+        })
+        .collect();
+    text.push_str(&table(
+        &[
+            "LEASE", "OWNER", "TOKEN", "PRIORITY", "ACQUIRED", "RENEWED", "TTL", "EXPIRES", "LIVE",
+        ],
+        &rows,
+    ));
+    text
+}

@@ -1,0 +1,74 @@
+//! `eventstore`: the operator's command line for an event store with leader-election leases.
+//!
+//! ```text
+//! eventstore leases    [--json] [--watch]            every lease: holder, token, ages, live or not
+//! eventstore bookmarks [--json]                      every reader's bookmark
+//! eventstore events --stream CONTEXT/PURPOSE [--limit N] [--json]
+//! eventstore schema print|check|apply|drop [--yes]   the PostgreSQL schema of a prefix
+//! ```
+//!
+//! A PostgreSQL store is named by `--url` (or the `DATABASE_URL` environment variable) and
+//! `--prefix`; a file store by `--dir`. Reading never creates anything: a prefix without its
+//! schema is refused, and only `schema apply` creates one. Every age is on the storage's
+//! clock (PostgreSQL's `now()`), never the clock of the machine running the command.
+//!
+//! Exit codes: 0 success, 1 a failed check (no schema for the prefix, no connection, a
+//! directory that is no store), 2 bad usage. A failure is one line on standard error.
+//!
+//! With `--json` each call prints one JSON document (with `--watch`, one per refresh, one per
+//! line); the field names are stable and listed in the crate's README.
+
+mod bookmarks;
+mod cli;
+mod events;
+mod failure;
+mod leases;
+mod output;
+mod schema;
+mod store;
+mod time_text;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::failure::Failure;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("eventstore: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("eventstore: {}", failure.one_line());
+            ExitCode::from(failure.code())
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Leases {
+            json,
+            watch,
+            interval,
+        } => leases::run(&cli.store, json, watch.then_some(interval)).await,
+        Command::Bookmarks { json } => bookmarks::run(&cli.store, json).await,
+        Command::Events {
+            stream,
+            limit,
+            json,
+        } => events::run(&cli.store, &stream, limit, json).await,
+        Command::Schema { action } => schema::run(&cli.store, action).await,
+    }
+}

@@ -1,0 +1,140 @@
+//! `eventstore schema print|check|apply|drop`: the PostgreSQL schema of one prefix.
+
+use eventstore_api::EventStorage;
+use eventstore_postgres::DatabaseInitMode;
+use sqlx::Executor;
+
+use crate::cli::{SchemaAction, StoreArgs};
+use crate::failure::Failure;
+use crate::output::print_text;
+use crate::store::{postgres_prefix, PostgresTarget, Target};
+
+/// The tables of one prefix, by suffix.
+const TABLES: [&str; 4] = ["events", "bookmarks", "leases", "lease_contenders"];
+
+/// Runs `eventstore schema ACTION`.
+///
+/// # Errors
+/// Usage for a file store, a bad prefix or a drop without `--yes`; a failed check when the
+/// schema is incomplete (`check`), the prefix has none (`drop`) or the server cannot be
+/// reached.
+pub(crate) async fn run(args: &StoreArgs, action: SchemaAction) -> Result<(), Failure> {
+    if let Some(dir) = &args.dir {
+        return Err(Failure::usage(format!(
+            "schema commands are for PostgreSQL; {} is a file store, which needs no schema: \
+             give --url (or DATABASE_URL) and --prefix instead of --dir",
+            dir.display()
+        )));
+    }
+    if let SchemaAction::Print = action {
+        // Needs no database: the DDL of the prefix, as `schema apply` runs it.
+        let prefix = postgres_prefix(args)?;
+        let sql = eventstore_postgres::schema_sql(&prefix)
+            .map_err(|error| Failure::usage(error.report()))?;
+        return print_text(&sql);
+    }
+    let Target::Postgres(target) = Target::from_args(args)? else {
+        unreachable!("a file store was refused above");
+    };
+    match action {
+        SchemaAction::Print => unreachable!("printed above"),
+        SchemaAction::Check => check(&target).await,
+        SchemaAction::Apply => apply(&target).await,
+        SchemaAction::Drop { yes } => drop_schema(&target, yes).await,
+    }
+}
+
+async fn check(target: &PostgresTarget) -> Result<(), Failure> {
+    let storage = target.open(DatabaseInitMode::Validate).await?;
+    let _ = storage.close().await;
+    print_text(&format!(
+        "schema of prefix {} is complete: every table, index and function is in place\n",
+        target.prefix
+    ))
+}
+
+async fn apply(target: &PostgresTarget) -> Result<(), Failure> {
+    let storage = target.open(DatabaseInitMode::None).await?;
+    let existing = existing_tables(&storage, &target.prefix).await?;
+    let _ = storage.close().await;
+    let storage = target.open(DatabaseInitMode::Ensure).await?;
+    let _ = storage.close().await;
+    let message = if existing.len() == TABLES.len() {
+        format!(
+            "schema of prefix {} is in place (checked, and created whatever was missing)\n",
+            target.prefix
+        )
+    } else {
+        format!(
+            "created the schema of prefix {}: tables {}\n",
+            target.prefix,
+            TABLES
+                .iter()
+                .map(|table| format!("{}{table}", target.prefix))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    print_text(&message)
+}
+
+async fn drop_schema(target: &PostgresTarget, yes: bool) -> Result<(), Failure> {
+    let prefix = &target.prefix;
+    if !yes {
+        return Err(Failure::usage(format!(
+            "schema drop deletes every event, bookmark and lease of prefix {prefix}; \
+             add --yes to do it"
+        )));
+    }
+    let storage = target.open(DatabaseInitMode::None).await?;
+    let outcome = drop_existing(&storage, prefix).await;
+    let _ = storage.close().await;
+    let dropped = outcome?;
+    print_text(&format!(
+        "dropped the schema of prefix {prefix}: tables {}\n",
+        dropped.join(", ")
+    ))
+}
+
+async fn drop_existing(
+    storage: &eventstore_postgres::PostgresEventStorage,
+    prefix: &str,
+) -> Result<Vec<String>, Failure> {
+    let existing = existing_tables(storage, prefix).await?;
+    if existing.is_empty() {
+        return Err(Failure::check(format!(
+            "no schema of prefix {prefix} in this database: none of its tables exists, \
+             nothing dropped"
+        )));
+    }
+    let script =
+        eventstore_postgres::drop_sql(prefix).map_err(|error| Failure::usage(error.report()))?;
+    let failed = |error: sqlx::Error| {
+        Failure::check(format!(
+            "dropping the schema of prefix {prefix} failed, nothing dropped: {error}"
+        ))
+    };
+    let mut transaction = storage.pool().begin().await.map_err(failed)?;
+    transaction.execute(script.as_str()).await.map_err(failed)?;
+    transaction.commit().await.map_err(failed)?;
+    Ok(existing)
+}
+
+/// The tables of `prefix` that exist.
+async fn existing_tables(
+    storage: &eventstore_postgres::PostgresEventStorage,
+    prefix: &str,
+) -> Result<Vec<String>, Failure> {
+    let names: Vec<String> = TABLES
+        .iter()
+        .map(|table| format!("{prefix}{table}"))
+        .collect();
+    sqlx::query_scalar(
+        "SELECT t.name FROM unnest($1::text[]) WITH ORDINALITY AS t(name, n) \
+         WHERE to_regclass(t.name) IS NOT NULL ORDER BY t.n",
+    )
+    .bind(&names)
+    .fetch_all(storage.pool())
+    .await
+    .map_err(|error| Failure::check(format!("cannot read the catalog: {error}")))
+}

@@ -1,0 +1,48 @@
+//! Durations and instants as an operator reads them.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+/// `instant` as RFC 3339 in UTC with milliseconds, e.g. `2026-12-01T10:58:03.271Z`.
+pub(crate) fn instant(instant: DateTime<Utc>) -> String {
+    instant.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// A length of time in at most two units: `850ms`, `12.3s`, `4m 12s`, `3h 04m`, `2d 03h`.
+pub(crate) fn span(millis: i64) -> String {
+    let millis = millis.unsigned_abs();
+    let seconds = millis / 1000;
+    match seconds {
+        0 => format!("{millis}ms"),
+        1..=59 if millis.is_multiple_of(1000) => format!("{seconds}s"),
+        1..=59 => format!("{}.{}s", seconds, (millis % 1000) / 100),
+        60..=3599 => format!("{}m {:02}s", seconds / 60, seconds % 60),
+        3600..=86_399 => format!("{}h {:02}m", seconds / 3600, (seconds % 3600) / 60),
+        _ => format!("{}d {:02}h", seconds / 86_400, (seconds % 86_400) / 3600),
+    }
+}
+
+/// How long before `now` the instant `then` was: `12.3s ago`.
+pub(crate) fn ago(then: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let millis = (now - then).num_milliseconds();
+    if millis >= 0 {
+        format!("{} ago", span(millis))
+    } else {
+        format!("in {}", span(millis))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_use_at_most_two_units() {
+        assert_eq!(span(850), "850ms");
+        assert_eq!(span(12_345), "12.3s");
+        assert_eq!(span(15_000), "15s");
+        assert_eq!(span(-12_345), "12.3s");
+        assert_eq!(span(252_000), "4m 12s");
+        assert_eq!(span(3 * 3_600_000 + 4 * 60_000), "3h 04m");
+        assert_eq!(span(2 * 86_400_000 + 3 * 3_600_000), "2d 03h");
+    }
+}

@@ -1,0 +1,172 @@
+//! `eventstore` against a real file store, held and written by this test process while the
+//! command reads it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::eventstore;
+use eventstore_api::{AppendCriteria, EventStorage, EventStreamId, EventToStore, Tags};
+use eventstore_file::FileEventStorage;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_and_bookmarks_of_a_store_whose_process_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let writer = FileEventStorage::open(dir.path()).await.unwrap();
+    let stream = EventStreamId::new("orders", "default");
+    let stored = writer
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            (1..=5)
+                .map(|n| EventToStore::new("OrderPlaced", json!({ "order": n })))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    writer
+        .bookmark("invoicing", &stored[3].reference, Tags::none())
+        .await
+        .unwrap();
+
+    let document = eventstore(&[
+        "events",
+        "--dir",
+        path,
+        "--stream",
+        "orders/default",
+        "--limit",
+        "3",
+        "--json",
+    ])
+    .await
+    .json();
+    assert_eq!(document["backend"], "file");
+    assert_eq!(document["dir"], path);
+    let positions: Vec<u64> = document["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["position"].as_u64().unwrap())
+        .collect();
+    assert_eq!(positions, [3, 4, 5]);
+    assert_eq!(document["events"][2]["payload"], json!({ "order": 5 }));
+
+    let document = eventstore(&["bookmarks", "--dir", path, "--json"])
+        .await
+        .json();
+    assert_eq!(document["bookmarks"][0]["reader"], "invoicing");
+    assert_eq!(document["bookmarks"][0]["position"], 4);
+
+    let run = eventstore(&["events", "--dir", path, "--stream", "orders/default"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.starts_with("5 events of orders/default"),
+        "{}",
+        run.stdout
+    );
+
+    // File leases live in the writer's memory: the command says so instead of listing none.
+    let run = eventstore(&["leases", "--dir", path]).await;
+    run.assert_refused(1, &["memory of the process", path]);
+    let run = eventstore(&["leases", "--dir", path, "--json"]).await;
+    run.assert_refused(1, &["memory of the process"]);
+    writer.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_read_while_another_process_appends_are_a_gapless_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_owned();
+    let options = eventstore_file::FileStorageOptions::default().max_segment_bytes(4096);
+    let writer = FileEventStorage::open_with(dir.path(), options)
+        .await
+        .unwrap();
+    let appender = {
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            let stream = EventStreamId::for_context("counter");
+            for n in 1..=1000u64 {
+                writer
+                    .append(
+                        AppendCriteria::none(),
+                        &stream,
+                        vec![EventToStore::new("Counted", json!({ "n": n }))],
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut seen = 0;
+    let mut reads = 0;
+    while !appender.is_finished() || reads == 0 {
+        assert!(std::time::Instant::now() < deadline);
+        let document = eventstore(&[
+            "events",
+            "--dir",
+            &path,
+            "--stream",
+            "counter/default",
+            "--limit",
+            "1000",
+            "--json",
+        ])
+        .await
+        .json();
+        let events = document["events"].as_array().unwrap();
+        for (index, event) in events.iter().enumerate() {
+            assert_eq!(event["position"], index as u64 + 1, "{document}");
+            assert_eq!(event["payload"]["n"], index as u64 + 1);
+        }
+        assert!(events.len() >= seen);
+        seen = events.len();
+        reads += 1;
+    }
+    appender.await.unwrap();
+    writer.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_directory_that_is_no_store_is_refused_in_one_line_and_nothing_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let empty_path = empty.to_str().unwrap();
+    let missing = dir.path().join("missing");
+    let missing_path = missing.to_str().unwrap();
+    for args in [
+        &["bookmarks", "--dir", empty_path][..],
+        &["events", "--stream", "orders/default", "--dir", empty_path],
+    ] {
+        eventstore(args)
+            .await
+            .assert_refused(1, &["holds no event store", empty_path]);
+    }
+    eventstore(&["bookmarks", "--dir", missing_path])
+        .await
+        .assert_refused(1, &["not a directory", missing_path]);
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    assert!(!missing.exists());
+
+    eventstore(&["schema", "check", "--dir", empty_path])
+        .await
+        .assert_refused(2, &["schema commands are for PostgreSQL"]);
+}
+
+#[tokio::test]
+async fn usage_errors_exit_with_two() {
+    eventstore(&["leases"])
+        .await
+        .assert_refused(2, &["no store given", "--url", "--dir"]);
+    let run = eventstore(&["events", "--dir", "/tmp", "--stream", "no-slash"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("CONTEXT/PURPOSE"), "{run:?}");
+    let run = eventstore(&["leases", "--dir", "/tmp", "--url", "postgres://x/y"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    let run = eventstore(&["contenders", "x"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+}

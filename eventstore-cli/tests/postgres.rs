@@ -1,0 +1,401 @@
+//! `eventstore` against a real PostgreSQL, on a prefix of each test's own, filled through
+//! the library.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::{
+    database_url, eventstore, eventually, storage_on, tables_of, try_pool, unique_prefix, DEAD_URL,
+};
+use eventstore_api::{
+    AppendCriteria, EventStorage, EventStreamId, EventToStore, LeaseRequest, Tags,
+};
+use serde_json::{json, Value};
+
+fn time(value: &Value) -> DateTime<Utc> {
+    value
+        .as_str()
+        .unwrap_or_else(|| panic!("a timestamp, not {value}"))
+        .parse()
+        .unwrap()
+}
+
+fn lease<'a>(document: &'a Value, name: &str) -> &'a Value {
+    document["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|lease| lease["lease_name"] == name)
+        .unwrap_or_else(|| panic!("no lease {name} in {document}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_json_says_live_on_the_storage_clock_for_live_expired_and_released_leases() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    let hour = Duration::from_secs(3600);
+    storage
+        .request_lease(LeaseRequest::new("live-lease", "pod-a", 5, hour))
+        .await
+        .unwrap();
+    storage
+        .request_lease(LeaseRequest::new("released-lease", "pod-b", 0, hour))
+        .await
+        .unwrap();
+    storage
+        .release_lease("released-lease", "pod-b")
+        .await
+        .unwrap();
+    let short = Duration::from_millis(50);
+    storage
+        .request_lease(LeaseRequest::new("expired-lease", "pod-c", 0, short))
+        .await
+        .unwrap();
+    // Expired on the storage's clock, not on this process's.
+    eventually("the short lease to expire", Duration::from_secs(30), || {
+        let storage = storage.clone();
+        async move {
+            let now = storage.storage_time().await.unwrap();
+            let leases = storage.get_leases().await.unwrap();
+            let lease = leases.iter().find(|l| l.lease_name == "expired-lease")?;
+            lease.is_expired_at(now).then_some(())
+        }
+    })
+    .await;
+
+    let url = database_url();
+    let run = eventstore(&["leases", "--url", &url, "--prefix", &prefix, "--json"]).await;
+    let document = run.json();
+    let storage_time = time(&document["storage_time"]);
+    assert_eq!(document["backend"], "postgres");
+    assert_eq!(document["prefix"], json!(prefix));
+    assert_eq!(document["leases"].as_array().unwrap().len(), 3);
+    for (name, owner, live) in [
+        ("live-lease", "pod-a", true),
+        ("released-lease", "pod-b", false),
+        ("expired-lease", "pod-c", false),
+    ] {
+        let lease = lease(&document, name);
+        assert_eq!(lease["owner"], owner, "{lease}");
+        assert_eq!(lease["live"], live, "{name}: {lease}");
+        assert_eq!(lease["fencing_token"], 1, "{lease}");
+        let heartbeat_at = time(&lease["heartbeat_at"]);
+        let expires_at = time(&lease["expires_at"]);
+        let ttl_ms = lease["ttl_ms"].as_i64().unwrap();
+        assert_eq!(
+            expires_at,
+            heartbeat_at + chrono::Duration::milliseconds(ttl_ms),
+            "{lease}"
+        );
+        assert_eq!(live, storage_time <= expires_at, "{name}: {lease}");
+        assert_eq!(
+            lease["expires_in_ms"].as_i64().unwrap(),
+            (expires_at - storage_time).num_milliseconds()
+        );
+        assert!(time(&lease["acquired_at"]) <= heartbeat_at || !live);
+    }
+    assert_eq!(lease(&document, "live-lease")["priority"], 5);
+    assert_eq!(lease(&document, "live-lease")["ttl_ms"], 3_600_000);
+    assert_eq!(lease(&document, "expired-lease")["ttl_ms"], 50);
+
+    // The table says the same.
+    let run = eventstore(&["leases", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.starts_with("3 leases (1 live)"),
+        "{}",
+        run.stdout
+    );
+    let row = |name: &str| {
+        run.stdout
+            .lines()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}: {}", run.stdout))
+            .to_owned()
+    };
+    assert!(row("live-lease").ends_with("live"), "{}", run.stdout);
+    assert!(row("live-lease").contains("in 59m"), "{}", run.stdout);
+    assert!(row("expired-lease").contains("expired"), "{}", run.stdout);
+    assert!(row("released-lease").ends_with("no"), "{}", run.stdout);
+    storage.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_watch_prints_one_json_document_per_refresh() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    storage
+        .request_lease(LeaseRequest::new(
+            "watched",
+            "pod-a",
+            0,
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    let url = database_url();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_eventstore"))
+        .args([
+            "leases",
+            "--url",
+            &url,
+            "--prefix",
+            &prefix,
+            "--json",
+            "--watch",
+            "--interval",
+            "0.2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .take(3)
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let times: Vec<DateTime<Utc>> = lines
+        .iter()
+        .map(|line| {
+            let document: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(document["leases"][0]["lease_name"], "watched");
+            time(&document["storage_time"])
+        })
+        .collect();
+    assert!(times.windows(2).all(|pair| pair[0] < pair[1]), "{times:?}");
+    storage.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_and_events_are_listed_as_stored() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    let stream = EventStreamId::new("orders", "eu");
+    let stored = storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            (1..=3)
+                .map(|n| {
+                    EventToStore::new("OrderPlaced", json!({ "order": n }))
+                        .with_tags(Tags::from_pairs([("order", n.to_string())]))
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    storage
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::new("orders", "us"),
+            vec![EventToStore::new("OrderPlaced", json!({ "order": 9 }))],
+        )
+        .await
+        .unwrap();
+    storage
+        .bookmark("invoicing", &stored[1].reference, Tags::none())
+        .await
+        .unwrap();
+    let url = database_url();
+
+    let document = eventstore(&["bookmarks", "--url", &url, "--prefix", &prefix, "--json"])
+        .await
+        .json();
+    let bookmarks = document["bookmarks"].as_array().unwrap();
+    assert_eq!(bookmarks.len(), 1, "{document}");
+    assert_eq!(bookmarks[0]["reader"], "invoicing");
+    assert_eq!(bookmarks[0]["position"], stored[1].reference.position);
+    assert_eq!(bookmarks[0]["tx"], stored[1].reference.tx);
+    assert_eq!(
+        bookmarks[0]["event_id"],
+        stored[1].reference.id.0.to_string()
+    );
+    assert!(time(&bookmarks[0]["updated_at"]) <= time(&document["storage_time"]));
+
+    let document = eventstore(&[
+        "events",
+        "--url",
+        &url,
+        "--prefix",
+        &prefix,
+        "--stream",
+        "orders/eu",
+        "--limit",
+        "2",
+        "--json",
+    ])
+    .await
+    .json();
+    let events = document["events"].as_array().unwrap();
+    assert_eq!(document["stream"], "orders/eu");
+    assert_eq!(events.len(), 2, "the last two: {document}");
+    for (event, expected) in events.iter().zip(&stored[1..]) {
+        assert_eq!(event["position"], expected.reference.position);
+        assert_eq!(event["id"], expected.reference.id.0.to_string());
+        assert_eq!(event["event_type"], "OrderPlaced");
+        assert_eq!(event["stream"], "orders/eu");
+        assert_eq!(event["payload"], expected.payload);
+        assert_eq!(
+            event["tags"],
+            json!(expected
+                .tags
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>())
+        );
+    }
+
+    let document = eventstore(&[
+        "events", "--url", &url, "--prefix", &prefix, "--stream", "orders/*", "--json",
+    ])
+    .await
+    .json();
+    assert_eq!(document["events"].as_array().unwrap().len(), 4);
+
+    let run = eventstore(&[
+        "events",
+        "--url",
+        &url,
+        "--prefix",
+        &prefix,
+        "--stream",
+        "orders/eu",
+    ])
+    .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("POSITION  TYPE"), "{}", run.stdout);
+    assert!(run.stdout.contains(r#"{"order":3}"#), "{}", run.stdout);
+    let run = eventstore(&["bookmarks", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("invoicing"), "{}", run.stdout);
+    storage.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_print_check_apply_and_drop_do_what_they_say() {
+    let Some(pool) = try_pool().await else { return };
+    let prefix = unique_prefix();
+    let url = database_url();
+
+    let run = eventstore(&["schema", "print", "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.contains(&format!("{prefix}events")),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("__prefix__"));
+    assert_eq!(
+        run.stdout,
+        eventstore_postgres::schema_sql(&prefix).unwrap()
+    );
+
+    let run = eventstore(&["schema", "check", "--url", &url, "--prefix", &prefix]).await;
+    run.assert_refused(1, &["unknown prefix", &prefix]);
+    assert!(
+        tables_of(&pool, &prefix).await.is_empty(),
+        "check creates nothing"
+    );
+
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with("created the schema"), "{run:?}");
+    assert_eq!(tables_of(&pool, &prefix).await.len(), 4);
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("is in place"), "{run:?}");
+
+    let run = eventstore(&["schema", "check", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("is complete"), "{run:?}");
+
+    // A missing piece fails the check, naming it.
+    sqlx::query(&format!("DROP TABLE {prefix}bookmarks"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let run = eventstore(&["schema", "check", "--url", &url, "--prefix", &prefix]).await;
+    run.assert_refused(1, &["incomplete", &format!("{prefix}bookmarks")]);
+
+    let run = eventstore(&["schema", "drop", "--url", &url, "--prefix", &prefix]).await;
+    run.assert_refused(2, &["--yes", &prefix]);
+    assert_eq!(tables_of(&pool, &prefix).await.len(), 3, "nothing dropped");
+
+    let run = eventstore(&[
+        "schema", "drop", "--yes", "--url", &url, "--prefix", &prefix,
+    ])
+    .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with("dropped the schema"), "{run:?}");
+    assert!(tables_of(&pool, &prefix).await.is_empty());
+
+    let run = eventstore(&[
+        "schema", "drop", "--yes", "--url", &url, "--prefix", &prefix,
+    ])
+    .await;
+    run.assert_refused(1, &["no schema of prefix", &prefix]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_one_line_with_the_right_exit_code_and_creates_nothing() {
+    let Some(pool) = try_pool().await else { return };
+    let prefix = unique_prefix();
+    let url = database_url();
+    for command in [
+        &["leases"][..],
+        &["bookmarks"],
+        &["events", "--stream", "orders/default"],
+    ] {
+        let with = |extra: &[&str]| {
+            let mut args: Vec<&str> = command.to_vec();
+            args.extend_from_slice(extra);
+            args.iter()
+                .map(|arg| (*arg).to_owned())
+                .collect::<Vec<String>>()
+        };
+        let args = with(&["--url", &url, "--prefix", &prefix]);
+        let run = eventstore(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        run.assert_refused(1, &["unknown prefix", &prefix, "schema apply"]);
+
+        let args = with(&["--url", &url, "--prefix", "Tenant1_"]);
+        let run = eventstore(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        run.assert_refused(2, &["Tenant1_", "^[a-z][a-z0-9_]{0,30}_$"]);
+
+        let args = with(&["--url", DEAD_URL, "--prefix", &prefix]);
+        let run = eventstore(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        run.assert_refused(1, &["cannot connect to PostgreSQL at 127.0.0.1:1/test"]);
+
+        let args = with(&["--url", "not a url", "--prefix", &prefix]);
+        let run = eventstore(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        run.assert_refused(2, &["--url is not a PostgreSQL url"]);
+    }
+    let run = eventstore(&["schema", "print", "--prefix", "1bad"]).await;
+    run.assert_refused(2, &["1bad"]);
+    let run = eventstore(&["schema", "apply", "--url", DEAD_URL, "--prefix", &prefix]).await;
+    run.assert_refused(1, &["cannot connect"]);
+    let run = eventstore(&["schema", "drop", "--yes", "--url", &url, "--prefix", "Bad_"]).await;
+    run.assert_refused(2, &["Bad_"]);
+    assert!(
+        tables_of(&pool, &prefix).await.is_empty(),
+        "no command created a table"
+    );
+}
