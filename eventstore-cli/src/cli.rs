@@ -43,7 +43,8 @@ pub(crate) struct StoreArgs {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Every lease: holder, fencing token, priority, acquired, last renewal, expiry, live
+    /// Every lease: holder, fencing token, priority, acquired, last renewal, expiry, live, live
+    /// contenders
     Leases {
         /// One JSON document (with --watch, one per refresh and line)
         #[arg(long)]
@@ -54,6 +55,15 @@ pub(crate) enum Command {
         /// Seconds between refreshes with --watch
         #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = parse_interval)]
         interval: Duration,
+    },
+    /// The contenders of one lease: owner, priority, last request, ttl, live
+    Contenders {
+        /// The lease
+        #[arg(value_name = "LEASE")]
+        lease: String,
+        /// One JSON document
+        #[arg(long)]
+        json: bool,
     },
     /// Every reader's bookmark: reader, position, updated
     Bookmarks {

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use eventstore_api::Lease;
+use eventstore_api::{Lease, LeaseContender};
 use serde::Serialize;
 
 use crate::cli::StoreArgs;
@@ -43,10 +43,12 @@ struct LeaseView {
     /// `expires_at - storage_time` in milliseconds: how long it stays live, or, negative,
     /// for how long it has been expired.
     expires_in_ms: i64,
+    /// The owners of the contenders live at `storage_time`, by priority, then owner.
+    live_contenders: Vec<String>,
 }
 
 impl LeaseView {
-    fn of(lease: &Lease, now: DateTime<Utc>) -> LeaseView {
+    fn of(lease: &Lease, contenders: &[LeaseContender], now: DateTime<Utc>) -> LeaseView {
         let expires_at = lease.expires_at();
         LeaseView {
             lease_name: lease.lease_name.clone(),
@@ -59,6 +61,11 @@ impl LeaseView {
             expires_at,
             live: !lease.is_expired_at(now),
             expires_in_ms: (expires_at - now).num_milliseconds(),
+            live_contenders: contenders
+                .iter()
+                .filter(|contender| contender.is_live_at(now))
+                .map(|contender| contender.owner.clone())
+                .collect(),
         }
     }
 }
@@ -122,15 +129,26 @@ async fn read(store: &OpenStore) -> Result<LeasesDocument, Failure> {
         .get_leases()
         .await
         .map_err(|error| Failure::storage("cannot read the leases", &error))?;
+    leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
+    let mut contenders = Vec::with_capacity(leases.len());
+    for lease in &leases {
+        contenders.push(
+            store
+                .storage()
+                .get_contenders(&lease.lease_name)
+                .await
+                .map_err(|error| Failure::storage("cannot read the contenders", &error))?,
+        );
+    }
     // Read after the leases, so that no lease renewed in between looks renewed in the future.
     let now = store.storage_time().await?;
-    leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
     Ok(LeasesDocument {
         storage_time: now,
         store: store.description(),
         leases: leases
             .iter()
-            .map(|lease| LeaseView::of(lease, now))
+            .zip(&contenders)
+            .map(|(lease, contenders)| LeaseView::of(lease, contenders, now))
             .collect(),
     })
 }
@@ -166,12 +184,22 @@ fn render(document: &LeasesDocument) -> String {
                 span(i64::try_from(lease.ttl_ms).unwrap_or(i64::MAX)),
                 expiry,
                 if lease.live { "live" } else { "no" }.to_owned(),
+                lease.live_contenders.join(" "),
             ]
         })
         .collect();
     text.push_str(&table(
         &[
-            "LEASE", "OWNER", "TOKEN", "PRIORITY", "ACQUIRED", "RENEWED", "TTL", "EXPIRES", "LIVE",
+            "LEASE",
+            "OWNER",
+            "TOKEN",
+            "PRIORITY",
+            "ACQUIRED",
+            "RENEWED",
+            "TTL",
+            "EXPIRES",
+            "LIVE",
+            "CONTENDERS",
         ],
         &rows,
     ));

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! eventstore leases    [--json] [--watch]            every lease: holder, token, ages, live or not
+//! eventstore contenders LEASE [--json]               who waits for a lease, live or not
 //! eventstore bookmarks [--json]                      every reader's bookmark
 //! eventstore events --stream CONTEXT/PURPOSE [--limit N] [--json]
 //! eventstore schema print|check|apply|drop [--yes]   the PostgreSQL schema of a prefix
@@ -20,6 +21,7 @@
 
 mod bookmarks;
 mod cli;
+mod contenders;
 mod events;
 mod failure;
 mod leases;
@@ -63,6 +65,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             watch,
             interval,
         } => leases::run(&cli.store, json, watch.then_some(interval)).await,
+        Command::Contenders { lease, json } => contenders::run(&cli.store, &lease, json).await,
         Command::Bookmarks { json } => bookmarks::run(&cli.store, json).await,
         Command::Events {
             stream,

@@ -126,6 +126,108 @@ async fn leases_json_says_live_on_the_storage_clock_for_live_expired_and_release
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_are_listed_live_or_not_and_counted_in_leases() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    let hour = Duration::from_secs(3600);
+    for (owner, priority, ttl) in [
+        ("pod-a", 0, hour),
+        ("pod-b", 5, hour),
+        ("pod-c", 0, Duration::from_millis(50)),
+    ] {
+        storage
+            .request_lease(LeaseRequest::new("orders", owner, priority, ttl))
+            .await
+            .unwrap();
+    }
+    eventually(
+        "pod-c's registration to lapse",
+        Duration::from_secs(30),
+        || {
+            let storage = storage.clone();
+            async move {
+                let now = storage.storage_time().await.unwrap();
+                let contenders = storage.get_contenders("orders").await.unwrap();
+                contenders
+                    .iter()
+                    .any(|c| c.owner == "pod-c" && !c.is_live_at(now))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    let url = database_url();
+    let run = eventstore(&[
+        "contenders",
+        "orders",
+        "--url",
+        &url,
+        "--prefix",
+        &prefix,
+        "--json",
+    ])
+    .await;
+    let document = run.json();
+    assert_eq!(document["lease_name"], "orders");
+    assert_eq!(document["holder"], "pod-a");
+    let contenders = document["contenders"].as_array().unwrap();
+    let listed: Vec<(&str, i64, bool)> = contenders
+        .iter()
+        .map(|c| {
+            (
+                c["owner"].as_str().unwrap(),
+                c["priority"].as_i64().unwrap(),
+                c["live"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [("pod-b", 5, true), ("pod-c", 0, false)],
+        "{document}"
+    );
+    let storage_time = time(&document["storage_time"]);
+    for contender in contenders {
+        let expires_at = time(&contender["expires_at"]);
+        assert_eq!(contender["live"], storage_time <= expires_at, "{contender}");
+    }
+
+    let run = eventstore(&["contenders", "orders", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .starts_with("lease orders: held by pod-a; 2 contenders (1 live)"),
+        "{}",
+        run.stdout
+    );
+
+    let run = eventstore(&["leases", "--url", &url, "--prefix", &prefix, "--json"]).await;
+    assert_eq!(
+        lease(&run.json(), "orders")["live_contenders"],
+        json!(["pod-b"]),
+        "leases names the live contenders only"
+    );
+
+    let run = eventstore(&[
+        "contenders",
+        "no-such-lease",
+        "--url",
+        &url,
+        "--prefix",
+        &prefix,
+    ])
+    .await;
+    run.assert_refused(1, &["no lease named", "no-such-lease"]);
+    let run = eventstore(&["contenders", " ", "--url", &url, "--prefix", &prefix]).await;
+    run.assert_refused(2, &["lease name"]);
+    storage.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_watch_prints_one_json_document_per_refresh() {
     let Some(_pool) = try_pool().await else {
         return;
