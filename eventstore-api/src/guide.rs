@@ -150,6 +150,16 @@
 //! so a zombie cannot move the bookmark backwards; a projection's own appends can carry the
 //! same fence with [`store::TypedStream::fenced`] or [`EventStorage::append_fenced`].
 //!
+//! ## When one instance is not enough
+//!
+//! One leader per lease means one instance does all the work of a stream. To spread the work,
+//! split it into partitions (by tenant, by a hash of the stream) and start a
+//! [`PartitionElector`] on every instance instead: each holds a balanced share of the
+//! partitions, each partition under a lease and a fence of its own, and a
+//! [`PartitionedProjector`] runs a projector per held partition with a bookmark per partition.
+//! Joins and leaves move partitions as planned handovers, exactly like a step-down here; see
+//! the [`partitions`] module.
+//!
 //! ## What this does not promise
 //!
 //! Processing is at-least-once: when a batch was committed but its bookmark did not land
@@ -158,6 +168,9 @@
 //! the same transaction as its data, as the [`projector`] module describes.
 //!
 //! [`LeaderElector`]: crate::elector::LeaderElector
+//! [`PartitionElector`]: crate::partitions::PartitionElector
+//! [`PartitionedProjector`]: crate::projector::PartitionedProjector
+//! [`partitions`]: crate::partitions
 //! [`LeaderElector::set_priority`]: crate::elector::LeaderElector::set_priority
 //! [`ElectorBuilder::handover_grace`]: crate::elector::ElectorBuilder::handover_grace
 //! [`LeadershipWatch::wait_for_leadership_within`]: crate::elector::LeadershipWatch::wait_for_leadership_within
