@@ -156,13 +156,14 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
             // The refusal comes in the trait's order: a closed storage says `Closed` first.
             // Asking `request_lease` with a refused request gets exactly that from the backend,
             // and changes nothing, since the request is invalid.
+            // A batch refused as a whole (too large) is probed with a request that is invalid
+            // on its own, a blank name.
             let refused = requests
                 .into_iter()
-                .find(|request| crate::validate::validate_lease_request(request).is_err());
-            if let Some(request) = refused {
-                if let Err(EventStorageError::Closed) = self.request_lease(request).await {
-                    return Err(EventStorageError::Closed);
-                }
+                .find(|request| crate::validate::validate_lease_request(request).is_err())
+                .unwrap_or_else(|| LeaseRequest::new("", "", 0, crate::validate::MIN_TTL));
+            if let Err(EventStorageError::Closed) = self.request_lease(refused).await {
+                return Err(EventStorageError::Closed);
             }
             return Err(invalid);
         }

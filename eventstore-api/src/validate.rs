@@ -66,11 +66,29 @@ pub fn validate_lease_request(request: &LeaseRequest) -> Result {
     validate_ttl(request.ttl)
 }
 
+/// The most requests one `request_leases` batch (and names one `release_leases` call) may
+/// carry: a larger one is refused with `InvalidInput` before anything is read or written,
+/// never served out of memory. Split larger work into batches of at most this many.
+pub const MAX_LEASE_BATCH: usize = 1 << 17;
+
+fn validate_batch_size(field: &str, size: usize) -> Result {
+    if size > MAX_LEASE_BATCH {
+        return Err(EventStorageError::invalid(
+            field,
+            format!("{size} entries"),
+            format!("must hold at most {MAX_LEASE_BATCH} (MAX_LEASE_BATCH); split it"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks every request of a batch, so that one invalid request refuses the whole batch.
 ///
 /// # Errors
-/// The first request's error, with its index in the batch in the field name.
+/// A batch above [`MAX_LEASE_BATCH`]; else the first request's error, with its index in the
+/// batch in the field name.
 pub fn validate_lease_requests(requests: &[LeaseRequest]) -> Result {
+    validate_batch_size("lease request batch", requests.len())?;
     for (index, request) in requests.iter().enumerate() {
         validate_lease_request(request).map_err(|error| match error {
             EventStorageError::InvalidInput {
@@ -97,11 +115,12 @@ pub fn validate_release(lease_name: &str, owner: &str) -> Result {
     validate_name("lease owner", owner)
 }
 
-/// Checks the arguments of `release_leases`: the owner, then every lease name.
+/// Checks the arguments of `release_leases`: how many, the owner, then every lease name.
 ///
 /// # Errors
 /// [`EventStorageError::InvalidInput`] for the owner or the first invalid name, with its index.
 pub fn validate_releases(lease_names: &[String], owner: &str) -> Result {
+    validate_batch_size("lease names", lease_names.len())?;
     validate_name("lease owner", owner)?;
     for (index, lease_name) in lease_names.iter().enumerate() {
         validate_name(&format!("lease name {index}"), lease_name)?;

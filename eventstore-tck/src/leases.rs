@@ -993,6 +993,47 @@ pub async fn invalid_batch_releases_are_refused_and_change_nothing<F: StorageFac
     }
 }
 
+/// A batch above `MAX_LEASE_BATCH` requests, and a `release_leases` above as many names, is
+/// refused with `InvalidInput` naming the limit (rule `validate_lease_requests`,
+/// `validate_releases`), before anything is read or written.
+pub async fn batches_above_the_limit_are_refused_and_change_nothing<F: StorageFactory>(
+    factory: &F,
+) {
+    let Some(storage) = storage_with_leases(factory).await else {
+        return;
+    };
+    request(&storage, "orders", "node-a", 0, LONG_TTL).await;
+    let before = leases(&storage).await;
+    let limit = eventstore_api::validate::MAX_LEASE_BATCH;
+    let requests: Vec<LeaseRequest> = (0..=limit)
+        .map(|i| LeaseRequest::new(format!("l{i}"), "node-b", 0, LONG_TTL))
+        .collect();
+    let refused = storage.request_leases(requests).await;
+    assert!(
+        matches!(&refused, Err(eventstore_api::EventStorageError::InvalidInput { problem, .. })
+            if problem.contains(&limit.to_string())),
+        "request_leases of {} requests: InvalidInput naming the limit {limit} \
+         (validate_lease_requests), got {:?}",
+        limit + 1,
+        refused.as_ref().map(Vec::len)
+    );
+    let names: Vec<String> = (0..=limit).map(|i| format!("l{i}")).collect();
+    let refused = storage.release_leases(&names, "node-a").await;
+    assert!(
+        matches!(&refused, Err(eventstore_api::EventStorageError::InvalidInput { problem, .. })
+            if problem.contains(&limit.to_string())),
+        "release_leases of {} names: InvalidInput naming the limit (validate_releases), got \
+         {refused:?}",
+        limit + 1
+    );
+    assert_leases_unchanged(
+        &storage,
+        &before,
+        "refused oversized batches change nothing",
+    )
+    .await;
+}
+
 /// `get_contenders` lists a lease's contenders besides its holder, by priority (highest
 /// first), then owner id, each with the priority, ttl and heartbeat of its last request on the
 /// storage's clock; a lease nobody contends for, or that never existed, has none.
@@ -1275,6 +1316,14 @@ pub async fn lease_methods_refuse_once_the_storage_is_closed<F: StorageFactory>(
         assert_closed(r, &format!("release_lease through {which}"));
         let r = handle.get_contenders("orders").await;
         assert_closed(r, &format!("get_contenders through {which}"));
+        let oversized: Vec<LeaseRequest> = (0..=eventstore_api::validate::MAX_LEASE_BATCH)
+            .map(|i| LeaseRequest::new(format!("l{i}"), "node-a", 0, LONG_TTL))
+            .collect();
+        let r = handle.request_leases(oversized).await;
+        assert_closed(
+            r,
+            &format!("request_leases of an oversized batch through {which}"),
+        );
         let r = handle
             .release_leases(&["orders".to_owned()], "node-a")
             .await;

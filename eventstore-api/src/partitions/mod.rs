@@ -89,6 +89,9 @@ use watch::Shared;
 /// and a lone member renews every partition in one batch.
 pub const MAX_PARTITIONS: u32 = 100_000;
 
+// A lone member renews every partition and its membership in one batch.
+const _: () = assert!((MAX_PARTITIONS as usize) < validate::MAX_LEASE_BATCH);
+
 /// The least handover grace and drain timeout chosen by default, however short the ttl.
 const MIN_DEFAULT_GRACE: Duration = Duration::from_millis(10);
 
