@@ -35,6 +35,7 @@
 mod leadership;
 mod owner;
 mod task;
+mod timing;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,12 +50,10 @@ use crate::{validate, Capability, EventStorage, EventStorageError, FencingToken}
 use leadership::Shared;
 pub(crate) use task::{herd_jitter, jittered};
 use task::{ElectionLoop, HandoverState, LoopSettings};
+pub(crate) use timing::{shorter_than_ttl, Timings, MIN_DEFAULT_GRACE};
 
 /// The ttl of an elector unless set otherwise.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-
-/// The least handover grace chosen by default, however short the ttl.
-const MIN_DEFAULT_HANDOVER_GRACE: Duration = Duration::from_millis(10);
 
 /// Builds a [`LeaderElector`]; see [`LeaderElector::builder`].
 #[derive(Debug)]
@@ -139,40 +138,17 @@ impl ElectorBuilder {
         let owner = self.owner.unwrap_or_else(unique_owner_id);
         validate::validate_name("lease name", &self.lease_name)?;
         validate::validate_name("lease owner", &owner)?;
-        validate::validate_ttl(self.ttl)?;
-        let ttl = self.ttl;
-        let request_interval = self.request_interval.unwrap_or(ttl / 3);
-        if request_interval.is_zero() || request_interval >= ttl {
-            return Err(EventStorageError::invalid(
-                "request interval",
-                format!("{request_interval:?}"),
-                format!(
-                    "must be above zero and shorter than the ttl {ttl:?} (a third of it is \
-                     the default), or a single slow request loses the lease"
-                ),
-            ));
-        }
-        let safety_margin = self.safety_margin.unwrap_or(ttl / 20);
-        if request_interval + safety_margin >= ttl {
-            return Err(EventStorageError::invalid(
-                "safety margin",
-                format!("{safety_margin:?}"),
-                format!(
-                    "with the request interval {request_interval:?} it must stay below the \
-                     ttl {ttl:?}, or leadership lapses between renewals"
-                ),
-            ));
-        }
-        let handover_grace = self
-            .handover_grace
-            .unwrap_or_else(|| (ttl / 40).max(MIN_DEFAULT_HANDOVER_GRACE));
-        if handover_grace >= ttl {
-            return Err(EventStorageError::invalid(
-                "handover grace",
-                format!("{handover_grace:?}"),
-                format!("must be shorter than the ttl {ttl:?}"),
-            ));
-        }
+        let Timings {
+            ttl,
+            request_interval,
+            safety_margin,
+            handover_grace,
+        } = Timings::check(
+            self.ttl,
+            self.request_interval,
+            self.safety_margin,
+            self.handover_grace,
+        )?;
         let shared = Shared::new(self.lease_name, owner);
         let (shutdown, shutdown_requested) = watch::channel(false);
         let (priority, priority_changes) = watch::channel(self.priority);

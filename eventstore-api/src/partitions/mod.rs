@@ -79,7 +79,7 @@ use tokio::task::JoinHandle;
 pub use names::{member_lease_name, partition_lease_name};
 pub use watch::{PartitionElectorStopped, PartitionWatch};
 
-use crate::elector::DEFAULT_TTL;
+use crate::elector::{shorter_than_ttl, Timings, DEFAULT_TTL, MIN_DEFAULT_GRACE};
 use crate::{validate, Capability, EventStorage, EventStorageError, Fence};
 use names::GroupNames;
 use task::{LoopSettings, PartitionLoop};
@@ -91,9 +91,6 @@ pub const MAX_PARTITIONS: u32 = 100_000;
 
 // A lone member renews every partition and its membership in one batch.
 const _: () = assert!((MAX_PARTITIONS as usize) < validate::MAX_LEASE_BATCH);
-
-/// The least handover grace and drain timeout chosen by default, however short the ttl.
-const MIN_DEFAULT_GRACE: Duration = Duration::from_millis(10);
 
 /// Builds a [`PartitionElector`]; see [`PartitionElector::builder`].
 #[derive(Debug)]
@@ -202,52 +199,21 @@ impl PartitionElectorBuilder {
     }
 
     fn settings(&self) -> Result<LoopSettings, EventStorageError> {
-        validate::validate_ttl(self.ttl)?;
-        let ttl = self.ttl;
-        let request_interval = self.request_interval.unwrap_or(ttl / 3);
-        if request_interval.is_zero() || request_interval >= ttl {
-            return Err(EventStorageError::invalid(
-                "request interval",
-                format!("{request_interval:?}"),
-                format!(
-                    "must be above zero and shorter than the ttl {ttl:?} (a third of it is \
-                     the default), or a single slow round loses every partition"
-                ),
-            ));
-        }
-        let safety_margin = self.safety_margin.unwrap_or(ttl / 20);
-        if request_interval + safety_margin >= ttl {
-            return Err(EventStorageError::invalid(
-                "safety margin",
-                format!("{safety_margin:?}"),
-                format!(
-                    "with the request interval {request_interval:?} it must stay below the \
-                     ttl {ttl:?}, or partitions lapse between renewals"
-                ),
-            ));
-        }
-        let default_grace = (ttl / 40).max(MIN_DEFAULT_GRACE);
-        let handover_grace = self.handover_grace.unwrap_or(default_grace);
+        let timings = Timings::check(
+            self.ttl,
+            self.request_interval,
+            self.safety_margin,
+            self.handover_grace,
+        )?;
         let drain_timeout = self
             .drain_timeout
-            .unwrap_or_else(|| (ttl / 20).max(MIN_DEFAULT_GRACE));
-        for (field, value) in [
-            ("handover grace", handover_grace),
-            ("drain timeout", drain_timeout),
-        ] {
-            if value >= ttl {
-                return Err(EventStorageError::invalid(
-                    field,
-                    format!("{value:?}"),
-                    format!("must be shorter than the ttl {ttl:?}"),
-                ));
-            }
-        }
+            .unwrap_or_else(|| (timings.ttl / 20).max(MIN_DEFAULT_GRACE));
+        shorter_than_ttl("drain timeout", drain_timeout, timings.ttl)?;
         Ok(LoopSettings {
-            ttl,
-            request_interval,
-            safety_margin,
-            handover_grace,
+            ttl: timings.ttl,
+            request_interval: timings.request_interval,
+            safety_margin: timings.safety_margin,
+            handover_grace: timings.handover_grace,
             drain_timeout,
         })
     }

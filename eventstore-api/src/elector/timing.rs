@@ -1,0 +1,85 @@
+//! The timings of a lease loop, shared by the leader and the partition elector: checked once,
+//! with the defaults both use.
+
+use std::time::Duration;
+
+use crate::{validate, EventStorageError};
+
+/// The least handover grace chosen by default, however short the ttl.
+pub(crate) const MIN_DEFAULT_GRACE: Duration = Duration::from_millis(10);
+
+/// Checked timings of a lease loop.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timings {
+    pub(crate) ttl: Duration,
+    pub(crate) request_interval: Duration,
+    pub(crate) safety_margin: Duration,
+    pub(crate) handover_grace: Duration,
+}
+
+impl Timings {
+    /// The timings for `ttl`, each unset one at its default: a third of the ttl between
+    /// requests, a twentieth as safety margin, a fortieth (at least 10 ms) as handover grace.
+    ///
+    /// # Errors
+    /// [`EventStorageError::InvalidInput`] for a ttl out of range, a request interval that is
+    /// zero or not shorter than the ttl, a safety margin that leaves no time between
+    /// requests, or a handover grace not shorter than the ttl.
+    pub(crate) fn check(
+        ttl: Duration,
+        request_interval: Option<Duration>,
+        safety_margin: Option<Duration>,
+        handover_grace: Option<Duration>,
+    ) -> Result<Timings, EventStorageError> {
+        validate::validate_ttl(ttl)?;
+        let request_interval = request_interval.unwrap_or(ttl / 3);
+        if request_interval.is_zero() || request_interval >= ttl {
+            return Err(EventStorageError::invalid(
+                "request interval",
+                format!("{request_interval:?}"),
+                format!(
+                    "must be above zero and shorter than the ttl {ttl:?} (a third of it is \
+                     the default), or a single slow request loses what it holds"
+                ),
+            ));
+        }
+        let safety_margin = safety_margin.unwrap_or(ttl / 20);
+        if request_interval + safety_margin >= ttl {
+            return Err(EventStorageError::invalid(
+                "safety margin",
+                format!("{safety_margin:?}"),
+                format!(
+                    "with the request interval {request_interval:?} it must stay below the \
+                     ttl {ttl:?}, or what is held lapses between renewals"
+                ),
+            ));
+        }
+        let handover_grace = handover_grace.unwrap_or_else(|| (ttl / 40).max(MIN_DEFAULT_GRACE));
+        shorter_than_ttl("handover grace", handover_grace, ttl)?;
+        Ok(Timings {
+            ttl,
+            request_interval,
+            safety_margin,
+            handover_grace,
+        })
+    }
+}
+
+/// Checks that `value` (named `field`) is shorter than the ttl.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming `field` when it is not.
+pub(crate) fn shorter_than_ttl(
+    field: &str,
+    value: Duration,
+    ttl: Duration,
+) -> Result<(), EventStorageError> {
+    if value >= ttl {
+        return Err(EventStorageError::invalid(
+            field,
+            format!("{value:?}"),
+            format!("must be shorter than the ttl {ttl:?}"),
+        ));
+    }
+    Ok(())
+}
