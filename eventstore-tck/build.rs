@@ -16,6 +16,7 @@ const MODULES: &[&str] = &[
     "bookmarks",
     "lifecycle",
     "leases",
+    "lease_outcomes",
     "lease_changes",
     "append_hints",
     "election",

@@ -19,6 +19,10 @@ pub enum Capability {
     /// wake requesters early; every decision is still `request_lease`'s. Implies
     /// [`Capability::Lease`].
     LeaseChanges,
+    /// Answers that say what happened: `request_leases_with_outcome` (whether an acquisition
+    /// took over an expired holder) and `release_lease_with_outcome` (whether the caller held
+    /// the lease). Implies [`Capability::Lease`].
+    LeaseOutcomes,
     /// Hints pushed after appends: `subscribe_appends`. A hint only wakes a reader early;
     /// the read decides what is new.
     AppendHints,

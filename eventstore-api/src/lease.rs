@@ -94,6 +94,36 @@ pub struct LeaseResponse {
     pub current_owner: String,
 }
 
+/// The answer to a [`LeaseRequest`] with how the caller came to hold the lease
+/// ([`EventStorage::request_leases_with_outcome`]).
+///
+/// [`EventStorage::request_leases_with_outcome`]: crate::EventStorage::request_leases_with_outcome
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseOutcome {
+    /// The answer [`EventStorage::request_lease`] gives.
+    ///
+    /// [`EventStorage::request_lease`]: crate::EventStorage::request_lease
+    pub response: LeaseResponse,
+    /// Whether this request acquired the lease from another owner whose tenure expired
+    /// without a release: a takeover of a holder that died or stopped renewing in time.
+    /// False for renewals and standbys, and for acquiring a lease never held, released, or
+    /// the caller's own expired one. A leader that took over may want to recover first
+    /// (re-read state, re-arm timers) before it acts.
+    pub took_over: bool,
+}
+
+/// What [`EventStorage::release_lease_with_outcome`] did.
+///
+/// [`EventStorage::release_lease_with_outcome`]: crate::EventStorage::release_lease_with_outcome
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReleaseOutcome {
+    /// The caller held the lease live: it is acquirable at once.
+    Released,
+    /// The caller did not hold the lease (another owner does, it had expired, it was released
+    /// before, or it never existed); only the caller's registration as contender was withdrawn.
+    NotHeld,
+}
+
 /// A lease as the storage records it. Expired and released leases keep their last owner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Lease {

@@ -64,7 +64,8 @@ pub use error::EventStorageError;
 pub use event::{EventId, EventToStore, EventType, StoredEvent};
 pub use filter::{AppendCondition, AppendCriteria, Direction, EventFilter, FilterItem, Limit};
 pub use lease::{
-    Fence, FencingToken, Lease, LeaseContender, LeaseRequest, LeaseResponse, LeaseStatus,
+    Fence, FencingToken, Lease, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse,
+    LeaseStatus, ReleaseOutcome,
 };
 pub use lease_changes::{LeaseChange, LeaseChangeKind, LeaseChanges, LeaseNotice, LeaseScope};
 pub use reference::EventReference;

@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 use crate::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
-    LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StoredEvent, Tags,
+    LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit, ReleaseOutcome,
+    StoredEvent, Tags,
 };
 
 /// Shorthand for the result every storage operation returns.
@@ -224,6 +225,41 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// As [`EventStorage::request_leases`], each answer saying also whether it took the lease
+    /// over from another owner that let it expire ([`Capability::LeaseOutcomes`]): the
+    /// storage decides it in the same step as the answer, which nothing read before or after
+    /// could.
+    ///
+    /// # Errors
+    /// As [`EventStorage::request_lease`].
+    async fn request_leases_with_outcome(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
+        let _ = requests;
+        Err(EventStorageError::unsupported(
+            "request_leases_with_outcome",
+            self.name(),
+        ))
+    }
+
+    /// As [`EventStorage::release_lease`], saying whether the caller held the lease
+    /// ([`Capability::LeaseOutcomes`]).
+    ///
+    /// # Errors
+    /// As [`EventStorage::release_lease`].
+    async fn release_lease_with_outcome(
+        &self,
+        lease_name: &str,
+        owner: &str,
+    ) -> StorageResult<ReleaseOutcome> {
+        let _ = (lease_name, owner);
+        Err(EventStorageError::unsupported(
+            "release_lease_with_outcome",
+            self.name(),
+        ))
+    }
+
     /// Every lease the storage records, expired and released ones included, by name.
     ///
     /// # Errors
@@ -410,6 +446,19 @@ macro_rules! forward_event_storage {
                 owner: &str,
             ) -> StorageResult<()> {
                 (**self).release_leases(lease_names, owner).await
+            }
+            async fn request_leases_with_outcome(
+                &self,
+                requests: Vec<LeaseRequest>,
+            ) -> StorageResult<Vec<LeaseOutcome>> {
+                (**self).request_leases_with_outcome(requests).await
+            }
+            async fn release_lease_with_outcome(
+                &self,
+                lease_name: &str,
+                owner: &str,
+            ) -> StorageResult<ReleaseOutcome> {
+                (**self).release_lease_with_outcome(lease_name, owner).await
             }
             async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
                 (**self).get_leases().await

@@ -8,6 +8,7 @@
 //! |---|---|---|---|
 //! | [`LEASE_REQUESTS`] | counter | `lease`, `outcome` | each lease request of a [`LeaderElector`], by outcome: `leader`, `step_down_requested`, `standby`, `failed` |
 //! | [`LEASE_ACQUISITIONS`] | counter | `lease` | an elector became leader under a token it did not lead with before |
+//! | [`LEASE_TAKEOVERS`] | counter | `lease` | an elector acquired the lease from another owner that let it expire without a release (storages with [`Capability::LeaseOutcomes`](crate::Capability::LeaseOutcomes)); a count that climbs means holders die or renew too late |
 //! | [`LEASE_STEP_DOWNS`] | counter | `lease` | an elector stepped down for a contender of higher priority |
 //! | [`LEASE_RELEASES`] | counter | `lease` | an elector released its lease (stepping down, or shutting down) |
 //! | [`ELECTOR_LEADER`] | gauge | `lease`, `owner` | 1 while the elector leads, else 0 |
@@ -32,6 +33,9 @@ use std::time::Duration;
 pub const LEASE_REQUESTS: &str = "eventstore_lease_requests_total";
 /// Counter: acquisitions by leader electors (leading under a new token), labelled `lease`.
 pub const LEASE_ACQUISITIONS: &str = "eventstore_lease_acquisitions_total";
+/// Counter: takeovers by leader electors of a lease another owner let expire, labelled
+/// `lease`.
+pub const LEASE_TAKEOVERS: &str = "eventstore_lease_takeovers_total";
 /// Counter: step-downs of leader electors for a higher-priority contender, labelled `lease`.
 pub const LEASE_STEP_DOWNS: &str = "eventstore_lease_step_downs_total";
 /// Counter: releases by leader electors, labelled `lease`.

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::in_process::LeaseTable;
-use eventstore_api::{FencingToken, LeaseRequest, LeaseResponse};
+use eventstore_api::{FencingToken, LeaseOutcome, LeaseRequest, ReleaseOutcome};
 
 use crate::codec::{put_str, put_u64, Decoder};
 use crate::corruption::{Corruption, OpenFailure};
@@ -137,17 +137,22 @@ impl LeaseState {
         &mut self,
         requests: &[LeaseRequest],
         mut now: impl FnMut() -> DateTime<Utc>,
-    ) -> Vec<LeaseResponse> {
+    ) -> Vec<LeaseOutcome> {
         debug_assert!(!self.needs_reservation(requests));
         requests
             .iter()
-            .map(|request| self.table.request(request, now()))
+            .map(|request| self.table.request_with_outcome(request, now()))
             .collect()
     }
 
     /// Applies `release_lease` at `now`.
-    pub(crate) fn release(&mut self, lease_name: &str, owner: &str, now: DateTime<Utc>) {
-        self.table.release(lease_name, owner, now);
+    pub(crate) fn release(
+        &mut self,
+        lease_name: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> ReleaseOutcome {
+        self.table.release(lease_name, owner, now)
     }
 
     fn ceiling(&self, lease_name: &str) -> u64 {
@@ -204,7 +209,7 @@ mod tests {
                 if state.needs_reservation(&requests) {
                     state.reserve_for(&requests).unwrap();
                 }
-                let response = state.request_all(&requests, Utc::now).remove(0);
+                let response = state.request_all(&requests, Utc::now).remove(0).response;
                 if response.status.is_leader() {
                     assert!(response.fencing_token.0 > highest, "round {round}");
                     highest = response.fencing_token.0;

@@ -14,8 +14,8 @@ use eventstore_api::admission::{Admission, Operation};
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
-    StoredEvent, Tags,
+    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
+    ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 use tokio::sync::oneshot;
 
@@ -232,7 +232,7 @@ impl FileEventStorage {
     async fn answer_lease_requests(
         &self,
         requests: Vec<LeaseRequest>,
-    ) -> StorageResult<Vec<LeaseResponse>> {
+    ) -> StorageResult<Vec<LeaseOutcome>> {
         let mut leases = self.leases().await?;
         let clock = Arc::clone(&self.inner.state.clock);
         if !leases.needs_reservation(&requests) {
@@ -382,6 +382,7 @@ impl EventStorage for FileEventStorage {
                 Capability::Lease
                     | Capability::FencedWrites
                     | Capability::LeaseChanges
+                    | Capability::LeaseOutcomes
                     | Capability::AppendHints
             )
     }
@@ -502,8 +503,8 @@ impl EventStorage for FileEventStorage {
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
         self.admit(Operation::RequestLease { request: &request })?;
         self.refuse_if_read_only("request_lease")?;
-        let mut responses = self.answer_lease_requests(vec![request]).await?;
-        Ok(responses.remove(0))
+        let mut outcomes = self.answer_lease_requests(vec![request]).await?;
+        Ok(outcomes.remove(0).response)
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = %eventstore_api::telemetry::LeaseNames(&requests), requests = requests.len()))]
@@ -515,6 +516,22 @@ impl EventStorage for FileEventStorage {
             requests: &requests,
         })?;
         self.refuse_if_read_only("request_leases")?;
+        let outcomes = self.answer_lease_requests(requests).await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.response)
+            .collect())
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = %eventstore_api::telemetry::LeaseNames(&requests), requests = requests.len()))]
+    async fn request_leases_with_outcome(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
+        self.admit(Operation::RequestLeases {
+            requests: &requests,
+        })?;
+        self.refuse_if_read_only("request_leases_with_outcome")?;
         self.answer_lease_requests(requests).await
     }
 
@@ -525,6 +542,18 @@ impl EventStorage for FileEventStorage {
         let mut leases = self.leases().await?;
         leases.release(lease_name, owner, self.inner.state.clock.now());
         Ok(())
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_name, owner = owner))]
+    async fn release_lease_with_outcome(
+        &self,
+        lease_name: &str,
+        owner: &str,
+    ) -> StorageResult<ReleaseOutcome> {
+        self.admit(Operation::ReleaseLease { lease_name, owner })?;
+        self.refuse_if_read_only("release_lease_with_outcome")?;
+        let mut leases = self.leases().await?;
+        Ok(leases.release(lease_name, owner, self.inner.state.clock.now()))
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]

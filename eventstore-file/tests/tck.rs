@@ -37,5 +37,11 @@ impl StorageFactory for FileFactory {
 
 eventstore_tck::tck_tests!(
     FileFactory::default(),
-    capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+    capabilities = [
+        Lease,
+        FencedWrites,
+        LeaseChanges,
+        LeaseOutcomes,
+        AppendHints
+    ]
 );

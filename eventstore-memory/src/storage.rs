@@ -10,8 +10,8 @@ use eventstore_api::append_hints::AppendHintHub;
 use eventstore_api::{
     AppendCriteria, AppendHint, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
-    StoredEvent, Tags,
+    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
+    ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 
 use crate::event_log::EventLog;
@@ -136,6 +136,7 @@ impl EventStorage for MemoryEventStorage {
             Capability::Lease
                 | Capability::FencedWrites
                 | Capability::LeaseChanges
+                | Capability::LeaseOutcomes
                 | Capability::AppendHints
         )
     }
@@ -229,6 +230,18 @@ impl EventStorage for MemoryEventStorage {
         &self,
         requests: Vec<LeaseRequest>,
     ) -> StorageResult<Vec<LeaseResponse>> {
+        let outcomes = self.request_leases_with_outcome(requests).await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.response)
+            .collect())
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = %eventstore_api::telemetry::LeaseNames(&requests), requests = requests.len()))]
+    async fn request_leases_with_outcome(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
         let shared = self.admit(Operation::RequestLeases {
             requests: &requests,
         })?;
@@ -236,7 +249,7 @@ impl EventStorage for MemoryEventStorage {
         let now = shared.clock.now();
         Ok(requests
             .iter()
-            .map(|request| leases.request(request, now))
+            .map(|request| leases.request_with_outcome(request, now))
             .collect())
     }
 
@@ -246,6 +259,17 @@ impl EventStorage for MemoryEventStorage {
         let mut leases = lock(&shared.leases);
         leases.release(lease_name, owner, shared.clock.now());
         Ok(())
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = lease_name, owner = owner))]
+    async fn release_lease_with_outcome(
+        &self,
+        lease_name: &str,
+        owner: &str,
+    ) -> StorageResult<ReleaseOutcome> {
+        let shared = self.admit(Operation::ReleaseLease { lease_name, owner })?;
+        let mut leases = lock(&shared.leases);
+        Ok(leases.release(lease_name, owner, shared.clock.now()))
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory"))]

@@ -43,13 +43,25 @@ impl StorageFactory for MemoryBehindArcDyn {
 mod direct {
     eventstore_tck::tck_tests!(
         super::Memory,
-        capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+        capabilities = [
+            Lease,
+            FencedWrites,
+            LeaseChanges,
+            LeaseOutcomes,
+            AppendHints
+        ]
     );
 }
 
 mod arc_dyn {
     eventstore_tck::tck_tests!(
         super::MemoryBehindArcDyn,
-        capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+        capabilities = [
+            Lease,
+            FencedWrites,
+            LeaseChanges,
+            LeaseOutcomes,
+            AppendHints
+        ]
     );
 }

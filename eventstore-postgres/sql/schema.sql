@@ -101,9 +101,30 @@ AS $$
            << 40
 $$;
 
+-- Stores made by earlier versions have a request_leases that returns fewer columns, which
+-- CREATE OR REPLACE cannot change: that one is dropped first (grants on it are lost with it;
+-- grant again after upgrading, as docs/POSTGRES.md says).
+DO $upgrade$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc AS p
+                WHERE p.oid = pg_catalog.to_regprocedure(
+                          '__prefix__request_leases(text[], text[], bigint[], interval[], text)')
+                  AND NOT 'lease_took_over' = ANY (p.proargnames)) THEN
+        DROP FUNCTION __prefix__request_leases(text[], text[], bigint[], interval[], text);
+    END IF;
+END
+$upgrade$;
+
 -- Acquire, renew or contend for a batch of leases in one call, answering each request as if
--- it ran alone, in order. Each lease is serialized by a transaction-scoped advisory lock in a
--- key space of its own, so lease traffic never waits on an append or a read.
+-- it ran alone, in order; lease_index is the request's place in the batch, from 1, and
+-- lease_took_over says whether it acquired a lease another owner let expire without a
+-- release. Each lease is serialized by a transaction-scoped advisory lock in a key space of
+-- its own, so lease traffic never waits on an append or a read.
+--
+-- One request (an elector's renewal) runs the rules step by step, its common case in one
+-- statement. A batch runs them set by set: one statement for the whole batch (for each
+-- layer, below). The answers and notifications are the same either way: the tests compare
+-- the two on random batches.
 CREATE OR REPLACE FUNCTION __prefix__request_leases(
     p_names text[],
     p_owners text[],
@@ -111,13 +132,14 @@ CREATE OR REPLACE FUNCTION __prefix__request_leases(
     p_ttls interval[],
     p_lock_timeout text
 )
-RETURNS TABLE (lease_status text, lease_token bigint, lease_owner text)
+RETURNS TABLE (lease_index integer, lease_status text, lease_token bigint, lease_owner text,
+               lease_took_over boolean)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_now constant timestamptz := now();
+    v_count constant integer := coalesce(array_length(p_names, 1), 0);
     v_lock_space constant integer := hashtext('__prefix__leases');
-    v_key integer;
     v_lease __prefix__leases%ROWTYPE;
     v_step_down boolean;
     v_gone record;
@@ -126,7 +148,15 @@ DECLARE
     v_ranked_as bigint;
     v_after_expiry boolean;
     v_changes json[];
-    v_change json;
+    v_base bigint;
+    v_layers integer;
+    v_keys integer;
+    v_indexes integer[];
+    v_statuses text[];
+    v_tokens bigint[];
+    v_owners text[];
+    v_took_over boolean[];
+    v_layer_changes json[];
     i integer;
 BEGIN
     -- Every statement below must see what committed while the lock was awaited: under
@@ -137,174 +167,334 @@ BEGIN
             USING ERRCODE = 'invalid_transaction_state',
                   HINT = 'set default_transaction_isolation to read committed for this pool';
     END IF;
-    IF array_length(p_names, 1) = 1 THEN
-        PERFORM pg_advisory_xact_lock(v_lock_space, hashtext(p_names[1]))
-           FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
-    ELSE
-        PERFORM set_config('lock_timeout', p_lock_timeout, true);
-        -- Every lock up front, in key order, so that two overlapping batches never deadlock.
-        FOR v_key IN SELECT DISTINCT hashtext(n) FROM unnest(p_names) AS n ORDER BY 1 LOOP
-            PERFORM pg_advisory_xact_lock(v_lock_space, v_key);
-        END LOOP;
+    IF v_count = 0 THEN
+        RETURN;
     END IF;
 
-    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
-        -- The common case in one statement: the caller renews the live lease it holds, at the
-        -- same priority. It changes nothing anyone waits for, so it notifies nothing.
-        -- Heartbeats never move back: a request by the same owner that started later (a later
-        -- now()) may have committed first, and its heartbeat stays.
-        UPDATE __prefix__leases AS l
-           SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = p_ttls[i]
-         WHERE l.lease_name = p_names[i] AND l.owner = p_owners[i]
-           AND l.priority = p_priorities[i] AND l.heartbeat_at + l.ttl >= v_now
-        RETURNING l.fencing_token, l.owner, EXISTS (
-            SELECT 1 FROM __prefix__lease_contenders AS c
-             WHERE c.lease_name = p_names[i]
-               AND c.owner <> p_owners[i]
-               AND c.priority > p_priorities[i]
-               AND c.heartbeat_at + c.ttl >= v_now
-        )
-        INTO lease_token, lease_owner, v_step_down;
+    IF v_count = 1 THEN
+        PERFORM pg_advisory_xact_lock(v_lock_space, hashtext(p_names[1]))
+           FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
+        v_layers := 1;
+    ELSE
+        -- The planner takes a batch's plan for an expensive one and would compile it to
+        -- machine code on every call (about a second); its statements run better without.
+        PERFORM set_config('lock_timeout', p_lock_timeout, true), set_config('jit', 'off', true);
+        -- Every lock up front, in key order, so that two overlapping batches never deadlock.
+        SELECT count(*) INTO v_keys
+          FROM (SELECT pg_advisory_xact_lock(v_lock_space, keys.key)
+                  FROM (SELECT DISTINCT hashtext(n) AS key FROM unnest(p_names) AS n
+                         ORDER BY 1) AS keys) AS locked;
+        -- A lease asked for more than once is answered in layers: its first request in the
+        -- first, its second in the second, and so on. Each statement then meets a lease at
+        -- most once, and a later request sees what an earlier one did. As many keys as
+        -- requests: no lease repeats, one layer.
+        IF v_keys = v_count THEN
+            v_layers := 1;
+        ELSE
+            SELECT max(asked) INTO v_layers
+              FROM (SELECT count(*) AS asked FROM unnest(p_names) AS n GROUP BY n) AS counts;
+        END IF;
+    END IF;
 
-        IF NOT FOUND THEN
-            SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_names[i];
-            IF NOT FOUND THEN
-                INSERT INTO __prefix__leases AS l
-                    (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
-                VALUES (p_names[i], p_owners[i], p_priorities[i], __prefix__token_base() + 1,
-                        v_now, v_now, p_ttls[i])
-                RETURNING * INTO STRICT v_lease;
-                v_changes := v_changes
-                    || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
-                           'owner', p_owners[i], 'priority', p_priorities[i])
-                    || json_build_object('lease', p_names[i], 'kind', 'acquired',
-                           'owner', p_owners[i], 'token', v_lease.fencing_token,
-                           'after_expiry', false);
-            ELSIF v_lease.heartbeat_at + v_lease.ttl < v_now THEN
-                -- A holder that let its lease expire lapsed as a contender with it; one that
-                -- released it withdrew then.
-                IF NOT v_lease.released THEN
-                    v_changes := v_changes
-                        || json_build_object('lease', p_names[i], 'kind', 'contender_left',
-                               'owner', v_lease.owner);
-                END IF;
-                -- The lease row now stands for the caller as a contender. A change of holder
-                -- is rare: the moment to forget contenders long gone too.
-                v_ranked_as := NULL;
-                FOR v_gone IN
-                    DELETE FROM __prefix__lease_contenders AS c
-                     WHERE c.lease_name = p_names[i]
-                       AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now)
-                    RETURNING c.owner, c.priority, c.heartbeat_at + c.ttl >= v_now AS live
-                LOOP
-                    IF v_gone.live THEN
-                        v_ranked_as := v_gone.priority;
-                    ELSE
-                        v_changes := v_changes
-                            || json_build_object('lease', p_names[i], 'kind', 'contender_left',
-                                   'owner', v_gone.owner);
-                    END IF;
-                END LOOP;
-                IF v_ranked_as IS DISTINCT FROM p_priorities[i] THEN
-                    v_changes := v_changes
-                        || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
-                               'owner', p_owners[i], 'priority', p_priorities[i]);
-                END IF;
-                v_after_expiry := NOT v_lease.released;
-                -- Nobody holds it live: the caller takes it under the next token, even when
-                -- it was the caller's own lease, so that two tenures never share a token; after
-                -- a promotion, above every token of the timeline before.
-                UPDATE __prefix__leases AS l
-                   SET owner = p_owners[i], priority = p_priorities[i],
-                       fencing_token = greatest(l.fencing_token, __prefix__token_base()) + 1,
-                       acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i],
-                       released = false
-                 WHERE l.lease_name = p_names[i]
-                RETURNING * INTO STRICT v_lease;
-                v_changes := v_changes
-                    || json_build_object('lease', p_names[i], 'kind', 'acquired',
-                           'owner', p_owners[i], 'token', v_lease.fencing_token,
-                           'after_expiry', v_after_expiry);
-            ELSIF v_lease.owner = p_owners[i] THEN
-                -- The holder renews under another priority.
-                UPDATE __prefix__leases AS l
-                   SET priority = p_priorities[i], heartbeat_at = greatest(l.heartbeat_at, v_now),
-                       ttl = p_ttls[i]
-                 WHERE l.lease_name = p_names[i]
-                RETURNING * INTO STRICT v_lease;
-                v_changes := v_changes
-                    || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
-                           'owner', p_owners[i], 'priority', p_priorities[i]);
-            ELSE
-                -- Someone else holds it live: refresh the caller's registration, and forget
-                -- this lease's lapsed contenders, so that instances which came and went under
-                -- identities of their own leave no rows behind while one leader holds the
-                -- lease for months. A plain refresh (live, same priority) is one statement.
-                WITH lapsed AS (
-                    DELETE FROM __prefix__lease_contenders AS c
-                     WHERE c.lease_name = p_names[i] AND c.heartbeat_at + c.ttl < v_now
-                    RETURNING c.owner
-                ), refreshed AS (
-                    UPDATE __prefix__lease_contenders AS c
-                       SET heartbeat_at = greatest(c.heartbeat_at, v_now), ttl = p_ttls[i]
-                     WHERE c.lease_name = p_names[i] AND c.owner = p_owners[i]
-                       AND c.priority = p_priorities[i] AND c.heartbeat_at + c.ttl >= v_now
-                    RETURNING c.owner
-                )
-                SELECT (SELECT array_agg(lapsed.owner) FROM lapsed),
-                       EXISTS (SELECT 1 FROM refreshed)
-                  INTO v_lapsed, v_refreshed;
-                IF v_lapsed IS NOT NULL THEN
-                    SELECT v_changes || array_agg(json_build_object('lease', p_names[i],
-                               'kind', 'contender_left', 'owner', gone))
-                      INTO v_changes
-                      FROM unnest(v_lapsed) AS gone;
-                END IF;
-                IF NOT v_refreshed THEN
-                    -- New, lapsed, or under another priority: registered anew.
-                    INSERT INTO __prefix__lease_contenders AS c
-                        (lease_name, owner, priority, heartbeat_at, ttl)
-                    VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
-                    ON CONFLICT (lease_name, owner) DO UPDATE
-                        SET priority = excluded.priority,
-                            heartbeat_at = greatest(c.heartbeat_at, excluded.heartbeat_at),
-                            ttl = excluded.ttl;
-                    v_changes := v_changes
-                        || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
-                               'owner', p_owners[i], 'priority', p_priorities[i]);
-                    IF p_priorities[i] > v_lease.priority THEN
-                        v_changes := v_changes
-                            || json_build_object('lease', p_names[i],
-                                   'kind', 'step_down_requested', 'holder', v_lease.owner,
-                                   'token', v_lease.fencing_token, 'contender', p_owners[i]);
-                    END IF;
-                END IF;
-                lease_status := 'standby';
-                lease_token := v_lease.fencing_token;
-                lease_owner := v_lease.owner;
-                RETURN NEXT;
-                CONTINUE;
-            END IF;
-            lease_token := v_lease.fencing_token;
-            lease_owner := v_lease.owner;
-            SELECT EXISTS (
+    -- Step by step: one request, or a batch that asks for one lease so often that layers
+    -- would cost more than steps.
+    IF v_count = 1 OR v_layers > 4 THEN
+        FOR i IN 1 .. v_count LOOP
+            lease_index := i;
+            lease_took_over := false;
+            -- The common case in one statement: the caller renews the live lease it holds, at the
+            -- same priority. It changes nothing anyone waits for, so it notifies nothing.
+            -- Heartbeats never move back: a request by the same owner that started later (a later
+            -- now()) may have committed first, and its heartbeat stays.
+            UPDATE __prefix__leases AS l
+               SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = p_ttls[i]
+             WHERE l.lease_name = p_names[i] AND l.owner = p_owners[i]
+               AND l.priority = p_priorities[i] AND l.heartbeat_at + l.ttl >= v_now
+            RETURNING l.fencing_token, l.owner, EXISTS (
                 SELECT 1 FROM __prefix__lease_contenders AS c
                  WHERE c.lease_name = p_names[i]
                    AND c.owner <> p_owners[i]
                    AND c.priority > p_priorities[i]
                    AND c.heartbeat_at + c.ttl >= v_now
-            ) INTO v_step_down;
-        END IF;
-        lease_status := CASE WHEN v_step_down THEN 'step_down_requested' ELSE 'leader' END;
-        RETURN NEXT;
-    END LOOP;
+            )
+            INTO lease_token, lease_owner, v_step_down;
+
+            IF NOT FOUND THEN
+                SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_names[i];
+                IF NOT FOUND THEN
+                    INSERT INTO __prefix__leases AS l
+                        (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
+                    VALUES (p_names[i], p_owners[i], p_priorities[i], __prefix__token_base() + 1,
+                            v_now, v_now, p_ttls[i])
+                    RETURNING * INTO STRICT v_lease;
+                    v_changes := v_changes
+                        || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
+                               'owner', p_owners[i], 'priority', p_priorities[i])
+                        || json_build_object('lease', p_names[i], 'kind', 'acquired',
+                               'owner', p_owners[i], 'token', v_lease.fencing_token,
+                               'after_expiry', false);
+                ELSIF v_lease.heartbeat_at + v_lease.ttl < v_now THEN
+                    -- A holder that let its lease expire lapsed as a contender with it; one that
+                    -- released it withdrew then.
+                    IF NOT v_lease.released THEN
+                        v_changes := v_changes
+                            || json_build_object('lease', p_names[i], 'kind', 'contender_left',
+                                   'owner', v_lease.owner);
+                    END IF;
+                    -- The lease row now stands for the caller as a contender. A change of holder
+                    -- is rare: the moment to forget contenders long gone too.
+                    v_ranked_as := NULL;
+                    FOR v_gone IN
+                        DELETE FROM __prefix__lease_contenders AS c
+                         WHERE c.lease_name = p_names[i]
+                           AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now)
+                        RETURNING c.owner, c.priority, c.heartbeat_at + c.ttl >= v_now AS live
+                    LOOP
+                        IF v_gone.live THEN
+                            v_ranked_as := v_gone.priority;
+                        ELSE
+                            v_changes := v_changes
+                                || json_build_object('lease', p_names[i], 'kind', 'contender_left',
+                                       'owner', v_gone.owner);
+                        END IF;
+                    END LOOP;
+                    IF v_ranked_as IS DISTINCT FROM p_priorities[i] THEN
+                        v_changes := v_changes
+                            || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
+                                   'owner', p_owners[i], 'priority', p_priorities[i]);
+                    END IF;
+                    v_after_expiry := NOT v_lease.released;
+                    lease_took_over := v_after_expiry AND v_lease.owner <> p_owners[i];
+                    -- Nobody holds it live: the caller takes it under the next token, even when
+                    -- it was the caller's own lease, so that two tenures never share a token; after
+                    -- a promotion, above every token of the timeline before.
+                    UPDATE __prefix__leases AS l
+                       SET owner = p_owners[i], priority = p_priorities[i],
+                           fencing_token = greatest(l.fencing_token, __prefix__token_base()) + 1,
+                           acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i],
+                           released = false
+                     WHERE l.lease_name = p_names[i]
+                    RETURNING * INTO STRICT v_lease;
+                    v_changes := v_changes
+                        || json_build_object('lease', p_names[i], 'kind', 'acquired',
+                               'owner', p_owners[i], 'token', v_lease.fencing_token,
+                               'after_expiry', v_after_expiry);
+                ELSIF v_lease.owner = p_owners[i] THEN
+                    -- The holder renews under another priority.
+                    UPDATE __prefix__leases AS l
+                       SET priority = p_priorities[i], heartbeat_at = greatest(l.heartbeat_at, v_now),
+                           ttl = p_ttls[i]
+                     WHERE l.lease_name = p_names[i]
+                    RETURNING * INTO STRICT v_lease;
+                    v_changes := v_changes
+                        || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
+                               'owner', p_owners[i], 'priority', p_priorities[i]);
+                ELSE
+                    -- Someone else holds it live: refresh the caller's registration, and forget
+                    -- this lease's lapsed contenders, so that instances which came and went under
+                    -- identities of their own leave no rows behind while one leader holds the
+                    -- lease for months. A plain refresh (live, same priority) is one statement.
+                    WITH lapsed AS (
+                        DELETE FROM __prefix__lease_contenders AS c
+                         WHERE c.lease_name = p_names[i] AND c.heartbeat_at + c.ttl < v_now
+                        RETURNING c.owner
+                    ), refreshed AS (
+                        UPDATE __prefix__lease_contenders AS c
+                           SET heartbeat_at = greatest(c.heartbeat_at, v_now), ttl = p_ttls[i]
+                         WHERE c.lease_name = p_names[i] AND c.owner = p_owners[i]
+                           AND c.priority = p_priorities[i] AND c.heartbeat_at + c.ttl >= v_now
+                        RETURNING c.owner
+                    )
+                    SELECT (SELECT array_agg(lapsed.owner) FROM lapsed),
+                           EXISTS (SELECT 1 FROM refreshed)
+                      INTO v_lapsed, v_refreshed;
+                    IF v_lapsed IS NOT NULL THEN
+                        SELECT v_changes || array_agg(json_build_object('lease', p_names[i],
+                                   'kind', 'contender_left', 'owner', gone))
+                          INTO v_changes
+                          FROM unnest(v_lapsed) AS gone;
+                    END IF;
+                    IF NOT v_refreshed THEN
+                        -- New, lapsed, or under another priority: registered anew.
+                        INSERT INTO __prefix__lease_contenders AS c
+                            (lease_name, owner, priority, heartbeat_at, ttl)
+                        VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
+                        ON CONFLICT (lease_name, owner) DO UPDATE
+                            SET priority = excluded.priority,
+                                heartbeat_at = greatest(c.heartbeat_at, excluded.heartbeat_at),
+                                ttl = excluded.ttl;
+                        v_changes := v_changes
+                            || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
+                                   'owner', p_owners[i], 'priority', p_priorities[i]);
+                        IF p_priorities[i] > v_lease.priority THEN
+                            v_changes := v_changes
+                                || json_build_object('lease', p_names[i],
+                                       'kind', 'step_down_requested', 'holder', v_lease.owner,
+                                       'token', v_lease.fencing_token, 'contender', p_owners[i]);
+                        END IF;
+                    END IF;
+                    lease_status := 'standby';
+                    lease_token := v_lease.fencing_token;
+                    lease_owner := v_lease.owner;
+                    RETURN NEXT;
+                    CONTINUE;
+                END IF;
+                lease_token := v_lease.fencing_token;
+                lease_owner := v_lease.owner;
+                SELECT EXISTS (
+                    SELECT 1 FROM __prefix__lease_contenders AS c
+                     WHERE c.lease_name = p_names[i]
+                       AND c.owner <> p_owners[i]
+                       AND c.priority > p_priorities[i]
+                       AND c.heartbeat_at + c.ttl >= v_now
+                ) INTO v_step_down;
+            END IF;
+            lease_status := CASE WHEN v_step_down THEN 'step_down_requested' ELSE 'leader' END;
+            RETURN NEXT;
+        END LOOP;
+
+    ELSE
+        v_base := __prefix__token_base();
+        FOR v_layer IN 1 .. v_layers LOOP
+            WITH asked AS (
+                SELECT r.i::integer AS i, r.n, r.o, r.p, r.t
+                  FROM (SELECT r.*, row_number() OVER (PARTITION BY r.n ORDER BY r.i) AS layer
+                          FROM unnest(p_names, p_owners, p_priorities, p_ttls)
+                               WITH ORDINALITY AS r(n, o, p, t, i)) AS r
+                 WHERE v_layers = 1 OR r.layer = v_layer
+            ), decided AS (
+                -- Each lease and its contenders, read with one index lookup per request
+                -- (LIMIT and the aggregate keep the planner from scanning a whole table,
+                -- whatever its statistics say): who holds it, who outranks the caller, the
+                -- caller's own live registration, and who lapsed.
+                SELECT a.*, l.owner AS holder, l.priority AS holder_priority,
+                       l.fencing_token AS token, coalesce(l.released, false) AS released,
+                       CASE WHEN l.lease_name IS NULL THEN 'new'
+                            WHEN l.heartbeat_at + l.ttl < v_now THEN 'expired'
+                            WHEN l.owner = a.o THEN 'holder'
+                            ELSE 'standby' END AS kind,
+                       coalesce(g.outranked, false) AS outranked,
+                       g.ranked_as,
+                       coalesce(g.lapsed, '{}') AS lapsed,
+                       coalesce(g.registered, false) AS registered
+                  FROM asked AS a
+                  LEFT JOIN LATERAL (
+                      SELECT * FROM __prefix__leases AS l WHERE l.lease_name = a.n LIMIT 1
+                  ) AS l ON true
+                  CROSS JOIN LATERAL (
+                      SELECT bool_or(c.owner <> a.o AND c.priority > a.p
+                                     AND c.heartbeat_at + c.ttl >= v_now) AS outranked,
+                             max(c.priority) FILTER (WHERE c.owner = a.o
+                                                     AND c.heartbeat_at + c.ttl >= v_now)
+                                 AS ranked_as,
+                             array_agg(c.owner ORDER BY c.owner COLLATE "C")
+                                 FILTER (WHERE c.heartbeat_at + c.ttl < v_now) AS lapsed,
+                             bool_or(c.owner = a.o) AS registered
+                        FROM __prefix__lease_contenders AS c
+                       WHERE c.lease_name = a.n
+                  ) AS g
+            ), renewed AS (
+                -- Heartbeats never move back: a request by the same owner that started later
+                -- (a later now()) may have committed first, and its heartbeat stays.
+                UPDATE __prefix__leases AS l
+                   SET priority = d.p, heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = d.t
+                  FROM decided AS d
+                 WHERE d.kind = 'holder' AND l.lease_name = d.n
+            ), taken AS (
+                -- Nobody holds it live: the caller takes it under the next token, even when it
+                -- was the caller's own lease; after a promotion, above every token before.
+                UPDATE __prefix__leases AS l
+                   SET owner = d.o, priority = d.p,
+                       fencing_token = greatest(l.fencing_token, v_base) + 1,
+                       acquired_at = v_now, heartbeat_at = v_now, ttl = d.t, released = false
+                  FROM decided AS d
+                 WHERE d.kind = 'expired' AND l.lease_name = d.n
+            ), created AS (
+                INSERT INTO __prefix__leases AS l
+                    (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
+                SELECT d.n, d.o, d.p, v_base + 1, v_now, v_now, d.t
+                  FROM decided AS d
+                 WHERE d.kind = 'new'
+            ), forgotten AS (
+                -- A new holder's lease row stands for it as a contender; lapsed contenders
+                -- are forgotten when a lease changes hands or a standby asks. A standby's own
+                -- lapsed row is registered anew below instead. Deleted by key.
+                DELETE FROM __prefix__lease_contenders AS c
+                 USING decided AS d
+                 WHERE (d.kind = 'expired' AND (d.registered OR cardinality(d.lapsed) > 0)
+                        OR d.kind = 'standby' AND cardinality(d.lapsed) > 0)
+                   AND c.lease_name = d.n
+                   AND c.owner = ANY (CASE d.kind
+                                          WHEN 'expired' THEN d.lapsed || d.o
+                                          ELSE array_remove(d.lapsed, d.o) END)
+            ), registered AS (
+                -- New, lapsed, under another priority or plainly refreshed: one upsert.
+                INSERT INTO __prefix__lease_contenders AS c
+                    (lease_name, owner, priority, heartbeat_at, ttl)
+                SELECT d.n, d.o, d.p, v_now, d.t
+                  FROM decided AS d
+                 WHERE d.kind = 'standby'
+                ON CONFLICT (lease_name, owner) DO UPDATE
+                    SET priority = excluded.priority,
+                        heartbeat_at = greatest(c.heartbeat_at, excluded.heartbeat_at),
+                        ttl = excluded.ttl
+            ), answered AS (
+                SELECT d.*,
+                       CASE d.kind WHEN 'new' THEN v_base + 1
+                                   WHEN 'expired' THEN greatest(d.token, v_base) + 1
+                                   ELSE d.token END AS granted,
+                       d.ranked_as IS DISTINCT FROM d.p AS joined
+                  FROM decided AS d
+            ), changes AS (
+                -- The notifications of each request, in the order request by request gives.
+                SELECT d.i, 1 AS step, json_build_object('lease', d.n, 'kind', 'contender_left',
+                           'owner', d.holder) AS change
+                  FROM answered AS d
+                 WHERE d.kind = 'expired' AND NOT d.released
+                UNION ALL
+                SELECT d.i, 2, json_build_object('lease', d.n, 'kind', 'contender_left',
+                           'owner', gone)
+                  FROM answered AS d, unnest(d.lapsed) AS gone
+                 WHERE d.kind IN ('expired', 'standby')
+                UNION ALL
+                SELECT d.i, 3, json_build_object('lease', d.n, 'kind', 'contender_joined',
+                           'owner', d.o, 'priority', d.p)
+                  FROM answered AS d
+                 WHERE d.kind = 'new' OR (d.kind IN ('expired', 'standby') AND d.joined)
+                    OR (d.kind = 'holder' AND d.holder_priority <> d.p)
+                UNION ALL
+                SELECT d.i, 4, json_build_object('lease', d.n, 'kind', 'acquired',
+                           'owner', d.o, 'token', d.granted,
+                           'after_expiry', d.kind = 'expired' AND NOT d.released)
+                  FROM answered AS d
+                 WHERE d.kind IN ('new', 'expired')
+                UNION ALL
+                SELECT d.i, 5, json_build_object('lease', d.n, 'kind', 'step_down_requested',
+                           'holder', d.holder, 'token', d.token, 'contender', d.o)
+                  FROM answered AS d
+                 WHERE d.kind = 'standby' AND d.joined AND d.p > d.holder_priority
+            )
+            SELECT array_agg(d.i),
+                   array_agg(CASE WHEN d.kind = 'standby' THEN 'standby'
+                                  WHEN d.outranked THEN 'step_down_requested'
+                                  ELSE 'leader' END),
+                   array_agg(d.granted),
+                   array_agg(CASE WHEN d.kind = 'standby' THEN d.holder ELSE d.o END),
+                   array_agg(d.kind = 'expired' AND NOT d.released AND d.holder <> d.o),
+                   (SELECT array_agg(c.change ORDER BY c.i, c.step) FROM changes AS c)
+              INTO v_indexes, v_statuses, v_tokens, v_owners, v_took_over, v_layer_changes
+              FROM answered AS d;
+            RETURN QUERY SELECT * FROM unnest(v_indexes, v_statuses, v_tokens, v_owners,
+                                              v_took_over);
+            v_changes := v_changes || v_layer_changes;
+        END LOOP;
+    END IF;
 
     IF v_changes IS NOT NULL THEN
-        FOREACH v_change IN ARRAY v_changes LOOP
-            PERFORM pg_notify('__prefix__lease_changes',
-                CASE WHEN octet_length(v_change::text) < 8000 THEN v_change::text
-                     ELSE '{"kind": "missed"}' END);
-        END LOOP;
+        PERFORM pg_notify('__prefix__lease_changes',
+                    CASE WHEN octet_length(change::text) < 8000 THEN change::text
+                         ELSE '{"kind": "missed"}' END)
+           FROM unnest(v_changes) AS change;
     END IF;
 END
 $$;

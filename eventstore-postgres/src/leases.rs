@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::{
-    EventStorageError, FencingToken, Lease, LeaseContender, LeaseRequest, LeaseResponse,
-    LeaseStatus, StorageResult,
+    EventStorageError, FencingToken, Lease, LeaseContender, LeaseOutcome, LeaseRequest,
+    LeaseResponse, LeaseStatus, ReleaseOutcome, StorageResult,
 };
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
@@ -17,13 +17,14 @@ use sqlx::Row;
 
 use crate::shared::Shared;
 
-/// Answers `requests` (validated by the caller) in one call of `request_leases`.
+/// Answers `requests` (validated by the caller) in one call of `request_leases`, each with
+/// whether it took the lease over from an expired holder.
 #[tracing::instrument(name = "request_leases", level = "debug", skip_all,
     fields(backend = "postgres", lease = %eventstore_api::telemetry::LeaseNames(requests), requests = requests.len()))]
 pub(crate) async fn request(
     shared: &Shared,
     requests: &[LeaseRequest],
-) -> StorageResult<Vec<LeaseResponse>> {
+) -> StorageResult<Vec<LeaseOutcome>> {
     if requests.is_empty() {
         return Ok(Vec::new());
     }
@@ -35,9 +36,9 @@ pub(crate) async fn request(
     let ttls: Vec<PgInterval> = requests.iter().map(|r| interval(r.ttl)).collect();
     let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
-        "SELECT r.lease_status, r.lease_token, r.lease_owner \
-         FROM {function}($1, $2, $3, $4, $5) WITH ORDINALITY AS r \
-         ORDER BY r.ordinality",
+        "SELECT r.lease_status, r.lease_token, r.lease_owner, r.lease_took_over \
+         FROM {function}($1, $2, $3, $4, $5) AS r \
+         ORDER BY r.lease_index",
         function = shared.prefix.name("request_leases")
     ))
     .bind(names)
@@ -57,18 +58,22 @@ pub(crate) async fn request(
         ));
     }
     rows.iter()
-        .map(|row| decode_response(row).map_err(|e| failing.map(e)))
+        .map(|row| decode_outcome(row).map_err(|e| failing.map(e)))
         .collect()
 }
 
 /// Releases `lease_name` if `owner` holds it, and withdraws `owner` as a contender.
 #[tracing::instrument(name = "release_lease", level = "debug", skip_all,
     fields(backend = "postgres", lease = lease_name, owner = owner))]
-pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> StorageResult<()> {
+pub(crate) async fn release(
+    shared: &Shared,
+    lease_name: &str,
+    owner: &str,
+) -> StorageResult<ReleaseOutcome> {
     let operation = "release a lease";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
-    sqlx::query(&format!(
+    let held: bool = sqlx::query_scalar(&format!(
         "SELECT {function}($1, $2, $3)",
         function = shared.prefix.name("release_lease")
     ))
@@ -76,10 +81,15 @@ pub(crate) async fn release(shared: &Shared, lease_name: &str, owner: &str) -> S
     .bind(owner)
     .bind(shared.settings.lock_timeout_setting())
     .persistent(shared.settings.prepared_statements)
-    .execute(&mut *connection)
+    .fetch_one(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
-    shared.end(operation, connection).await
+    shared.end(operation, connection).await?;
+    Ok(if held {
+        ReleaseOutcome::Released
+    } else {
+        ReleaseOutcome::NotHeld
+    })
 }
 
 /// Releases each of `lease_names` that `owner` holds in one call of `release_leases`: one
@@ -212,7 +222,7 @@ pub(crate) fn decode_lease(row: &PgRow) -> Result<Lease, sqlx::Error> {
     })
 }
 
-fn decode_response(row: &PgRow) -> Result<LeaseResponse, sqlx::Error> {
+fn decode_outcome(row: &PgRow) -> Result<LeaseOutcome, sqlx::Error> {
     let status: String = row.try_get("lease_status")?;
     let status = match status.as_str() {
         "leader" => LeaseStatus::Leader,
@@ -224,10 +234,13 @@ fn decode_response(row: &PgRow) -> Result<LeaseResponse, sqlx::Error> {
             ))
         }
     };
-    Ok(LeaseResponse {
-        status,
-        fencing_token: token(row.try_get("lease_token")?)?,
-        current_owner: row.try_get("lease_owner")?,
+    Ok(LeaseOutcome {
+        response: LeaseResponse {
+            status,
+            fencing_token: token(row.try_get("lease_token")?)?,
+            current_owner: row.try_get("lease_owner")?,
+        },
+        took_over: row.try_get("lease_took_over")?,
     })
 }
 

@@ -9,8 +9,8 @@ use eventstore_api::admission::Operation;
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
-    StoredEvent, Tags,
+    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
+    ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
@@ -168,7 +168,7 @@ impl EventStorage for PostgresEventStorage {
     fn supports(&self, capability: Capability) -> bool {
         let settings = &self.shared.settings;
         match capability {
-            Capability::Lease | Capability::FencedWrites => true,
+            Capability::Lease | Capability::FencedWrites | Capability::LeaseOutcomes => true,
             Capability::LeaseChanges => settings.push,
             Capability::AppendHints => settings.append_hints && settings.push,
             _ => false,
@@ -254,19 +254,31 @@ impl EventStorage for PostgresEventStorage {
 
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
         let shared = self.admit(Operation::RequestLease { request: &request })?;
-        let mut responses = leases::request(shared, std::slice::from_ref(&request)).await?;
-        responses.pop().ok_or_else(|| {
+        let mut outcomes = leases::request(shared, std::slice::from_ref(&request)).await?;
+        let outcome = outcomes.pop().ok_or_else(|| {
             EventStorageError::backend(
                 "request_lease got no answer from PostgreSQL",
                 "the lease function returned no row",
             )
-        })
+        })?;
+        Ok(outcome.response)
     }
 
     async fn request_leases(
         &self,
         requests: Vec<LeaseRequest>,
     ) -> StorageResult<Vec<LeaseResponse>> {
+        let outcomes = self.request_leases_with_outcome(requests).await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| outcome.response)
+            .collect())
+    }
+
+    async fn request_leases_with_outcome(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
         let shared = self.admit(Operation::RequestLeases {
             requests: &requests,
         })?;
@@ -274,6 +286,16 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+        self.release_lease_with_outcome(lease_name, owner)
+            .await
+            .map(drop)
+    }
+
+    async fn release_lease_with_outcome(
+        &self,
+        lease_name: &str,
+        owner: &str,
+    ) -> StorageResult<ReleaseOutcome> {
         leases::release(
             self.admit(Operation::ReleaseLease { lease_name, owner })?,
             lease_name,

@@ -41,5 +41,11 @@ impl StorageFactory for PostgresFactory {
 
 eventstore_tck::tck_tests!(
     PostgresFactory,
-    capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+    capabilities = [
+        Lease,
+        FencedWrites,
+        LeaseChanges,
+        LeaseOutcomes,
+        AppendHints
+    ]
 );

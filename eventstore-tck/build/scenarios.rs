@@ -10,7 +10,13 @@ use syn::{
 pub(crate) const SCENARIO_SHAPE: &str = "pub async fn name<F: StorageFactory>(factory: &F)";
 
 /// The capabilities a scenario may need: the variants of `eventstore_api::Capability`.
-pub(crate) const CAPABILITIES: &[&str] = &["Lease", "FencedWrites", "LeaseChanges", "AppendHints"];
+pub(crate) const CAPABILITIES: &[&str] = &[
+    "Lease",
+    "FencedWrites",
+    "LeaseChanges",
+    "LeaseOutcomes",
+    "AppendHints",
+];
 
 /// How a documentation line declares what a scenario needs: a line of the module's
 /// documentation (for every scenario of the module) or of a scenario's own (for that one,

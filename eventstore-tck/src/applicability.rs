@@ -52,6 +52,7 @@ pub const CAPABILITIES: &[Capability] = &[
     Capability::Lease,
     Capability::FencedWrites,
     Capability::LeaseChanges,
+    Capability::LeaseOutcomes,
     Capability::AppendHints,
 ];
 

@@ -31,6 +31,11 @@ const NEEDS_ANOTHER: &[(Capability, Capability, &str)] = &[
         Capability::Lease,
         "the changes pushed are those of leases",
     ),
+    (
+        Capability::LeaseOutcomes,
+        Capability::Lease,
+        "the outcomes are those of lease requests and releases",
+    ),
 ];
 
 /// The stream the scenarios write to.
@@ -38,8 +43,8 @@ fn stream() -> EventStreamId {
     EventStreamId::for_context("capabilities")
 }
 
-/// `FencedWrites` and `LeaseChanges` are declared only together with `Lease`, which they
-/// need.
+/// `FencedWrites`, `LeaseChanges` and `LeaseOutcomes` are declared only together with
+/// `Lease`, which they need.
 pub async fn capabilities_that_need_leases_are_declared_with_leases<F: StorageFactory>(
     factory: &F,
 ) {
@@ -172,6 +177,24 @@ async fn answers_of_every_capability<S: EventStorage + ?Sized>(
         "subscribe_lease_changes",
         shown(storage.subscribe_lease_changes(LeaseScope::All).await),
     )];
+    let lease_outcomes = vec![
+        (
+            "request_leases_with_outcome",
+            shown(
+                storage
+                    .request_leases_with_outcome(vec![request("capabilities-outcome", "node-a")])
+                    .await,
+            ),
+        ),
+        (
+            "release_lease_with_outcome",
+            shown(
+                storage
+                    .release_lease_with_outcome("capabilities-outcome", "node-a")
+                    .await,
+            ),
+        ),
+    ];
     let append_hints = vec![(
         "subscribe_appends",
         shown(storage.subscribe_appends(&stream()).await),
@@ -180,6 +203,7 @@ async fn answers_of_every_capability<S: EventStorage + ?Sized>(
         (Capability::Lease, lease),
         (Capability::FencedWrites, fenced_writes),
         (Capability::LeaseChanges, lease_changes),
+        (Capability::LeaseOutcomes, lease_outcomes),
         (Capability::AppendHints, append_hints),
     ]
 }

@@ -176,6 +176,13 @@
 //!   `eventstore_api::lease_changes::LeaseChangeHub` does the fan-out: publish each change
 //!   there and hand out its subscriptions. Without the capability, `subscribe_lease_changes`
 //!   returns `Unsupported`.
+//! - **`Capability::LeaseOutcomes`** (needs `Lease`): `request_leases_with_outcome` answers
+//!   as `request_leases` and says for each answer whether it took the lease over from
+//!   another owner that let it expire without a release; `release_lease_with_outcome` says
+//!   whether the caller held the lease ([`lease_outcomes`](crate::lease_outcomes)). Decide
+//!   both in the same step as the answer: `eventstore_api::in_process::LeaseTable` returns
+//!   them from `request_with_outcome` and `release`. Without the capability, both return
+//!   `Unsupported`, and electors count no takeovers.
 //!
 //! Give [`tck_tests!`](crate::tck_tests) the capabilities `supports` answers true for. The
 //! test of a scenario that needs one you do not declare (its documentation says which, on a
@@ -186,9 +193,9 @@
 //! was written:
 //!
 //! ```text
-//! eventstore-tck on `vec`: 136 scenarios: 68 run, 68 not applicable
+//! eventstore-tck on `vec`: 148 scenarios: 68 run, 80 not applicable
 //!   4 need Capability::AppendHints, which this backend does not declare
-//!   64 need Capability::Lease, which this backend does not declare
+//!   76 need Capability::Lease, which this backend does not declare
 //! ```
 //!
 //! That test fails when the list given to the macro and `supports` disagree. A backend

@@ -1389,7 +1389,7 @@ pub(crate) async fn storage_time<S: EventStorage + ?Sized>(storage: &S) -> DateT
     storage.storage_time().await.expect("storage_time")
 }
 
-async fn leases<S: EventStorage + ?Sized>(storage: &S) -> Vec<Lease> {
+pub(crate) async fn leases<S: EventStorage + ?Sized>(storage: &S) -> Vec<Lease> {
     storage.get_leases().await.expect("get_leases")
 }
 
@@ -1538,7 +1538,7 @@ fn lease_response(status: LeaseStatus, token: u64, current_owner: &str) -> Lease
 /// One invalid request per input rule, each described. Requests whose lease name and owner are
 /// valid target the `orders` lease and the `held` lease held by `node-a` or `node-x` with a
 /// high priority, so that accepting one by mistake would show in the leases or as a step-down.
-fn invalid_requests() -> Vec<(String, LeaseRequest)> {
+pub(crate) fn invalid_requests() -> Vec<(String, LeaseRequest)> {
     let over_long = "x".repeat(MAX_NAME_BYTES + 1);
     let over_long_multibyte = "é".repeat(MAX_NAME_BYTES / 2 + 1);
     let names = [

@@ -27,6 +27,7 @@ pub mod election;
 pub mod events;
 pub mod handover;
 pub mod lease_changes;
+pub mod lease_outcomes;
 pub mod leases;
 pub mod lifecycle;
 pub mod partitions;

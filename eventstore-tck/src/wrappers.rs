@@ -13,8 +13,8 @@ use chrono::{DateTime, Utc};
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
-    StoredEvent, Tags,
+    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
+    ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 
 /// A storage with the capabilities of the one it wraps hidden: events, bookmarks and `close`
@@ -326,6 +326,25 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         self.inner.release_leases(lease_names, owner).await
     }
 
+    async fn request_leases_with_outcome(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
+        self.gate().await?;
+        self.inner.request_leases_with_outcome(requests).await
+    }
+
+    async fn release_lease_with_outcome(
+        &self,
+        lease_name: &str,
+        owner: &str,
+    ) -> StorageResult<ReleaseOutcome> {
+        self.gate().await?;
+        self.inner
+            .release_lease_with_outcome(lease_name, owner)
+            .await
+    }
+
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.gate().await?;
         self.inner.get_leases().await
@@ -500,6 +519,23 @@ impl<S: EventStorage> EventStorage for PollOnly<S> {
 
     async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
         self.inner.release_leases(lease_names, owner).await
+    }
+
+    async fn request_leases_with_outcome(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
+        self.inner.request_leases_with_outcome(requests).await
+    }
+
+    async fn release_lease_with_outcome(
+        &self,
+        lease_name: &str,
+        owner: &str,
+    ) -> StorageResult<ReleaseOutcome> {
+        self.inner
+            .release_lease_with_outcome(lease_name, owner)
+            .await
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {

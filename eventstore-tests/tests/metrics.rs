@@ -1,6 +1,6 @@
 //! Every metric of `eventstore_api::telemetry` (and the file backend's own) observed through a
 //! recorder installed for this test binary: the elector's requests by outcome, acquisitions,
-//! step-downs, releases and leader gauge, fenced refusals, append latency on the memory and
+//! takeovers, step-downs, releases and leader gauge, fenced refusals, append latency on the memory and
 //! file backends, and the file backend's group size and sync latency.
 
 use std::collections::BTreeMap;
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use eventstore_api::telemetry::{
     APPEND_SECONDS, ELECTOR_LEADER, FENCED_REFUSALS, LEASE_ACQUISITIONS, LEASE_RELEASES,
-    LEASE_REQUESTS, LEASE_STEP_DOWNS,
+    LEASE_REQUESTS, LEASE_STEP_DOWNS, LEASE_TAKEOVERS,
 };
 use eventstore_api::{
     AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence,
@@ -185,6 +185,42 @@ async fn elector_metrics_follow_acquisition_step_down_handover_and_shutdown() {
     })
     .await;
     low.shutdown().await.unwrap();
+    assert_eq!(
+        counter(LEASE_TAKEOVERS, &[("lease", lease)]),
+        0,
+        "a planned handover is no takeover"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_of_a_crashed_leader_is_counted() {
+    registry();
+    let lease = "metrics-takeover";
+    let storage: Arc<dyn EventStorage> = Arc::new(MemoryEventStorage::new());
+    let start = |owner: &str| {
+        LeaderElector::builder(Arc::clone(&storage), lease)
+            .owner(owner)
+            .ttl(Duration::from_millis(300))
+            .request_interval(Duration::from_millis(50))
+            .start()
+            .unwrap()
+    };
+    let crashing = start("pod-a");
+    eventually("pod-a to lead", || crashing.is_leader()).await;
+    let standby = start("pod-b");
+    eventually("a standby answer for pod-b", || {
+        counter(LEASE_REQUESTS, &[("lease", lease), ("outcome", "standby")]) >= 1
+    })
+    .await;
+    assert_eq!(counter(LEASE_TAKEOVERS, &[("lease", lease)]), 0);
+
+    crashing.abort(); // no release: pod-b waits out the ttl, then takes over.
+    eventually("pod-b to lead", || standby.is_leader()).await;
+    eventually("the takeovers counter", || {
+        counter(LEASE_TAKEOVERS, &[("lease", lease)]) == 1
+    })
+    .await;
+    standby.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

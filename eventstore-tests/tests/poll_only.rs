@@ -24,4 +24,4 @@ impl StorageFactory for Polling {
 }
 
 // Leases and fenced writes of the memory storage; its pushes hidden.
-eventstore_tck::tck_tests!(Polling, capabilities = [Lease, FencedWrites]);
+eventstore_tck::tck_tests!(Polling, capabilities = [Lease, FencedWrites, LeaseOutcomes]);

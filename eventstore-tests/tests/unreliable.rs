@@ -34,7 +34,13 @@ impl StorageFactory for NeverHanging {
 
 eventstore_tck::tck_tests!(
     NeverHanging,
-    capabilities = [Lease, FencedWrites, LeaseChanges, AppendHints]
+    capabilities = [
+        Lease,
+        FencedWrites,
+        LeaseChanges,
+        LeaseOutcomes,
+        AppendHints
+    ]
 );
 
 /// Starts `call` on its own task and waits until the storage counts it as hanging.

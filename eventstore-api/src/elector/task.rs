@@ -13,7 +13,7 @@ use super::leadership::{Leadership, Shared, Tenure};
 use crate::telemetry;
 use crate::{
     Capability, EventStorage, EventStorageError, FencingToken, LeaseChangeKind, LeaseChanges,
-    LeaseNotice, LeaseRequest, LeaseResponse, LeaseScope, LeaseStatus,
+    LeaseNotice, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, LeaseStatus, StorageResult,
 };
 
 /// The settings the loop runs with, validated by the builder.
@@ -187,7 +187,7 @@ impl ElectionLoop {
         let valid_until = sent + self.settings.ttl - self.settings.safety_margin;
         let storage = Arc::clone(&self.storage);
         let answer = timeout(valid_until - sent, async move {
-            storage.request_lease(request).await
+            ask_with_outcome(storage.as_ref(), request).await
         });
         let answer = match self.while_waiting(answer).await? {
             Ok(answer) => answer,
@@ -200,8 +200,19 @@ impl ElectionLoop {
             }
         };
         match answer {
-            Ok(response) => {
+            Ok(LeaseOutcome {
+                response,
+                took_over,
+            }) => {
                 self.count_request(telemetry::outcome_label(response.status));
+                if took_over {
+                    metrics::counter!(telemetry::LEASE_TAKEOVERS,
+                        "lease" => self.shared.lease_name.clone())
+                    .increment(1);
+                    tracing::info!(lease = %self.shared.lease_name, owner = %self.shared.owner,
+                        token = %response.fencing_token,
+                        "took the lease over from a holder that let it expire");
+                }
                 self.apply(response, valid_until, sent);
                 Some(RequestOutcome::Answered)
             }
@@ -449,4 +460,26 @@ async fn subscription(
         Some(task) => task.await.ok().flatten(),
         None => std::future::pending().await,
     }
+}
+
+/// Asks for the lease, with the outcome where the storage says it
+/// ([`Capability::LeaseOutcomes`]); elsewhere no answer says it took over.
+async fn ask_with_outcome(
+    storage: &dyn EventStorage,
+    request: LeaseRequest,
+) -> StorageResult<LeaseOutcome> {
+    if !storage.supports(Capability::LeaseOutcomes) {
+        let response = storage.request_lease(request).await?;
+        return Ok(LeaseOutcome {
+            response,
+            took_over: false,
+        });
+    }
+    let mut outcomes = storage.request_leases_with_outcome(vec![request]).await?;
+    outcomes.pop().ok_or_else(|| {
+        EventStorageError::backend(
+            "request_leases_with_outcome answered no request",
+            "one request sent, no answer",
+        )
+    })
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::lease_changes::LeaseChangeHub;
 use crate::{
     EventStorageError, Fence, FencingToken, Lease, LeaseChange, LeaseChangeKind, LeaseContender,
-    LeaseRequest, LeaseResponse, LeaseStatus,
+    LeaseOutcome, LeaseRequest, LeaseResponse, LeaseStatus, ReleaseOutcome,
 };
 use chrono::{DateTime, Utc};
 
@@ -94,6 +94,16 @@ impl LeaseTable {
     /// Applies one `request_lease` at `now`: registers the caller as contender, then acquires,
     /// renews, or answers standby.
     pub fn request(&mut self, request: &LeaseRequest, now: DateTime<Utc>) -> LeaseResponse {
+        self.request_with_outcome(request, now).response
+    }
+
+    /// As [`LeaseTable::request`], saying also whether the caller took the lease over from
+    /// another owner that let it expire.
+    pub fn request_with_outcome(
+        &mut self,
+        request: &LeaseRequest,
+        now: DateTime<Utc>,
+    ) -> LeaseOutcome {
         let followed = self.changes.is_followed(&request.lease_name);
         let mut changes = Vec::new();
         let entry = self.leases.entry(request.lease_name.clone()).or_default();
@@ -133,6 +143,7 @@ impl LeaseTable {
         }
 
         let next_token = entry.next_token();
+        let mut took_over = false;
         let response = match &mut entry.record {
             Some(lease) if !lease.is_expired_at(now) && lease.owner != request.owner => {
                 if followed && newly_ranked && request.priority > lease.priority {
@@ -159,6 +170,10 @@ impl LeaseTable {
                     // Never granted, released or expired: the caller acquires it.
                     record => {
                         let after_expiry = record.is_some() && !entry.released;
+                        took_over = after_expiry
+                            && record
+                                .as_ref()
+                                .is_some_and(|expired| expired.owner != request.owner);
                         entry.released = false;
                         if followed {
                             changes.push(LeaseChangeKind::Acquired {
@@ -193,15 +208,18 @@ impl LeaseTable {
             }
         };
         self.publish(&request.lease_name, changes);
-        response
+        LeaseOutcome {
+            response,
+            took_over,
+        }
     }
 
     /// Applies `release_lease` at `now`: withdraws `owner` as contender and, if it holds the
     /// live lease, backdates the heartbeat so the lease is acquirable at once. The record and its
-    /// token stay, so tokens never repeat.
-    pub fn release(&mut self, lease_name: &str, owner: &str, now: DateTime<Utc>) {
+    /// token stay, so tokens never repeat. Says whether `owner` held the lease.
+    pub fn release(&mut self, lease_name: &str, owner: &str, now: DateTime<Utc>) -> ReleaseOutcome {
         let Some(entry) = self.leases.get_mut(lease_name) else {
-            return;
+            return ReleaseOutcome::NotHeld;
         };
         let followed = self.changes.is_followed(lease_name);
         let mut changes = Vec::new();
@@ -211,6 +229,11 @@ impl LeaseTable {
             .record
             .as_mut()
             .filter(|lease| lease.owner == owner && !lease.is_expired_at(now));
+        let outcome = if held.is_some() {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        };
         if let Some(lease) = held {
             lease.heartbeat_at = now - to_chrono(lease.ttl) - to_chrono(RELEASE_BACKDATE);
             entry.released = true;
@@ -228,6 +251,7 @@ impl LeaseTable {
             });
         }
         self.publish(lease_name, changes);
+        outcome
     }
 
     fn publish(&self, lease_name: &str, changes: Vec<LeaseChangeKind>) {

@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStreamId, EventToStore, Lease, LeaseChanges, LeaseContender, LeaseRequest,
-    LeaseResponse, LeaseScope, Limit, StorageResult, StoredEvent, Tags,
+    EventStorage, EventStreamId, EventToStore, Lease, LeaseChanges, LeaseContender, LeaseOutcome,
+    LeaseRequest, LeaseResponse, LeaseScope, Limit, ReleaseOutcome, StorageResult, StoredEvent,
+    Tags,
 };
 
 /// A storage that counts lease requests by lease and calls by method, and forwards
@@ -129,6 +130,26 @@ impl<S: EventStorage> EventStorage for CountingStorage<S> {
             self.count(&request.lease_name);
         }
         self.inner.request_leases(requests).await
+    }
+    async fn request_leases_with_outcome(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
+        self.call("request_leases_with_outcome");
+        for request in &requests {
+            self.count(&request.lease_name);
+        }
+        self.inner.request_leases_with_outcome(requests).await
+    }
+    async fn release_lease_with_outcome(
+        &self,
+        lease_name: &str,
+        owner: &str,
+    ) -> StorageResult<ReleaseOutcome> {
+        self.call("release_lease_with_outcome");
+        self.inner
+            .release_lease_with_outcome(lease_name, owner)
+            .await
     }
     async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
         self.call("release_leases");

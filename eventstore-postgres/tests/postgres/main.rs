@@ -8,6 +8,7 @@
 mod common;
 
 mod append_hints;
+mod batch_equivalence;
 mod chaos;
 mod contention;
 mod elector_faults;

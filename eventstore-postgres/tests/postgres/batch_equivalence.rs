@@ -1,0 +1,282 @@
+//! A batch is decided set by set, one request alone step by step: both must give the same
+//! answers, leave the same rows and notify the same changes. Two stores start empty and get
+//! the same random traffic in one transaction per round (so both see the same `now()`): the
+//! first in batches, the second one request per call.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use eventstore_api::EventStorage;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sqlx::postgres::types::PgInterval;
+use sqlx::postgres::{PgListener, PgRow};
+use sqlx::{PgConnection, Row};
+
+use crate::common;
+
+const LEASES: [&str; 6] = ["l0", "l1", "l2", "l3", "l4", "l5"];
+const OWNERS: [&str; 4] = ["a", "b", "c", "d"];
+const ROUNDS: usize = 80;
+
+/// One lease request as the function takes it.
+#[derive(Debug, Clone)]
+struct Asked {
+    lease: &'static str,
+    owner: &'static str,
+    priority: i64,
+    ttl_ms: i64,
+}
+
+/// One answer: status, token, owner, took over.
+type Answer = (String, i64, String, bool);
+
+/// Up to 12 requests over 6 leases, so leases repeat; now and then one lease asked for more
+/// often than the function answers in layers (it then goes step by step).
+fn random_batch(rng: &mut StdRng) -> Vec<Asked> {
+    let count = rng.gen_range(2..=12);
+    let mut batch = random_requests(rng, count);
+    if rng.gen_bool(0.1) {
+        let lease = LEASES[rng.gen_range(0..LEASES.len())];
+        batch.extend(
+            random_requests(rng, 6)
+                .into_iter()
+                .map(|a| Asked { lease, ..a }),
+        );
+    }
+    batch
+}
+
+fn random_requests(rng: &mut StdRng, count: usize) -> Vec<Asked> {
+    (0..count)
+        .map(|_| Asked {
+            lease: LEASES[rng.gen_range(0..LEASES.len())],
+            owner: OWNERS[rng.gen_range(0..OWNERS.len())],
+            priority: rng.gen_range(0..3),
+            // Mostly long, sometimes lapsing within a round or two.
+            ttl_ms: if rng.gen_bool(0.25) {
+                rng.gen_range(1..30)
+            } else {
+                60_000
+            },
+        })
+        .collect()
+}
+
+async fn call(connection: &mut PgConnection, prefix: &str, batch: &[Asked]) -> Vec<Answer> {
+    let rows: Vec<PgRow> = sqlx::query(&format!(
+        "SELECT lease_status, lease_token, lease_owner, lease_took_over \
+         FROM {prefix}request_leases($1, $2, $3, $4, '10s') ORDER BY lease_index"
+    ))
+    .bind(batch.iter().map(|a| a.lease).collect::<Vec<_>>())
+    .bind(batch.iter().map(|a| a.owner).collect::<Vec<_>>())
+    .bind(batch.iter().map(|a| a.priority).collect::<Vec<_>>())
+    .bind(
+        batch
+            .iter()
+            .map(|a| PgInterval {
+                months: 0,
+                days: 0,
+                microseconds: a.ttl_ms * 1_000,
+            })
+            .collect::<Vec<_>>(),
+    )
+    .fetch_all(&mut *connection)
+    .await
+    .unwrap();
+    rows.iter()
+        .map(|row| {
+            (
+                row.get("lease_status"),
+                row.get("lease_token"),
+                row.get("lease_owner"),
+                row.get("lease_took_over"),
+            )
+        })
+        .collect()
+}
+
+async fn release(connection: &mut PgConnection, prefix: &str, lease: &str, owner: &str) -> bool {
+    sqlx::query_scalar(&format!("SELECT {prefix}release_lease($1, $2, '10s')"))
+        .bind(lease)
+        .bind(owner)
+        .fetch_one(&mut *connection)
+        .await
+        .unwrap()
+}
+
+/// Every row of both lease tables of `prefix`, as text, in a fixed order.
+async fn rows(connection: &mut PgConnection, prefix: &str) -> Vec<String> {
+    sqlx::query_scalar(&format!(
+        "SELECT l::text FROM (SELECT * FROM {prefix}leases ORDER BY lease_name) AS l \
+         UNION ALL \
+         SELECT c::text FROM (SELECT * FROM {prefix}lease_contenders \
+                              ORDER BY lease_name, owner) AS c"
+    ))
+    .fetch_all(&mut *connection)
+    .await
+    .unwrap()
+}
+
+/// The notifications of one round on `channel`, by lease, in the order sent; a run of
+/// `contender_left` of one request is sorted, since lapsed contenders go in no set order.
+fn by_lease(payloads: &[String]) -> BTreeMap<String, Vec<String>> {
+    let mut leases: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    for payload in payloads {
+        let change: serde_json::Value = serde_json::from_str(payload).unwrap();
+        let lease = change["lease"].as_str().unwrap_or("?").to_owned();
+        leases.entry(lease).or_default().push(change);
+    }
+    leases
+        .into_iter()
+        .map(|(lease, changes)| {
+            let mut texts: Vec<String> = Vec::new();
+            let mut run: Vec<String> = Vec::new();
+            for change in changes {
+                if change["kind"] == "contender_left" {
+                    run.push(change.to_string());
+                    continue;
+                }
+                run.sort();
+                texts.append(&mut run);
+                texts.push(change.to_string());
+            }
+            run.sort();
+            texts.append(&mut run);
+            (lease, texts)
+        })
+        .collect()
+}
+
+/// The notifications that arrive on `listener` before `marker`, split by channel.
+async fn drain(
+    listener: &mut PgListener,
+    connection: &mut PgConnection,
+    marker: &str,
+) -> BTreeMap<String, Vec<String>> {
+    sqlx::query("SELECT pg_notify($1, 'end')")
+        .bind(marker)
+        .execute(&mut *connection)
+        .await
+        .unwrap();
+    let mut channels: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    loop {
+        let notification = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .expect("the round's notifications within 10 s")
+            .unwrap();
+        if notification.channel() == marker {
+            return channels;
+        }
+        channels
+            .entry(notification.channel().to_owned())
+            .or_default()
+            .push(notification.payload().to_owned());
+    }
+}
+
+#[tokio::test]
+async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let (batched, single) = (common::unique_prefix(), common::unique_prefix());
+    common::storage_on(&batched).await.close().await.unwrap();
+    common::storage_on(&single).await.close().await.unwrap();
+    let (batched_channel, single_channel) = (
+        format!("{batched}lease_changes"),
+        format!("{single}lease_changes"),
+    );
+    let marker = format!("{batched}round_end");
+    let mut listener = PgListener::connect(&common::direct_url()).await.unwrap();
+    listener
+        .listen_all([
+            batched_channel.as_str(),
+            single_channel.as_str(),
+            marker.as_str(),
+        ])
+        .await
+        .unwrap();
+
+    let seed: u64 = rand::random();
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut connection = pool.acquire().await.unwrap();
+    let (mut duplicates, mut took_over, mut kinds) = (0, 0, BTreeMap::new());
+    for round in 0..ROUNDS {
+        let batch = random_batch(&mut rng);
+        let releases: Vec<(&str, &str)> = (0..rng.gen_range(0..3))
+            .map(|_| {
+                (
+                    LEASES[rng.gen_range(0..LEASES.len())],
+                    OWNERS[rng.gen_range(0..OWNERS.len())],
+                )
+            })
+            .collect();
+
+        let mut transaction = sqlx::Connection::begin(&mut *connection).await.unwrap();
+        let from_batch = call(&mut transaction, &batched, &batch).await;
+        let mut one_by_one = Vec::new();
+        for asked in &batch {
+            one_by_one.extend(call(&mut transaction, &single, std::slice::from_ref(asked)).await);
+        }
+        assert_eq!(
+            from_batch, one_by_one,
+            "round {round} (seed {seed}): answers to {batch:?}"
+        );
+        for (lease, owner) in &releases {
+            assert_eq!(
+                release(&mut transaction, &batched, lease, owner).await,
+                release(&mut transaction, &single, lease, owner).await,
+                "round {round} (seed {seed}): releasing {lease} by {owner}"
+            );
+        }
+        assert_eq!(
+            rows(&mut transaction, &batched).await,
+            rows(&mut transaction, &single).await,
+            "round {round} (seed {seed}): rows after {batch:?}"
+        );
+        transaction.commit().await.unwrap();
+
+        let mut notified = drain(&mut listener, &mut connection, &marker).await;
+        let (from_batch_changes, one_by_one_changes) = (
+            notified.remove(&batched_channel).unwrap_or_default(),
+            notified.remove(&single_channel).unwrap_or_default(),
+        );
+        assert_eq!(
+            by_lease(&from_batch_changes),
+            by_lease(&one_by_one_changes),
+            "round {round} (seed {seed}): notifications of {batch:?}"
+        );
+
+        let mut seen = std::collections::HashSet::new();
+        duplicates += batch.iter().filter(|a| !seen.insert(a.lease)).count();
+        took_over += from_batch.iter().filter(|answer| answer.3).count();
+        for answer in &from_batch {
+            *kinds.entry(answer.0.clone()).or_insert(0) += 1;
+        }
+        for change in &from_batch_changes {
+            let change: serde_json::Value = serde_json::from_str(change).unwrap();
+            *kinds
+                .entry(change["kind"].as_str().unwrap().to_owned())
+                .or_insert(0) += 1;
+        }
+        // Short ttls lapse between rounds now and then.
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..12))).await;
+    }
+    println!("{duplicates} repeated leases in batches, {took_over} takeovers, {kinds:?}");
+    // The traffic covered what the two paths could disagree on.
+    assert!(duplicates > 0, "no batch asked for a lease twice");
+    assert!(took_over > 0, "no request took over an expired lease");
+    for kind in [
+        "leader",
+        "standby",
+        "step_down_requested",
+        "acquired",
+        "contender_joined",
+        "contender_left",
+        "released",
+    ] {
+        assert!(kinds.contains_key(kind), "no {kind} in {kinds:?}");
+    }
+}
