@@ -151,6 +151,9 @@ DECLARE
     v_base bigint;
     v_layers integer;
     v_keys integer;
+    v_layer_of integer[];
+    v_asked bigint;
+    v_renewed boolean[];
     v_indexes integer[];
     v_statuses text[];
     v_tokens bigint[];
@@ -191,8 +194,10 @@ BEGIN
         IF v_keys = v_count THEN
             v_layers := 1;
         ELSE
-            SELECT max(asked) INTO v_layers
-              FROM (SELECT count(*) AS asked FROM unnest(p_names) AS n GROUP BY n) AS counts;
+            SELECT array_agg(layers.layer ORDER BY layers.i), max(layers.layer)
+              INTO v_layer_of, v_layers
+              FROM (SELECT r.i, row_number() OVER (PARTITION BY r.n ORDER BY r.i) AS layer
+                      FROM unnest(p_names) WITH ORDINALITY AS r(n, i)) AS layers;
         END IF;
     END IF;
 
@@ -356,12 +361,46 @@ BEGIN
     ELSE
         v_base := __prefix__token_base();
         FOR v_layer IN 1 .. v_layers LOOP
+            -- The common case first, as for one request: each caller renewing the live lease
+            -- it holds, at the same priority. It notifies nothing.
             WITH asked AS (
                 SELECT r.i::integer AS i, r.n, r.o, r.p, r.t
-                  FROM (SELECT r.*, row_number() OVER (PARTITION BY r.n ORDER BY r.i) AS layer
-                          FROM unnest(p_names, p_owners, p_priorities, p_ttls)
-                               WITH ORDINALITY AS r(n, o, p, t, i)) AS r
-                 WHERE v_layers = 1 OR r.layer = v_layer
+                  FROM unnest(p_names, p_owners, p_priorities, p_ttls)
+                       WITH ORDINALITY AS r(n, o, p, t, i)
+                 WHERE v_layers = 1 OR v_layer_of[r.i] = v_layer
+            ), renewed AS (
+                UPDATE __prefix__leases AS l
+                   SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = a.t
+                  FROM asked AS a
+                 WHERE l.lease_name = a.n AND l.owner = a.o AND l.priority = a.p
+                   AND l.heartbeat_at + l.ttl >= v_now
+                RETURNING a.i, l.fencing_token, l.owner, EXISTS (
+                    SELECT 1 FROM __prefix__lease_contenders AS c
+                     WHERE c.lease_name = a.n AND c.owner <> a.o AND c.priority > a.p
+                       AND c.heartbeat_at + c.ttl >= v_now) AS outranked
+            )
+            SELECT array_agg(r.i),
+                   array_agg(CASE WHEN r.outranked THEN 'step_down_requested'
+                                  ELSE 'leader' END),
+                   array_agg(r.fencing_token), array_agg(r.owner), array_agg(false),
+                   (SELECT count(*) FROM asked)
+              INTO v_indexes, v_statuses, v_tokens, v_owners, v_took_over, v_asked
+              FROM renewed AS r;
+            IF v_indexes IS NOT NULL THEN
+                RETURN QUERY SELECT * FROM unnest(v_indexes, v_statuses, v_tokens, v_owners,
+                                                  v_took_over);
+            END IF;
+            CONTINUE WHEN coalesce(cardinality(v_indexes), 0) = v_asked;
+            -- The rest, set by set.
+            v_renewed := array_fill(false, ARRAY[v_count]);
+            FOREACH i IN ARRAY coalesce(v_indexes, '{}') LOOP
+                v_renewed[i] := true;
+            END LOOP;
+            WITH asked AS (
+                SELECT r.i::integer AS i, r.n, r.o, r.p, r.t
+                  FROM unnest(p_names, p_owners, p_priorities, p_ttls)
+                       WITH ORDINALITY AS r(n, o, p, t, i)
+                 WHERE (v_layers = 1 OR v_layer_of[r.i] = v_layer) AND NOT v_renewed[r.i]
             ), decided AS (
                 -- Each lease and its contenders, read with one index lookup per request
                 -- (LIMIT and the aggregate keep the planner from scanning a whole table,
