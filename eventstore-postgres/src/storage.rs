@@ -152,6 +152,25 @@ impl PostgresEventStorage {
         crate::fencing::hold(shared, transaction, fence, operation).await
     }
 
+    /// How PostgreSQL runs the first statement of a [`query`](EventStorage::query) with these
+    /// arguments: the output of `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`, for checking that
+    /// a read walks an index in the order it returns rather than sorting. The statement runs
+    /// (that is what `ANALYZE` measures) and its rows are thrown away.
+    ///
+    /// # Errors
+    /// `InvalidInput` (invalid stream), `Closed`, `Backend`.
+    pub async fn explain_query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<serde_json::Value> {
+        let shared = self.admit(Operation::Query { stream })?;
+        events::explain_query(shared, filter, stream, after, limit, direction).await
+    }
+
     /// The shared state, once `operation` is admitted (open, valid input).
     fn admit(&self, operation: Operation<'_>) -> StorageResult<&Shared> {
         self.shared.admission.admit(operation)?;
