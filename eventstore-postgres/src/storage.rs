@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use eventstore_api::admission::Operation;
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
-    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit, StorageResult,
-    StoredEvent, Tags,
+    EventReference, EventStorage, EventStorageError, EventStream, EventStreamId, EventToStore,
+    Fence, Lease, LeaseChanges, LeaseContender, LeaseRequest, LeaseResponse, LeaseScope, Limit,
+    StorageResult, StoredEvent, Tags,
 };
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
@@ -230,6 +230,23 @@ impl EventStorage for PostgresEventStorage {
             direction,
         )
         .await
+    }
+
+    /// Streams natively: keyset pages of at most 1,000 events, each on a connection taken
+    /// for that page only, so that a stream dropped part-way holds nothing.
+    fn query_stream<'a>(
+        &'a self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> EventStream<'a> {
+        if let Err(error) = self.admit(Operation::Query { stream }) {
+            return Box::pin(futures_util::stream::once(async move { Err(error) }));
+        }
+        let pages = events::Pages::new(filter, stream, after, limit, direction);
+        events::query_stream(Arc::clone(&self.shared), pages)
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {

@@ -1,12 +1,15 @@
 //! Reads: only events below the oldest running transaction.
 
+use std::sync::Arc;
+
 use eventstore_api::{
-    Direction, EventFilter, EventId, EventReference, EventStreamId, Limit, StorageResult,
-    StoredEvent,
+    Direction, EventFilter, EventId, EventReference, EventStorageError, EventStream, EventStreamId,
+    Limit, StorageResult, StoredEvent,
 };
+use futures_util::{stream, StreamExt, TryStreamExt};
 use sqlx::{Postgres, QueryBuilder};
 
-use super::pages::Pages;
+pub(crate) use super::pages::Pages;
 use super::rows::{decode_event, decode_reference, EVENT_COLUMNS};
 use crate::filter_sql::{push_stream, VISIBILITY_BARRIER};
 use crate::shared::Shared;
@@ -35,6 +38,28 @@ pub(crate) async fn query(
     }
     shared.end(operation, connection).await?;
     Ok(events)
+}
+
+/// The events [`query`] returns, page by page as the caller consumes them: each page on a
+/// connection of its own, given back before the page is yielded, so that a stream dropped
+/// part-way holds no connection and no transaction.
+pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'static> {
+    stream::try_unfold((shared, pages), |(shared, mut pages)| async move {
+        if pages.is_done() {
+            return Ok(None);
+        }
+        if shared.admission.is_closed() {
+            return Err(EventStorageError::Closed);
+        }
+        let operation = "stream events";
+        let mut connection = shared.connection_for(operation).await?;
+        let page = pages.next(&shared, &mut connection, operation).await?;
+        shared.end(operation, connection).await?;
+        Ok(Some((page, (shared, pages))))
+    })
+    .map_ok(|page| stream::iter(page.into_iter().map(Ok)))
+    .try_flatten()
+    .boxed()
 }
 
 /// The plan of the first statement [`query`] runs for these arguments, as
