@@ -8,6 +8,7 @@
 //! a follower could later see below the last one returned.
 
 use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, Limit, StoredEvent};
+use futures_util::TryStreamExt;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 use super::rows::{decode_event, EVENT_COLUMNS};
@@ -96,24 +97,40 @@ impl Pages {
         connection: &mut PgConnection,
         operation: &str,
     ) -> eventstore_api::StorageResult<Vec<StoredEvent>> {
+        let mut page = Vec::new();
+        self.next_into(shared, connection, operation, &mut page)
+            .await?;
+        Ok(page)
+    }
+
+    /// Reads the next page on `connection` onto the end of `events`, each row decoded as it
+    /// arrives and dropped at once, so that neither the rows nor a page are held twice.
+    pub(crate) async fn next_into(
+        &mut self,
+        shared: &Shared,
+        connection: &mut PgConnection,
+        operation: &str,
+        events: &mut Vec<StoredEvent>,
+    ) -> eventstore_api::StorageResult<()> {
         if self.done {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let failing = shared.settings.failing(operation);
+        let start = events.len();
         let (mut query, rows) = self.statement(shared, "");
-        let fetched = query
-            .build()
-            .persistent(shared.settings.prepared_statements)
-            .fetch_all(connection)
-            .await
-            .map_err(|e| failing.map(e))?;
-        let page = fetched
-            .iter()
-            .map(decode_event)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| failing.map(e))?;
-        self.advance(&page, rows);
-        Ok(page)
+        events.reserve(usize::try_from(rows).unwrap_or(0));
+        {
+            let mut fetched = query
+                .build()
+                .persistent(shared.settings.prepared_statements)
+                .fetch(connection);
+            while let Some(row) = fetched.try_next().await.map_err(|e| failing.map(e))? {
+                events.push(decode_event(&row).map_err(|e| failing.map(e))?);
+            }
+        }
+        drop(query);
+        self.advance(&events[start..], rows);
+        Ok(())
     }
 
     /// Moves past `page`, which a statement asking for `rows` events returned.

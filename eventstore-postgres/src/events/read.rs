@@ -32,9 +32,11 @@ pub(crate) async fn query(
     }
     let operation = "query events";
     let mut connection = shared.connection_for(operation).await?;
-    let mut events = pages.next(shared, &mut connection, operation).await?;
+    let mut events = Vec::new();
     while !pages.is_done() {
-        events.extend(pages.next(shared, &mut connection, operation).await?);
+        pages
+            .next_into(shared, &mut connection, operation, &mut events)
+            .await?;
     }
     shared.end(operation, connection).await?;
     Ok(events)

@@ -40,26 +40,30 @@ pub(crate) fn decode_reference(row: &PgRow) -> Result<EventReference, sqlx::Erro
 }
 
 /// An event from a row with the [`EVENT_COLUMNS`]: each column read by its index, each
-/// value decoded from the row's bytes once.
+/// value decoded from the row's bytes once. The columns' types are not checked again for
+/// every row: the statement names them, and opening the storage checked the table's.
 pub(crate) fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
-    let position: i64 = row.try_get(0)?;
-    let tx: &str = row.try_get(1)?;
+    let position: i64 = row.try_get_unchecked(0)?;
+    let tx: &str = row.try_get_unchecked(1)?;
     let tx = tx
         .parse()
         .map_err(|_| sqlx::Error::Decode(format!("transaction id {tx:?} is not a u64").into()))?;
-    let TagsColumn(tags) = row.try_get(7)?;
+    let TagsColumn(tags) = row.try_get_unchecked(7)?;
     Ok(StoredEvent {
-        stream: EventStreamId::new(row.try_get::<String, _>(3)?, row.try_get::<String, _>(4)?),
-        event_type: row.try_get::<String, _>(5)?.into(),
+        stream: EventStreamId::new(
+            row.try_get_unchecked::<String, _>(3)?,
+            row.try_get_unchecked::<String, _>(4)?,
+        ),
+        event_type: row.try_get_unchecked::<String, _>(5)?.into(),
         reference: EventReference {
-            id: EventId(row.try_get(2)?),
+            id: EventId(row.try_get_unchecked(2)?),
             position: u64::try_from(position)
                 .map_err(|_| sqlx::Error::Decode(format!("negative position {position}").into()))?,
             tx,
         },
-        payload: row.try_get(6)?,
+        payload: row.try_get_unchecked(6)?,
         tags,
-        timestamp: row.try_get(9)?,
-        idempotency_key: row.try_get(8)?,
+        timestamp: row.try_get_unchecked(9)?,
+        idempotency_key: row.try_get_unchecked(8)?,
     })
 }
