@@ -274,6 +274,21 @@ async fn every_read_shape_walks_an_index_in_order_without_sorting_or_spilling() 
             None,
             Direction::Forward,
         ),
+        (
+            "two types in every stream",
+            EventFilter::for_types(["Measured", "Billed"]),
+            EventStreamId::any(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "either of two items",
+            EventFilter::for_events(["Calibrated"], run.clone())
+                .or(EventFilter::for_types(["Measured"])),
+            sensors.clone(),
+            None,
+            Direction::Forward,
+        ),
     ];
     let mut failures = Vec::new();
     for (shape, filter, stream, after, direction) in &shapes {
