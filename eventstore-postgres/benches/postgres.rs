@@ -13,7 +13,8 @@
 //! too when `PGBOUNCER_URL` names one (`postgres://…:6432/test?pgbouncer=true`).
 //!
 //! `--only replay` (never part of a full run) writes a million events and replays them
-//! through `query_stream`, reporting the process's peak resident memory.
+//! through `query_stream`, reporting the process's peak resident memory; `--only indexes`
+//! (neither) measures what each index of the events table costs appends in batches.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,6 +88,9 @@ async fn main() {
     // Only on request: it writes a million events first.
     if only.as_deref() == Some("replay") {
         replay(&storage, &pool, &prefix).await;
+    }
+    if only.as_deref() == Some("indexes") {
+        index_costs(&url, &prefix).await;
     }
     storage.close().await.unwrap();
 }
@@ -619,6 +623,82 @@ async fn statement_modes(named: &PostgresEventStorage, url: &str, prefix: &str) 
         }
     }
     for (_, storage) in modes.drain(1..) {
+        storage.close().await.unwrap();
+    }
+}
+
+/// The events table's indexes that no constraint needs (the primary key and the unique ids
+/// back the bookmarks' foreign key), each dropped in turn.
+const DROPPABLE_INDEXES: [&str; 5] = [
+    "events_order_idx",
+    "events_context_idx",
+    "events_type_idx",
+    "events_tags_idx",
+    "events_idempotency_idx",
+];
+
+/// Appends in batches of 100 on storages with every index, and with each droppable index
+/// dropped, in rounds that rotate which goes first: what each index costs a batched append.
+async fn index_costs(url: &str, prefix: &str) {
+    const ROUNDS: usize = 5;
+    const BATCHES: usize = 50;
+    let variants: Vec<Option<&str>> = std::iter::once(None)
+        .chain(DROPPABLE_INDEXES.iter().copied().map(Some))
+        .collect();
+    let mut storages = Vec::new();
+    for (n, dropped) in variants.iter().enumerate() {
+        let storage = PostgresEventStorage::builder()
+            .url(url)
+            .prefix(format!("{}i{n}_", prefix.trim_end_matches('_')))
+            .max_connections(2)
+            .build()
+            .await
+            .expect("a storage per variant");
+        if let Some(index) = dropped {
+            sqlx::query(&format!("DROP INDEX {}{index}", storage.prefix()))
+                .execute(storage.pool())
+                .await
+                .unwrap();
+        }
+        storages.push(storage);
+    }
+    let stream = EventStreamId::for_context("bench");
+    let mut rates = vec![Vec::new(); variants.len()];
+    for round in 0..ROUNDS {
+        // Each round starts with another variant, so that none always goes first.
+        for k in 0..storages.len() {
+            let n = (round + k) % storages.len();
+            let storage = &storages[n];
+            let start = Instant::now();
+            for b in 0..BATCHES {
+                let first = (round * BATCHES + b) * 100;
+                let batch = (first..first + 100).map(measured_event).collect();
+                storage
+                    .append(AppendCriteria::none(), &stream, batch)
+                    .await
+                    .unwrap();
+            }
+            rates[n].push((BATCHES * 100) as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+    println!("## What each index costs appends in batches of 100 (medians of {ROUNDS})\n");
+    println!("| index dropped | events per second | vs every index |");
+    println!("|---|---|---|");
+    let medians: Vec<f64> = rates
+        .iter_mut()
+        .map(|r| {
+            r.sort_by(f64::total_cmp);
+            r[r.len() / 2]
+        })
+        .collect();
+    for (dropped, rate) in variants.iter().zip(&medians) {
+        println!(
+            "| {} | {rate:.0} | {:.2}× |",
+            dropped.unwrap_or("none"),
+            rate / medians[0]
+        );
+    }
+    for storage in storages {
         storage.close().await.unwrap();
     }
 }
