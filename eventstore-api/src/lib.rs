@@ -45,6 +45,7 @@ mod bookmark;
 mod capability;
 mod error;
 mod event;
+pub mod event_stream;
 mod filter;
 pub mod idempotency;
 pub mod in_process;
@@ -62,6 +63,7 @@ pub use bookmark::Bookmark;
 pub use capability::Capability;
 pub use error::EventStorageError;
 pub use event::{EventId, EventToStore, EventType, StoredEvent};
+pub use event_stream::EventStream;
 pub use filter::{AppendCondition, AppendCriteria, Direction, EventFilter, FilterItem, Limit};
 pub use lease::{
     Fence, FencingToken, Lease, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse,

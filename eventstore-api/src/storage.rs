@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
-    EventReference, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseChanges,
-    LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit, ReleaseOutcome,
-    StoredEvent, Tags,
+    EventReference, EventStorageError, EventStream, EventStreamId, EventToStore, Fence, Lease,
+    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
+    ReleaseOutcome, StoredEvent, Tags,
 };
 
 /// Shorthand for the result every storage operation returns.
@@ -84,6 +84,25 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>>;
+
+    /// The events [`query`](EventStorage::query) returns for the same arguments, as a
+    /// stream that holds one page of them in memory at a time: for replaying a long history.
+    ///
+    /// The default reads page after page through `query` (see
+    /// [`paged_query_stream`](crate::event_stream::paged_query_stream)); a backend may stream
+    /// natively. Either way, dropping the stream part-way leaves no transaction open and no
+    /// connection held. The errors of `query` come as items, invalid input as the first and
+    /// only one, before anything is read.
+    fn query_stream<'a>(
+        &'a self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> EventStream<'a> {
+        crate::event_stream::paged_query_stream(self, filter, stream, after, limit, direction)
+    }
 
     /// The event with `id`, if this storage holds one.
     ///
@@ -404,6 +423,16 @@ macro_rules! forward_event_storage {
                 (**self)
                     .query(filter, stream, after, limit, direction)
                     .await
+            }
+            fn query_stream<'a>(
+                &'a self,
+                filter: &EventFilter,
+                stream: &EventStreamId,
+                after: Option<&EventReference>,
+                limit: Limit,
+                direction: Direction,
+            ) -> EventStream<'a> {
+                (**self).query_stream(filter, stream, after, limit, direction)
             }
             async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
                 (**self).get_event_by_id(id).await

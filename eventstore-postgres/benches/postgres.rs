@@ -11,6 +11,10 @@
 //! `--only statements` compares renewals with prepared statements (the default) and without
 //! (`prepared_statements(false)`, for a pooler in transaction mode), and through a PgBouncer
 //! too when `PGBOUNCER_URL` names one (`postgres://…:6432/test?pgbouncer=true`).
+//!
+//! `--only replay` (never part of a full run) writes a million events and replays them
+//! through `query_stream`, reporting the process's peak resident memory; `--only indexes`
+//! (neither) measures what each index of the events table costs appends in batches.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -81,7 +85,78 @@ async fn main() {
     if runs("statements") {
         statement_modes(&storage, &url, &prefix).await;
     }
+    // Only on request: it writes a million events first.
+    if only.as_deref() == Some("replay") {
+        replay(&storage, &pool, &prefix).await;
+    }
+    if only.as_deref() == Some("indexes") {
+        index_costs(&url, &prefix).await;
+    }
     storage.close().await.unwrap();
+}
+
+/// Events a replay reads through the streaming read.
+const REPLAY_EVENTS: u64 = 1_000_000;
+
+/// The process's resident memory now and at its peak, in MiB, from `/proc/self/status`.
+fn resident_mib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = |field: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+}
+
+/// A projector's replay of a million events through `query_stream`: the events are written
+/// by one `INSERT … SELECT` (as a long history would be there already), then streamed and
+/// counted, and the process's peak resident memory is reported beside its memory before.
+async fn replay(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
+    use futures_util::StreamExt;
+
+    for first in (0..REPLAY_EVENTS).step_by(100_000) {
+        sqlx::query(&format!(
+            "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
+             SELECT gen_random_uuid(), 'replay', 'default', 'Measured', \
+                    jsonb_build_object('n', g, 'label', 'measurement ' || g), \
+                    ARRAY['sensor:s-' || (g % 100)] \
+             FROM generate_series($1::bigint, $1::bigint + 99999) AS g"
+        ))
+        .bind(first as i64)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(&format!("ANALYZE {prefix}events"))
+        .execute(pool)
+        .await
+        .unwrap();
+    let (before, _) = resident_mib();
+    let start = Instant::now();
+    let mut events = storage.query_stream(
+        &EventFilter::match_all(),
+        &EventStreamId::for_context("replay"),
+        None,
+        Limit::none(),
+        Direction::Forward,
+    );
+    let mut read = 0_u64;
+    while let Some(event) = events.next().await {
+        read += event.unwrap().payload["n"].as_u64().map_or(0, |_| 1);
+    }
+    let elapsed = start.elapsed();
+    let (_, peak) = resident_mib();
+    println!("## Replay through query_stream\n");
+    println!("| events | events per second | resident before | peak resident |");
+    println!("|---|---|---|---|");
+    println!(
+        "| {read} | {:.0} | {before:.1} MiB | {peak:.1} MiB |\n",
+        read as f64 / elapsed.as_secs_f64()
+    );
 }
 
 /// Latency percentiles of `SAMPLES` runs of `op`, each run right after one of the floor, so
@@ -548,6 +623,82 @@ async fn statement_modes(named: &PostgresEventStorage, url: &str, prefix: &str) 
         }
     }
     for (_, storage) in modes.drain(1..) {
+        storage.close().await.unwrap();
+    }
+}
+
+/// The events table's indexes that no constraint needs (the primary key and the unique ids
+/// back the bookmarks' foreign key), each dropped in turn.
+const DROPPABLE_INDEXES: [&str; 5] = [
+    "events_order_idx",
+    "events_context_idx",
+    "events_type_idx",
+    "events_tags_idx",
+    "events_idempotency_idx",
+];
+
+/// Appends in batches of 100 on storages with every index, and with each droppable index
+/// dropped, in rounds that rotate which goes first: what each index costs a batched append.
+async fn index_costs(url: &str, prefix: &str) {
+    const ROUNDS: usize = 5;
+    const BATCHES: usize = 50;
+    let variants: Vec<Option<&str>> = std::iter::once(None)
+        .chain(DROPPABLE_INDEXES.iter().copied().map(Some))
+        .collect();
+    let mut storages = Vec::new();
+    for (n, dropped) in variants.iter().enumerate() {
+        let storage = PostgresEventStorage::builder()
+            .url(url)
+            .prefix(format!("{}i{n}_", prefix.trim_end_matches('_')))
+            .max_connections(2)
+            .build()
+            .await
+            .expect("a storage per variant");
+        if let Some(index) = dropped {
+            sqlx::query(&format!("DROP INDEX {}{index}", storage.prefix()))
+                .execute(storage.pool())
+                .await
+                .unwrap();
+        }
+        storages.push(storage);
+    }
+    let stream = EventStreamId::for_context("bench");
+    let mut rates = vec![Vec::new(); variants.len()];
+    for round in 0..ROUNDS {
+        // Each round starts with another variant, so that none always goes first.
+        for k in 0..storages.len() {
+            let n = (round + k) % storages.len();
+            let storage = &storages[n];
+            let start = Instant::now();
+            for b in 0..BATCHES {
+                let first = (round * BATCHES + b) * 100;
+                let batch = (first..first + 100).map(measured_event).collect();
+                storage
+                    .append(AppendCriteria::none(), &stream, batch)
+                    .await
+                    .unwrap();
+            }
+            rates[n].push((BATCHES * 100) as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+    println!("## What each index costs appends in batches of 100 (medians of {ROUNDS})\n");
+    println!("| index dropped | events per second | vs every index |");
+    println!("|---|---|---|");
+    let medians: Vec<f64> = rates
+        .iter_mut()
+        .map(|r| {
+            r.sort_by(f64::total_cmp);
+            r[r.len() / 2]
+        })
+        .collect();
+    for (dropped, rate) in variants.iter().zip(&medians) {
+        println!(
+            "| {} | {rate:.0} | {:.2}× |",
+            dropped.unwrap_or("none"),
+            rate / medians[0]
+        );
+    }
+    for storage in storages {
         storage.close().await.unwrap();
     }
 }

@@ -23,8 +23,13 @@ CREATE TABLE IF NOT EXISTS __prefix__events (
 );
 CREATE INDEX IF NOT EXISTS __prefix__events_order_idx
     ON __prefix__events (tx, position);
-CREATE INDEX IF NOT EXISTS __prefix__events_stream_idx
-    ON __prefix__events (stream_context, stream_purpose, tx, position);
+-- One index walks a stream and a context with any purpose in read order: the purpose comes
+-- after the order, checked on the index entry, so a context's few purposes share one index
+-- and neither read sorts. It replaces the earlier (context, purpose, tx, position) index,
+-- which left reads of a context with any purpose to sort.
+DROP INDEX IF EXISTS __prefix__events_stream_idx;
+CREATE INDEX IF NOT EXISTS __prefix__events_context_idx
+    ON __prefix__events (stream_context, tx, position, stream_purpose);
 CREATE INDEX IF NOT EXISTS __prefix__events_type_idx
     ON __prefix__events (event_type, tx, position);
 CREATE INDEX IF NOT EXISTS __prefix__events_tags_idx

@@ -7,15 +7,14 @@ use crate::tags_column;
 
 /// Only events whose transaction is below the oldest one still running: every event a reader
 /// could later see below this line has committed, so moving a bookmark past what a read
-/// returned never skips an event. The sub-select runs once per statement.
+/// returned never skips an event. The snapshot is the statement's, one value for all rows.
 ///
-/// Written as `IS TRUE` so that it is a filter, never an index condition: it holds for all
-/// but the few events still being written, yet the planner, not knowing the value, would
-/// count on it to select a third of the table, scan the whole order index for it and
-/// prefer that to the tags index. As a filter it costs one comparison per row read, and an
-/// ordered index scan still stops as soon as its `LIMIT` is met.
-pub(crate) const VISIBILITY_BARRIER: &str =
-    "(tx < (SELECT pg_snapshot_xmin(pg_current_snapshot()))) IS TRUE";
+/// Written as a plain comparison with a stable function, so that the planner evaluates it
+/// while planning and knows that it holds for all but the few events still being written:
+/// hidden in a sub-select, its value would be unknown, the planner would count on it to keep
+/// a third of the rows, and under a `LIMIT` it would prefer a scan and a sort to an ordered
+/// index walk. On an ordered index it is an index condition, checked once per scan.
+pub(crate) const VISIBILITY_BARRIER: &str = "tx < pg_snapshot_xmin(pg_current_snapshot())";
 
 /// Appends ` AND <condition on the stream columns>` for the streams `stream` covers.
 pub(crate) fn push_stream(query: &mut QueryBuilder<'_, Postgres>, stream: &EventStreamId) {
@@ -58,6 +57,13 @@ pub(crate) fn push_filter(query: &mut QueryBuilder<'_, Postgres>, filter: &Event
 pub(crate) fn push_after(query: &mut QueryBuilder<'_, Postgres>, after: &EventReference) {
     query.push(" AND (tx, position) > (");
     push_reference(query, after);
+    query.push(")");
+}
+
+/// Appends ` AND (tx, position) < (<before>)`: the cursor of a backward read's next page.
+pub(crate) fn push_before(query: &mut QueryBuilder<'_, Postgres>, before: &EventReference) {
+    query.push(" AND (tx, position) < (");
+    push_reference(query, before);
     query.push(")");
 }
 

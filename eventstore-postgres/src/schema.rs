@@ -102,7 +102,7 @@ const INDEXES: &[(&str, &str, bool)] = &[
     ("events_pkey", "events", true),
     ("events_id_key", "events", true),
     ("events_order_idx", "events", false),
-    ("events_stream_idx", "events", false),
+    ("events_context_idx", "events", false),
     ("events_type_idx", "events", false),
     ("events_tags_idx", "events", false),
     ("events_idempotency_idx", "events", true),

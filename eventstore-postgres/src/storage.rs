@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use eventstore_api::admission::Operation;
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
-    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
-    ReleaseOutcome, StorageResult, StoredEvent, Tags,
+    EventReference, EventStorage, EventStorageError, EventStream, EventStreamId, EventToStore,
+    Fence, Lease, LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse,
+    LeaseScope, Limit, ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
@@ -152,6 +152,25 @@ impl PostgresEventStorage {
         crate::fencing::hold(shared, transaction, fence, operation).await
     }
 
+    /// How PostgreSQL runs the first statement of a [`query`](EventStorage::query) with these
+    /// arguments: the output of `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`, for checking that
+    /// a read walks an index in the order it returns rather than sorting. The statement runs
+    /// (that is what `ANALYZE` measures) and its rows are thrown away.
+    ///
+    /// # Errors
+    /// `InvalidInput` (invalid stream), `Closed`, `Backend`.
+    pub async fn explain_query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<serde_json::Value> {
+        let shared = self.admit(Operation::Query { stream })?;
+        events::explain_query(shared, filter, stream, after, limit, direction).await
+    }
+
     /// The shared state, once `operation` is admitted (open, valid input).
     fn admit(&self, operation: Operation<'_>) -> StorageResult<&Shared> {
         self.shared.admission.admit(operation)?;
@@ -211,6 +230,23 @@ impl EventStorage for PostgresEventStorage {
             direction,
         )
         .await
+    }
+
+    /// Streams natively: keyset pages of at most 1,000 events, each on a connection taken
+    /// for that page only, so that a stream dropped part-way holds nothing.
+    fn query_stream<'a>(
+        &'a self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> EventStream<'a> {
+        if let Err(error) = self.admit(Operation::Query { stream }) {
+            return Box::pin(futures_util::stream::once(async move { Err(error) }));
+        }
+        let pages = events::Pages::new(filter, stream, after, limit, direction);
+        events::query_stream(Arc::clone(&self.shared), pages)
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {

@@ -16,6 +16,7 @@ use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorage,
     EventStorageError, EventStreamId, EventToStore, Limit, StorageResult, StoredEvent, Tags,
 };
+use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::Barrier;
 
@@ -1708,6 +1709,165 @@ pub async fn backward_queries_return_newest_first_and_limit_from_the_newest<F: S
     assert_eq!(
         backward(EventFilter::match_all(), EventStreamId::any(), Limit::to(2)).await,
         ["billing", "e4"], "query rule: a backward read of several streams returns the newest event of any stream first");
+}
+
+/// `query_stream` yields exactly what `query` returns for the same arguments, across more
+/// than one page (the default pages hold 1,000 events), in both directions, with `after`,
+/// `limit`, `until` and filters; invalid input is its first and only item.
+pub async fn query_stream_yields_what_query_returns<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    for batch in 0..5 {
+        let events = (0..500)
+            .map(|n| {
+                let n = batch * 500 + n;
+                let kind = if n % 3 == 0 { "Odd" } else { "Even" };
+                labelled(kind, &format!("e{n}"))
+                    .with_tags(tags(&[("order", &format!("o-{}", n % 7))]))
+            })
+            .collect();
+        append(&storage, &orders(), events).await;
+        append(
+            &storage,
+            &billing(),
+            vec![labelled("Even", &format!("b{batch}"))],
+        )
+        .await;
+    }
+    let all = query(
+        &storage,
+        &EventFilter::match_all(),
+        &orders(),
+        None,
+        Limit::none(),
+        Direction::Forward,
+    )
+    .await;
+    let middle = Some(all[1_234].reference);
+    let order_3 = EventFilter::for_tags(tags(&[("order", "o-3")]));
+    let shapes = [
+        (
+            "forward",
+            EventFilter::match_all(),
+            orders(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        ),
+        (
+            "backward",
+            EventFilter::match_all(),
+            orders(),
+            None,
+            Limit::none(),
+            Direction::Backward,
+        ),
+        (
+            "every stream",
+            EventFilter::match_all(),
+            EventStreamId::any(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        ),
+        (
+            "after",
+            EventFilter::match_all(),
+            orders(),
+            middle,
+            Limit::none(),
+            Direction::Forward,
+        ),
+        (
+            "backward after",
+            EventFilter::match_all(),
+            orders(),
+            middle,
+            Limit::none(),
+            Direction::Backward,
+        ),
+        (
+            "limit",
+            EventFilter::match_all(),
+            orders(),
+            None,
+            Limit::to(1_500),
+            Direction::Forward,
+        ),
+        (
+            "backward limit",
+            EventFilter::match_all(),
+            orders(),
+            None,
+            Limit::to(1_001),
+            Direction::Backward,
+        ),
+        (
+            "limit 0",
+            EventFilter::match_all(),
+            orders(),
+            None,
+            Limit::to(0),
+            Direction::Forward,
+        ),
+        (
+            "type",
+            EventFilter::for_types(["Even"]),
+            orders(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        ),
+        (
+            "tag backward",
+            order_3.clone(),
+            orders(),
+            None,
+            Limit::none(),
+            Direction::Backward,
+        ),
+        (
+            "until",
+            EventFilter::match_all().until(all[2_100].reference),
+            orders(),
+            None,
+            Limit::none(),
+            Direction::Backward,
+        ),
+        (
+            "match none",
+            EventFilter::match_none(),
+            orders(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        ),
+    ];
+    for (shape, filter, stream, after, limit, direction) in shapes {
+        let expected = query(&storage, &filter, &stream, after.as_ref(), limit, direction).await;
+        let streamed: Vec<StoredEvent> = storage
+            .query_stream(&filter, &stream, after.as_ref(), limit, direction)
+            .map(|event| event.unwrap_or_else(|err| panic!("query_stream ({shape}) failed: {err}")))
+            .collect()
+            .await;
+        assert_eq!(
+            references(&streamed),
+            references(&expected),
+            "query_stream rule ({shape}): the stream yields exactly what query returns"
+        );
+    }
+    let mut invalid = storage.query_stream(
+        &EventFilter::match_all(),
+        &EventStreamId::new("", "default"),
+        None,
+        Limit::none(),
+        Direction::Forward,
+    );
+    let first = invalid.next().await.expect("an item saying why");
+    assert_invalid_input(first, "query_stream of an empty context", "validate_stream");
+    assert!(
+        invalid.next().await.is_none(),
+        "invalid input ends the stream"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -3,10 +3,11 @@
 //! ([`rows`]).
 
 mod append;
+mod pages;
 mod read;
 mod rows;
 mod visibility;
 
 pub(crate) use append::append;
-pub(crate) use read::{get_by_id, head, query};
+pub(crate) use read::{explain_query, get_by_id, head, query, query_stream, Pages};
 pub(crate) use rows::decode_reference;

@@ -1,17 +1,21 @@
 //! Reads: only events below the oldest running transaction.
 
+use std::sync::Arc;
+
 use eventstore_api::{
-    Direction, EventFilter, EventId, EventReference, EventStreamId, Limit, StorageResult,
-    StoredEvent,
+    Direction, EventFilter, EventId, EventReference, EventStorageError, EventStream, EventStreamId,
+    Limit, StorageResult, StoredEvent,
 };
+use futures_util::{stream, StreamExt, TryStreamExt};
 use sqlx::{Postgres, QueryBuilder};
 
+pub(crate) use super::pages::Pages;
 use super::rows::{decode_event, decode_reference, EVENT_COLUMNS};
-use crate::filter_sql::{push_after, push_filter, push_stream, VISIBILITY_BARRIER};
+use crate::filter_sql::{push_stream, VISIBILITY_BARRIER};
 use crate::shared::Shared;
 
 /// The matching events of the streams `stream` covers, strictly after `after`, below the
-/// visibility barrier.
+/// visibility barrier: page after page on one connection (see [`Pages`]).
 #[tracing::instrument(name = "query", level = "debug", skip_all,
     fields(backend = "postgres", stream = %stream, limit = ?limit.0, ?direction))]
 pub(crate) async fn query(
@@ -22,40 +26,67 @@ pub(crate) async fn query(
     limit: Limit,
     direction: Direction,
 ) -> StorageResult<Vec<StoredEvent>> {
-    if limit.0 == Some(0) || filter.items.is_empty() {
+    let mut pages = Pages::new(filter, stream, after, limit, direction);
+    if pages.is_done() {
         return Ok(Vec::new());
     }
-    let mut query = QueryBuilder::<Postgres>::new(format!(
-        "SELECT {EVENT_COLUMNS} FROM {events} WHERE {VISIBILITY_BARRIER}",
-        events = shared.prefix.name("events")
-    ));
-    push_stream(&mut query, stream);
-    push_filter(&mut query, filter);
-    if let Some(after) = after {
-        push_after(&mut query, after);
-    }
-    query.push(match direction {
-        Direction::Forward => " ORDER BY tx, position",
-        Direction::Backward => " ORDER BY tx DESC, position DESC",
-    });
-    if let Some(limit) = limit.0 {
-        query
-            .push(" LIMIT ")
-            .push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
-    }
     let operation = "query events";
+    let mut connection = shared.connection_for(operation).await?;
+    let mut events = Vec::new();
+    while !pages.is_done() {
+        pages
+            .next_into(shared, &mut connection, operation, &mut events)
+            .await?;
+    }
+    shared.end(operation, connection).await?;
+    Ok(events)
+}
+
+/// The events [`query`] returns, page by page as the caller consumes them: each page on a
+/// connection of its own, given back before the page is yielded, so that a stream dropped
+/// part-way holds no connection and no transaction.
+pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'static> {
+    stream::try_unfold((shared, pages), |(shared, mut pages)| async move {
+        if pages.is_done() {
+            return Ok(None);
+        }
+        if shared.admission.is_closed() {
+            return Err(EventStorageError::Closed);
+        }
+        let operation = "stream events";
+        let mut connection = shared.connection_for(operation).await?;
+        let page = pages.next(&shared, &mut connection, operation).await?;
+        shared.end(operation, connection).await?;
+        Ok(Some((page, (shared, pages))))
+    })
+    .map_ok(|page| stream::iter(page.into_iter().map(Ok)))
+    .try_flatten()
+    .boxed()
+}
+
+/// The plan of the first statement [`query`] runs for these arguments, as
+/// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` reports it.
+pub(crate) async fn explain_query(
+    shared: &Shared,
+    filter: &EventFilter,
+    stream: &EventStreamId,
+    after: Option<&EventReference>,
+    limit: Limit,
+    direction: Direction,
+) -> StorageResult<serde_json::Value> {
+    let pages = Pages::new(filter, stream, after, limit, direction);
+    let operation = "explain a query";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
-    let rows = query
-        .build()
-        .persistent(shared.settings.prepared_statements)
-        .fetch_all(&mut *connection)
+    let (mut statement, _) = pages.statement(shared, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ");
+    let plan: serde_json::Value = statement
+        .build_query_scalar()
+        .persistent(false)
+        .fetch_one(&mut *connection)
         .await
         .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
-    rows.iter()
-        .map(|row| decode_event(row).map_err(|e| failing.map(e)))
-        .collect()
+    Ok(plan)
 }
 
 /// The event with `id`, if it is committed.

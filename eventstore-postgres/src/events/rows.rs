@@ -5,13 +5,15 @@ use eventstore_api::{EventId, EventReference, EventStreamId, StoredEvent};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-use crate::tags_column;
+use crate::tags_column::TagsColumn;
 
-/// The columns [`decode_event`] reads.
+/// The columns [`decode_event`] reads, in the order it reads them by index.
 ///
 /// The transaction id is read as text under a name of its own: were the alias `tx`, an
 /// `ORDER BY tx` would sort by that text (PostgreSQL resolves ORDER BY names to output
-/// columns first), putting transaction 10 before transaction 9.
+/// columns first), putting transaction 10 before transaction 9. As text rather than as
+/// `xid8`, it needs no look-up of a type the driver does not know, which would leave a
+/// prepared statement in the session.
 pub(crate) const EVENT_COLUMNS: &str = "position, tx::text AS tx_text, id, stream_context, \
      stream_purpose, event_type, payload, tags, idempotency_key, stored_at";
 
@@ -37,19 +39,31 @@ pub(crate) fn decode_reference(row: &PgRow) -> Result<EventReference, sqlx::Erro
     })
 }
 
-/// An event from a row with the [`EVENT_COLUMNS`].
+/// An event from a row with the [`EVENT_COLUMNS`]: each column read by its index, each
+/// value decoded from the row's bytes once. The columns' types are not checked again for
+/// every row: the statement names them, and opening the storage checked the table's.
 pub(crate) fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
-    let tags: Vec<String> = row.try_get("tags")?;
+    let position: i64 = row.try_get_unchecked(0)?;
+    let tx: &str = row.try_get_unchecked(1)?;
+    let tx = tx
+        .parse()
+        .map_err(|_| sqlx::Error::Decode(format!("transaction id {tx:?} is not a u64").into()))?;
+    let TagsColumn(tags) = row.try_get_unchecked(7)?;
     Ok(StoredEvent {
         stream: EventStreamId::new(
-            row.try_get::<String, _>("stream_context")?,
-            row.try_get::<String, _>("stream_purpose")?,
+            row.try_get_unchecked::<String, _>(3)?,
+            row.try_get_unchecked::<String, _>(4)?,
         ),
-        event_type: row.try_get::<String, _>("event_type")?.into(),
-        reference: decode_reference(row)?,
-        payload: row.try_get("payload")?,
-        tags: tags_column::from_texts(&tags)?,
-        timestamp: row.try_get("stored_at")?,
-        idempotency_key: row.try_get("idempotency_key")?,
+        event_type: row.try_get_unchecked::<String, _>(5)?.into(),
+        reference: EventReference {
+            id: EventId(row.try_get_unchecked(2)?),
+            position: u64::try_from(position)
+                .map_err(|_| sqlx::Error::Decode(format!("negative position {position}").into()))?,
+            tx,
+        },
+        payload: row.try_get_unchecked(6)?,
+        tags,
+        timestamp: row.try_get_unchecked(9)?,
+        idempotency_key: row.try_get_unchecked(8)?,
     })
 }

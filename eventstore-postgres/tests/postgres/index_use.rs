@@ -1,13 +1,15 @@
 //! Reads are answered from the indexes: a tag query from the GIN index on tags, the head of
 //! a stream and a page after a reference from a few entries of an ordered index, never by
-//! scanning the table. Judged by the server's own statistics for the events table.
+//! scanning the table; and every read shape walks an index in the order it returns, with
+//! neither a sort nor a spill to disk. Judged by the server's own statistics for the events
+//! table and by the plans PostgreSQL reports.
 
 use std::time::Duration;
 
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Limit, Tags,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::common;
@@ -116,5 +118,244 @@ async fn tag_queries_use_the_tags_index_and_head_and_pages_read_no_whole_table()
     assert!(
         scans.idx_tup_fetch < 1_000,
         "the reads fetched as many rows as a table scan: {scans:?}"
+    );
+}
+
+/// Events in the stream the plans read: as many as a replay of a busy stream.
+const STREAM_EVENTS: usize = 20_000;
+
+/// Every node of `plan` whose type is `Sort` or `Incremental Sort`, and every count of
+/// temporary blocks read or written (a spill to disk), as text for a failure message.
+fn sorts_and_spills(plan: &Value, found: &mut Vec<String>) {
+    match plan {
+        Value::Object(node) => {
+            if let Some(Value::String(kind)) = node.get("Node Type") {
+                if kind.contains("Sort") {
+                    found.push(format!("a {kind} node"));
+                }
+            }
+            for key in ["Temp Read Blocks", "Temp Written Blocks"] {
+                if let Some(blocks) = node.get(key).and_then(Value::as_u64) {
+                    if blocks > 0 {
+                        found.push(format!("{key}: {blocks}"));
+                    }
+                }
+            }
+            node.values().for_each(|v| sorts_and_spills(v, found));
+        }
+        Value::Array(items) => items.iter().for_each(|v| sorts_and_spills(v, found)),
+        _ => {}
+    }
+}
+
+/// Rows the top node of `plan` returned.
+fn rows_returned(plan: &Value) -> u64 {
+    plan[0]["Plan"]["Actual Rows"]
+        .as_u64()
+        .expect("actual rows in the plan")
+}
+
+#[tokio::test]
+async fn every_read_shape_walks_an_index_in_order_without_sorting_or_spilling() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    // Four streams' events interleaved over 40 transactions, as a shared log holds them:
+    // sensors/default (half of them, two types, every one tagged run:r1 and with its order),
+    // sensors/eu and billing/default (a quarter each).
+    for chunk in 0..40 {
+        sqlx::query(&format!(
+            "INSERT INTO {prefix}events \
+                 (id, stream_context, stream_purpose, event_type, payload, tags) \
+             SELECT gen_random_uuid(), \
+                    CASE WHEN g % 4 = 3 THEN 'billing' ELSE 'sensors' END, \
+                    CASE WHEN g % 4 = 2 THEN 'eu' ELSE 'default' END, \
+                    CASE WHEN g % 4 = 3 THEN 'Billed' WHEN g % 8 < 2 THEN 'Measured' \
+                         ELSE 'Calibrated' END, \
+                    jsonb_build_object('n', g), \
+                    CASE WHEN g % 4 < 2 THEN ARRAY['run:r1', 'order:o-' || (g / 40)] \
+                         ELSE ARRAY['order:x-' || (g / 40)] END \
+             FROM generate_series($1::int, $1::int + 999) AS g"
+        ))
+        .bind(chunk * 1_000)
+        .execute(&admin)
+        .await
+        .unwrap();
+    }
+    sqlx::query(&format!("ANALYZE {prefix}events"))
+        .execute(&admin)
+        .await
+        .unwrap();
+
+    let sensors = EventStreamId::for_context("sensors");
+    let middle = storage
+        .query(
+            &EventFilter::match_all(),
+            &sensors,
+            None,
+            Limit::to(STREAM_EVENTS as u64 / 2),
+            Direction::Forward,
+        )
+        .await
+        .unwrap();
+    assert_eq!(middle.len(), STREAM_EVENTS / 2);
+    let middle = middle.last().map(|event| event.reference);
+    let run = Tags::from_pairs([("run", "r1")]);
+    let shapes = [
+        (
+            "one stream",
+            EventFilter::match_all(),
+            sensors.clone(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "one stream backward",
+            EventFilter::match_all(),
+            sensors.clone(),
+            None,
+            Direction::Backward,
+        ),
+        (
+            "one stream after a reference",
+            EventFilter::match_all(),
+            sensors.clone(),
+            middle,
+            Direction::Forward,
+        ),
+        (
+            "a context with any purpose",
+            EventFilter::match_all(),
+            sensors.clone().any_purpose(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "every stream",
+            EventFilter::match_all(),
+            EventStreamId::any(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "a tag in a stream",
+            EventFilter::for_tags(run.clone()),
+            sensors.clone(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "a tag in every stream",
+            EventFilter::for_tags(run.clone()),
+            EventStreamId::any(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "a type in a stream",
+            EventFilter::for_types(["Calibrated"]),
+            sensors.clone(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "a type in every stream",
+            EventFilter::for_types(["Billed"]),
+            EventStreamId::any(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "a type and a tag",
+            EventFilter::for_events(["Calibrated"], run.clone()),
+            sensors.clone(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "two types in every stream",
+            EventFilter::for_types(["Measured", "Billed"]),
+            EventStreamId::any(),
+            None,
+            Direction::Forward,
+        ),
+        (
+            "either of two items",
+            EventFilter::for_events(["Calibrated"], run.clone())
+                .or(EventFilter::for_types(["Measured"])),
+            sensors.clone(),
+            None,
+            Direction::Forward,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (shape, filter, stream, after, direction) in &shapes {
+        let plan = storage
+            .explain_query(filter, stream, after.as_ref(), Limit::none(), *direction)
+            .await
+            .unwrap();
+        assert!(
+            rows_returned(&plan) > 0,
+            "{shape}: the read returned nothing: {plan}"
+        );
+        let mut found = Vec::new();
+        sorts_and_spills(&plan, &mut found);
+        if !found.is_empty() {
+            failures.push(format!("{shape}: {found:?} in {plan}"));
+        }
+    }
+    // A tag few events carry is found through the tags index, whose entries come in no
+    // order: its few rows are sorted, in memory.
+    let one_order = EventFilter::for_tags(Tags::from_pairs([("order", "o-250")]));
+    let plan = storage
+        .explain_query(
+            &one_order,
+            &sensors,
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await
+        .unwrap();
+    assert!(
+        rows_returned(&plan) > 0,
+        "one order: the read returned nothing: {plan}"
+    );
+    let mut found = Vec::new();
+    sorts_and_spills(&plan, &mut found);
+    found.retain(|what| what.starts_with("Temp"));
+    if !found.is_empty() {
+        failures.push(format!("one order: {found:?} in {plan}"));
+    }
+    // Read in pages, the whole stream comes back once, in order, either way.
+    for direction in [Direction::Forward, Direction::Backward] {
+        let all = storage
+            .query(
+                &EventFilter::match_all(),
+                &sensors,
+                None,
+                Limit::none(),
+                direction,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            all.len(),
+            STREAM_EVENTS,
+            "{direction:?}: every event of the stream"
+        );
+        let ordered = all.windows(2).all(|pair| match direction {
+            Direction::Forward => pair[0].reference < pair[1].reference,
+            Direction::Backward => pair[0].reference > pair[1].reference,
+        });
+        assert!(ordered, "{direction:?}: the pages join in order");
+    }
+    storage.close().await.unwrap();
+    assert!(
+        failures.is_empty(),
+        "reads that sort or spill:\n{}",
+        failures.join("\n")
     );
 }

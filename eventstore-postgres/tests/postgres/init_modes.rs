@@ -159,7 +159,7 @@ async fn ensure_repairs_what_is_missing_but_not_what_differs() {
     };
     let prefix = common::unique_prefix();
     create_schema(&prefix).await;
-    pool.execute(format!("DROP INDEX {prefix}events_stream_idx; DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text); CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").as_str())
+    pool.execute(format!("DROP INDEX {prefix}events_context_idx; DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text); CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").as_str())
         .await
         .unwrap();
     open(&prefix, DatabaseInitMode::Ensure)

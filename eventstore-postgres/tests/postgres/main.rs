@@ -31,4 +31,5 @@ mod read_your_writes;
 mod restart;
 mod search_path;
 mod session_locks;
+mod streaming_read;
 mod throwaway_cluster;

@@ -1,0 +1,148 @@
+//! Reads in keyset pages: each statement asks for at most [`PAGE_ROWS`] events in
+//! `(tx, position)` order, and the next page starts after the last event of the one before.
+//!
+//! A bounded `LIMIT` is what lets the planner walk an ordered index and stop, where a read
+//! of a whole stream in one statement would be planned as a scan and a sort of everything
+//! it returns (spilling to disk beyond `work_mem`). Every page applies the visibility
+//! barrier again: the barrier only moves up, so the pages together never skip an event that
+//! a follower could later see below the last one returned.
+
+use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, Limit, StoredEvent};
+use futures_util::TryStreamExt;
+use sqlx::{PgConnection, Postgres, QueryBuilder};
+
+use super::rows::{decode_event, EVENT_COLUMNS};
+use crate::filter_sql::{push_after, push_before, push_filter, push_stream, VISIBILITY_BARRIER};
+use crate::shared::Shared;
+
+/// The most events one statement of a read returns: small enough that the planner prefers
+/// an ordered index walk to a sort, large enough that round trips cost little beside
+/// decoding the rows.
+pub(crate) const PAGE_ROWS: u64 = 1_000;
+
+/// Where a read stands: its bounds, what is left of its limit, and whether it is over.
+#[derive(Debug, Clone)]
+pub(crate) struct Pages {
+    filter: EventFilter,
+    stream: EventStreamId,
+    /// Only events strictly after this one: the caller's `after`, then, reading forward, the
+    /// last event returned.
+    after: Option<EventReference>,
+    /// Reading backward: only events strictly before the last one returned.
+    before: Option<EventReference>,
+    remaining: Option<u64>,
+    direction: Direction,
+    done: bool,
+}
+
+impl Pages {
+    /// A read of what `query` would return for these arguments.
+    pub(crate) fn new(
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> Self {
+        Pages {
+            filter: filter.clone(),
+            stream: stream.clone(),
+            after: after.copied(),
+            before: None,
+            remaining: limit.0,
+            direction,
+            done: limit.0 == Some(0) || filter.items.is_empty(),
+        }
+    }
+
+    /// Whether every page has been read.
+    pub(crate) fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The statement of the next page, prefixed with `head` (e.g. an `EXPLAIN`), and how
+    /// many rows it asks for.
+    pub(crate) fn statement(
+        &self,
+        shared: &Shared,
+        head: &str,
+    ) -> (QueryBuilder<'_, Postgres>, u64) {
+        let rows = self.remaining.map_or(PAGE_ROWS, |n| n.min(PAGE_ROWS));
+        let mut query = QueryBuilder::<Postgres>::new(format!(
+            "{head}SELECT {EVENT_COLUMNS} FROM {events} WHERE {VISIBILITY_BARRIER}",
+            events = shared.prefix.name("events")
+        ));
+        push_stream(&mut query, &self.stream);
+        push_filter(&mut query, &self.filter);
+        if let Some(after) = &self.after {
+            push_after(&mut query, after);
+        }
+        if let Some(before) = &self.before {
+            push_before(&mut query, before);
+        }
+        query.push(match self.direction {
+            Direction::Forward => " ORDER BY tx, position",
+            Direction::Backward => " ORDER BY tx DESC, position DESC",
+        });
+        // A literal, not a parameter: a generic plan would have to guess a parameter's value,
+        // and could guess a sort.
+        query.push(format_args!(" LIMIT {rows}"));
+        (query, rows)
+    }
+
+    /// Reads the next page on `connection`: empty once the read is over.
+    pub(crate) async fn next(
+        &mut self,
+        shared: &Shared,
+        connection: &mut PgConnection,
+        operation: &str,
+    ) -> eventstore_api::StorageResult<Vec<StoredEvent>> {
+        let mut page = Vec::new();
+        self.next_into(shared, connection, operation, &mut page)
+            .await?;
+        Ok(page)
+    }
+
+    /// Reads the next page on `connection` onto the end of `events`, each row decoded as it
+    /// arrives and dropped at once, so that neither the rows nor a page are held twice.
+    pub(crate) async fn next_into(
+        &mut self,
+        shared: &Shared,
+        connection: &mut PgConnection,
+        operation: &str,
+        events: &mut Vec<StoredEvent>,
+    ) -> eventstore_api::StorageResult<()> {
+        if self.done {
+            return Ok(());
+        }
+        let failing = shared.settings.failing(operation);
+        let start = events.len();
+        let (mut query, rows) = self.statement(shared, "");
+        events.reserve(usize::try_from(rows).unwrap_or(0));
+        {
+            let mut fetched = query
+                .build()
+                .persistent(shared.settings.prepared_statements)
+                .fetch(connection);
+            while let Some(row) = fetched.try_next().await.map_err(|e| failing.map(e))? {
+                events.push(decode_event(&row).map_err(|e| failing.map(e))?);
+            }
+        }
+        drop(query);
+        self.advance(&events[start..], rows);
+        Ok(())
+    }
+
+    /// Moves past `page`, which a statement asking for `rows` events returned.
+    fn advance(&mut self, page: &[StoredEvent], rows: u64) {
+        let count = page.len() as u64;
+        self.remaining = self.remaining.map(|n| n.saturating_sub(count));
+        self.done = count < rows || self.remaining == Some(0);
+        if let Some(last) = page.last() {
+            match self.direction {
+                Direction::Forward => self.after = Some(last.reference),
+                Direction::Backward => self.before = Some(last.reference),
+            }
+        }
+    }
+}
