@@ -6,8 +6,8 @@ use futures_core::Stream;
 use futures_util::{stream, StreamExt, TryStreamExt};
 
 use crate::{
-    Direction, EventFilter, EventReference, EventStorage, EventStreamId, Limit, StorageResult,
-    StoredEvent,
+    Direction, EventFilter, EventReference, EventStorage, EventStorageError, EventStreamId, Limit,
+    StorageResult, StoredEvent,
 };
 
 /// The events of a [`query_stream`](EventStorage::query_stream), in the order of its
@@ -87,6 +87,22 @@ impl Cursor {
             )
             .await?;
         let exhausted = (page.len() as u64) < rows + again;
+        // Reading forward, a page that does not move past the cursor would be read again
+        // and again: a backend whose `query` ignores `after` gets an error, not a loop.
+        if let (Direction::Forward, Some(after), Some(first)) =
+            (self.direction, self.after, page.first())
+        {
+            if first.reference <= after {
+                return Err(EventStorageError::backend(
+                    "query_stream cannot page: query returned an event that is not after \
+                     the cursor",
+                    format!(
+                        "cursor {after:?}, first event returned {:?}",
+                        first.reference
+                    ),
+                ));
+            }
+        }
         if let Some(before) = self.before {
             page.retain(|event| event.reference < before);
         }
