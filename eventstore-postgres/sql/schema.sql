@@ -120,16 +120,214 @@ BEGIN
 END
 $upgrade$;
 
+-- One lease request (an elector's renewal), the rules step by step: the common case, the
+-- holder renewing at the same priority, is one statement. lease_took_over says whether it
+-- acquired a lease another owner let expire without a release. The lease is serialized by
+-- a transaction-scoped advisory lock in a key space of its own, so lease traffic never waits
+-- on an append or a read. request_leases answers batches with the same rules, set by set.
+CREATE OR REPLACE FUNCTION __prefix__request_lease(
+    p_name text,
+    p_owner text,
+    p_priority bigint,
+    p_ttl interval,
+    p_lock_timeout text,
+    OUT lease_status text,
+    OUT lease_token bigint,
+    OUT lease_owner text,
+    OUT lease_took_over boolean
+)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now constant timestamptz := now();
+    v_lease __prefix__leases%ROWTYPE;
+    v_step_down boolean;
+    v_gone record;
+    v_lapsed text[];
+    v_refreshed boolean;
+    v_ranked_as bigint;
+    v_after_expiry boolean;
+    v_changes json[];
+BEGIN
+    -- Every statement below must see what committed while the lock was awaited: under
+    -- REPEATABLE READ or SERIALIZABLE it would keep the snapshot taken before the lock.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION '__prefix__request_lease needs READ COMMITTED isolation, not %',
+                current_setting('transaction_isolation')
+            USING ERRCODE = 'invalid_transaction_state',
+                  HINT = 'set default_transaction_isolation to read committed for this pool';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('__prefix__leases'), hashtext(p_name))
+       FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
+    lease_took_over := false;
+    -- The common case in one statement: the caller renews the live lease it holds, at the
+    -- same priority. It changes nothing anyone waits for, so it notifies nothing.
+    -- Heartbeats never move back: a request by the same owner that started later (a later
+    -- now()) may have committed first, and its heartbeat stays.
+    UPDATE __prefix__leases AS l
+       SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = p_ttl
+     WHERE l.lease_name = p_name AND l.owner = p_owner
+       AND l.priority = p_priority AND l.heartbeat_at + l.ttl >= v_now
+    RETURNING l.fencing_token, l.owner, EXISTS (
+        SELECT 1 FROM __prefix__lease_contenders AS c
+         WHERE c.lease_name = p_name
+           AND c.owner <> p_owner
+           AND c.priority > p_priority
+           AND c.heartbeat_at + c.ttl >= v_now
+    )
+    INTO lease_token, lease_owner, v_step_down;
+
+    IF NOT FOUND THEN
+        SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_name;
+        IF NOT FOUND THEN
+            INSERT INTO __prefix__leases AS l
+                (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
+            VALUES (p_name, p_owner, p_priority, __prefix__token_base() + 1,
+                    v_now, v_now, p_ttl)
+            RETURNING * INTO STRICT v_lease;
+            v_changes := v_changes
+                || json_build_object('lease', p_name, 'kind', 'contender_joined',
+                       'owner', p_owner, 'priority', p_priority)
+                || json_build_object('lease', p_name, 'kind', 'acquired',
+                       'owner', p_owner, 'token', v_lease.fencing_token,
+                       'after_expiry', false);
+        ELSIF v_lease.heartbeat_at + v_lease.ttl < v_now THEN
+            -- A holder that let its lease expire lapsed as a contender with it; one that
+            -- released it withdrew then.
+            IF NOT v_lease.released THEN
+                v_changes := v_changes
+                    || json_build_object('lease', p_name, 'kind', 'contender_left',
+                           'owner', v_lease.owner);
+            END IF;
+            -- The lease row now stands for the caller as a contender. A change of holder
+            -- is rare: the moment to forget contenders long gone too.
+            v_ranked_as := NULL;
+            FOR v_gone IN
+                DELETE FROM __prefix__lease_contenders AS c
+                 WHERE c.lease_name = p_name
+                   AND (c.owner = p_owner OR c.heartbeat_at + c.ttl < v_now)
+                RETURNING c.owner, c.priority, c.heartbeat_at + c.ttl >= v_now AS live
+            LOOP
+                IF v_gone.live THEN
+                    v_ranked_as := v_gone.priority;
+                ELSE
+                    v_changes := v_changes
+                        || json_build_object('lease', p_name, 'kind', 'contender_left',
+                               'owner', v_gone.owner);
+                END IF;
+            END LOOP;
+            IF v_ranked_as IS DISTINCT FROM p_priority THEN
+                v_changes := v_changes
+                    || json_build_object('lease', p_name, 'kind', 'contender_joined',
+                           'owner', p_owner, 'priority', p_priority);
+            END IF;
+            v_after_expiry := NOT v_lease.released;
+            lease_took_over := v_after_expiry AND v_lease.owner <> p_owner;
+            -- Nobody holds it live: the caller takes it under the next token, even when
+            -- it was the caller's own lease, so that two tenures never share a token; after
+            -- a promotion, above every token of the timeline before.
+            UPDATE __prefix__leases AS l
+               SET owner = p_owner, priority = p_priority,
+                   fencing_token = greatest(l.fencing_token, __prefix__token_base()) + 1,
+                   acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttl,
+                   released = false
+             WHERE l.lease_name = p_name
+            RETURNING * INTO STRICT v_lease;
+            v_changes := v_changes
+                || json_build_object('lease', p_name, 'kind', 'acquired',
+                       'owner', p_owner, 'token', v_lease.fencing_token,
+                       'after_expiry', v_after_expiry);
+        ELSIF v_lease.owner = p_owner THEN
+            -- The holder renews under another priority.
+            UPDATE __prefix__leases AS l
+               SET priority = p_priority, heartbeat_at = greatest(l.heartbeat_at, v_now),
+                   ttl = p_ttl
+             WHERE l.lease_name = p_name
+            RETURNING * INTO STRICT v_lease;
+            v_changes := v_changes
+                || json_build_object('lease', p_name, 'kind', 'contender_joined',
+                       'owner', p_owner, 'priority', p_priority);
+        ELSE
+            -- Someone else holds it live: refresh the caller's registration, and forget
+            -- this lease's lapsed contenders, so that instances which came and went under
+            -- identities of their own leave no rows behind while one leader holds the
+            -- lease for months. A plain refresh (live, same priority) is one statement.
+            WITH lapsed AS (
+                DELETE FROM __prefix__lease_contenders AS c
+                 WHERE c.lease_name = p_name AND c.heartbeat_at + c.ttl < v_now
+                RETURNING c.owner
+            ), refreshed AS (
+                UPDATE __prefix__lease_contenders AS c
+                   SET heartbeat_at = greatest(c.heartbeat_at, v_now), ttl = p_ttl
+                 WHERE c.lease_name = p_name AND c.owner = p_owner
+                   AND c.priority = p_priority AND c.heartbeat_at + c.ttl >= v_now
+                RETURNING c.owner
+            )
+            SELECT (SELECT array_agg(lapsed.owner) FROM lapsed),
+                   EXISTS (SELECT 1 FROM refreshed)
+              INTO v_lapsed, v_refreshed;
+            IF v_lapsed IS NOT NULL THEN
+                SELECT v_changes || array_agg(json_build_object('lease', p_name,
+                           'kind', 'contender_left', 'owner', gone))
+                  INTO v_changes
+                  FROM unnest(v_lapsed) AS gone;
+            END IF;
+            IF NOT v_refreshed THEN
+                -- New, lapsed, or under another priority: registered anew.
+                INSERT INTO __prefix__lease_contenders AS c
+                    (lease_name, owner, priority, heartbeat_at, ttl)
+                VALUES (p_name, p_owner, p_priority, v_now, p_ttl)
+                ON CONFLICT (lease_name, owner) DO UPDATE
+                    SET priority = excluded.priority,
+                        heartbeat_at = greatest(c.heartbeat_at, excluded.heartbeat_at),
+                        ttl = excluded.ttl;
+                v_changes := v_changes
+                    || json_build_object('lease', p_name, 'kind', 'contender_joined',
+                           'owner', p_owner, 'priority', p_priority);
+                IF p_priority > v_lease.priority THEN
+                    v_changes := v_changes
+                        || json_build_object('lease', p_name,
+                               'kind', 'step_down_requested', 'holder', v_lease.owner,
+                               'token', v_lease.fencing_token, 'contender', p_owner);
+                END IF;
+            END IF;
+            lease_status := 'standby';
+            lease_token := v_lease.fencing_token;
+            lease_owner := v_lease.owner;
+        END IF;
+        IF lease_status IS NULL THEN
+            lease_token := v_lease.fencing_token;
+            lease_owner := v_lease.owner;
+            SELECT EXISTS (
+                SELECT 1 FROM __prefix__lease_contenders AS c
+                 WHERE c.lease_name = p_name
+                   AND c.owner <> p_owner
+                   AND c.priority > p_priority
+                   AND c.heartbeat_at + c.ttl >= v_now
+            ) INTO v_step_down;
+        END IF;
+    END IF;
+    lease_status := coalesce(lease_status,
+        CASE WHEN v_step_down THEN 'step_down_requested' ELSE 'leader' END);
+
+    IF v_changes IS NOT NULL THEN
+        PERFORM pg_notify('__prefix__lease_changes',
+                    CASE WHEN octet_length(change::text) < 8000 THEN change::text
+                         ELSE '{"kind": "missed"}' END)
+           FROM unnest(v_changes) AS change;
+    END IF;
+END
+$$;
+
 -- Acquire, renew or contend for a batch of leases in one call, answering each request as if
 -- it ran alone, in order; lease_index is the request's place in the batch, from 1, and
 -- lease_took_over says whether it acquired a lease another owner let expire without a
 -- release. Each lease is serialized by a transaction-scoped advisory lock in a key space of
 -- its own, so lease traffic never waits on an append or a read.
 --
--- One request (an elector's renewal) runs the rules step by step, its common case in one
--- statement. A batch runs them set by set: one statement for the whole batch (for each
--- layer, below). The answers and notifications are the same either way: the tests compare
--- the two on random batches.
+-- One request goes to request_lease, step by step. A batch runs the rules set by set: the
+-- renewals in one statement, the rest in another (for each layer, below). The answers, rows
+-- and notifications are the same either way: the tests compare the two on random batches.
 CREATE OR REPLACE FUNCTION __prefix__request_leases(
     p_names text[],
     p_owners text[],
@@ -145,13 +343,6 @@ DECLARE
     v_now constant timestamptz := now();
     v_count constant integer := coalesce(array_length(p_names, 1), 0);
     v_lock_space constant integer := hashtext('__prefix__leases');
-    v_lease __prefix__leases%ROWTYPE;
-    v_step_down boolean;
-    v_gone record;
-    v_lapsed text[];
-    v_refreshed boolean;
-    v_ranked_as bigint;
-    v_after_expiry boolean;
     v_changes json[];
     v_base bigint;
     v_layers integer;
@@ -180,9 +371,7 @@ BEGIN
     END IF;
 
     IF v_count = 1 THEN
-        PERFORM pg_advisory_xact_lock(v_lock_space, hashtext(p_names[1]))
-           FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
-        v_layers := 1;
+        v_layers := 1; -- request_lease takes the lease's lock
     ELSE
         -- The planner takes a batch's plan for an expensive one and would compile it to
         -- machine code on every call (about a second); its statements run better without.
@@ -210,159 +399,11 @@ BEGIN
     -- would cost more than steps.
     IF v_count = 1 OR v_layers > 4 THEN
         FOR i IN 1 .. v_count LOOP
-            lease_index := i;
-            lease_took_over := false;
-            -- The common case in one statement: the caller renews the live lease it holds, at the
-            -- same priority. It changes nothing anyone waits for, so it notifies nothing.
-            -- Heartbeats never move back: a request by the same owner that started later (a later
-            -- now()) may have committed first, and its heartbeat stays.
-            UPDATE __prefix__leases AS l
-               SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = p_ttls[i]
-             WHERE l.lease_name = p_names[i] AND l.owner = p_owners[i]
-               AND l.priority = p_priorities[i] AND l.heartbeat_at + l.ttl >= v_now
-            RETURNING l.fencing_token, l.owner, EXISTS (
-                SELECT 1 FROM __prefix__lease_contenders AS c
-                 WHERE c.lease_name = p_names[i]
-                   AND c.owner <> p_owners[i]
-                   AND c.priority > p_priorities[i]
-                   AND c.heartbeat_at + c.ttl >= v_now
-            )
-            INTO lease_token, lease_owner, v_step_down;
-
-            IF NOT FOUND THEN
-                SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_names[i];
-                IF NOT FOUND THEN
-                    INSERT INTO __prefix__leases AS l
-                        (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
-                    VALUES (p_names[i], p_owners[i], p_priorities[i], __prefix__token_base() + 1,
-                            v_now, v_now, p_ttls[i])
-                    RETURNING * INTO STRICT v_lease;
-                    v_changes := v_changes
-                        || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
-                               'owner', p_owners[i], 'priority', p_priorities[i])
-                        || json_build_object('lease', p_names[i], 'kind', 'acquired',
-                               'owner', p_owners[i], 'token', v_lease.fencing_token,
-                               'after_expiry', false);
-                ELSIF v_lease.heartbeat_at + v_lease.ttl < v_now THEN
-                    -- A holder that let its lease expire lapsed as a contender with it; one that
-                    -- released it withdrew then.
-                    IF NOT v_lease.released THEN
-                        v_changes := v_changes
-                            || json_build_object('lease', p_names[i], 'kind', 'contender_left',
-                                   'owner', v_lease.owner);
-                    END IF;
-                    -- The lease row now stands for the caller as a contender. A change of holder
-                    -- is rare: the moment to forget contenders long gone too.
-                    v_ranked_as := NULL;
-                    FOR v_gone IN
-                        DELETE FROM __prefix__lease_contenders AS c
-                         WHERE c.lease_name = p_names[i]
-                           AND (c.owner = p_owners[i] OR c.heartbeat_at + c.ttl < v_now)
-                        RETURNING c.owner, c.priority, c.heartbeat_at + c.ttl >= v_now AS live
-                    LOOP
-                        IF v_gone.live THEN
-                            v_ranked_as := v_gone.priority;
-                        ELSE
-                            v_changes := v_changes
-                                || json_build_object('lease', p_names[i], 'kind', 'contender_left',
-                                       'owner', v_gone.owner);
-                        END IF;
-                    END LOOP;
-                    IF v_ranked_as IS DISTINCT FROM p_priorities[i] THEN
-                        v_changes := v_changes
-                            || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
-                                   'owner', p_owners[i], 'priority', p_priorities[i]);
-                    END IF;
-                    v_after_expiry := NOT v_lease.released;
-                    lease_took_over := v_after_expiry AND v_lease.owner <> p_owners[i];
-                    -- Nobody holds it live: the caller takes it under the next token, even when
-                    -- it was the caller's own lease, so that two tenures never share a token; after
-                    -- a promotion, above every token of the timeline before.
-                    UPDATE __prefix__leases AS l
-                       SET owner = p_owners[i], priority = p_priorities[i],
-                           fencing_token = greatest(l.fencing_token, __prefix__token_base()) + 1,
-                           acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttls[i],
-                           released = false
-                     WHERE l.lease_name = p_names[i]
-                    RETURNING * INTO STRICT v_lease;
-                    v_changes := v_changes
-                        || json_build_object('lease', p_names[i], 'kind', 'acquired',
-                               'owner', p_owners[i], 'token', v_lease.fencing_token,
-                               'after_expiry', v_after_expiry);
-                ELSIF v_lease.owner = p_owners[i] THEN
-                    -- The holder renews under another priority.
-                    UPDATE __prefix__leases AS l
-                       SET priority = p_priorities[i], heartbeat_at = greatest(l.heartbeat_at, v_now),
-                           ttl = p_ttls[i]
-                     WHERE l.lease_name = p_names[i]
-                    RETURNING * INTO STRICT v_lease;
-                    v_changes := v_changes
-                        || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
-                               'owner', p_owners[i], 'priority', p_priorities[i]);
-                ELSE
-                    -- Someone else holds it live: refresh the caller's registration, and forget
-                    -- this lease's lapsed contenders, so that instances which came and went under
-                    -- identities of their own leave no rows behind while one leader holds the
-                    -- lease for months. A plain refresh (live, same priority) is one statement.
-                    WITH lapsed AS (
-                        DELETE FROM __prefix__lease_contenders AS c
-                         WHERE c.lease_name = p_names[i] AND c.heartbeat_at + c.ttl < v_now
-                        RETURNING c.owner
-                    ), refreshed AS (
-                        UPDATE __prefix__lease_contenders AS c
-                           SET heartbeat_at = greatest(c.heartbeat_at, v_now), ttl = p_ttls[i]
-                         WHERE c.lease_name = p_names[i] AND c.owner = p_owners[i]
-                           AND c.priority = p_priorities[i] AND c.heartbeat_at + c.ttl >= v_now
-                        RETURNING c.owner
-                    )
-                    SELECT (SELECT array_agg(lapsed.owner) FROM lapsed),
-                           EXISTS (SELECT 1 FROM refreshed)
-                      INTO v_lapsed, v_refreshed;
-                    IF v_lapsed IS NOT NULL THEN
-                        SELECT v_changes || array_agg(json_build_object('lease', p_names[i],
-                                   'kind', 'contender_left', 'owner', gone))
-                          INTO v_changes
-                          FROM unnest(v_lapsed) AS gone;
-                    END IF;
-                    IF NOT v_refreshed THEN
-                        -- New, lapsed, or under another priority: registered anew.
-                        INSERT INTO __prefix__lease_contenders AS c
-                            (lease_name, owner, priority, heartbeat_at, ttl)
-                        VALUES (p_names[i], p_owners[i], p_priorities[i], v_now, p_ttls[i])
-                        ON CONFLICT (lease_name, owner) DO UPDATE
-                            SET priority = excluded.priority,
-                                heartbeat_at = greatest(c.heartbeat_at, excluded.heartbeat_at),
-                                ttl = excluded.ttl;
-                        v_changes := v_changes
-                            || json_build_object('lease', p_names[i], 'kind', 'contender_joined',
-                                   'owner', p_owners[i], 'priority', p_priorities[i]);
-                        IF p_priorities[i] > v_lease.priority THEN
-                            v_changes := v_changes
-                                || json_build_object('lease', p_names[i],
-                                       'kind', 'step_down_requested', 'holder', v_lease.owner,
-                                       'token', v_lease.fencing_token, 'contender', p_owners[i]);
-                        END IF;
-                    END IF;
-                    lease_status := 'standby';
-                    lease_token := v_lease.fencing_token;
-                    lease_owner := v_lease.owner;
-                    RETURN NEXT;
-                    CONTINUE;
-                END IF;
-                lease_token := v_lease.fencing_token;
-                lease_owner := v_lease.owner;
-                SELECT EXISTS (
-                    SELECT 1 FROM __prefix__lease_contenders AS c
-                     WHERE c.lease_name = p_names[i]
-                       AND c.owner <> p_owners[i]
-                       AND c.priority > p_priorities[i]
-                       AND c.heartbeat_at + c.ttl >= v_now
-                ) INTO v_step_down;
-            END IF;
-            lease_status := CASE WHEN v_step_down THEN 'step_down_requested' ELSE 'leader' END;
-            RETURN NEXT;
+            RETURN QUERY
+                SELECT i, r.lease_status, r.lease_token, r.lease_owner, r.lease_took_over
+                  FROM __prefix__request_lease(p_names[i], p_owners[i], p_priorities[i],
+                                               p_ttls[i], p_lock_timeout) AS r;
         END LOOP;
-
     ELSE
         v_base := __prefix__token_base();
         FOR v_layer IN 1 .. v_layers LOOP
@@ -677,6 +718,9 @@ $$;
 -- the functions use. CREATE OR REPLACE clears the setting, so it is set again each time.
 DO $pin$
 BEGIN
+    EXECUTE pg_catalog.format(
+        'ALTER FUNCTION __prefix__request_lease(text, text, bigint, interval, text) '
+        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
     EXECUTE pg_catalog.format(
         'ALTER FUNCTION __prefix__request_leases(text[], text[], bigint[], interval[], text) '
         'SET search_path = %I, pg_temp', pg_catalog.current_schema());

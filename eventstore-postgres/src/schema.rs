@@ -114,6 +114,7 @@ const INDEXES: &[(&str, &str, bool)] = &[
 /// Every function (by suffix) with its argument types.
 const FUNCTIONS: &[(&str, &str)] = &[
     ("token_base", ""),
+    ("request_lease", "text, text, bigint, interval, text"),
     (
         "request_leases",
         "text[], text[], bigint[], interval[], text",

@@ -1,7 +1,8 @@
-//! A batch is decided set by set, one request alone step by step: both must give the same
-//! answers, leave the same rows and notify the same changes. Two stores start empty and get
-//! the same random traffic in one transaction per round (so both see the same `now()`): the
-//! first in batches, the second one request per call.
+//! A batch is decided set by set (`request_leases`), one request step by step
+//! (`request_lease`): both must give the same answers, leave the same rows and notify the
+//! same changes. Two stores start empty and get the same random traffic in one transaction
+//! per round (so both see the same `now()`): the first in batches, the second one request
+//! per call.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -94,6 +95,25 @@ async fn call(connection: &mut PgConnection, prefix: &str, batch: &[Asked]) -> V
             )
         })
         .collect()
+}
+
+/// One request through `request_lease`, the function a single request goes to.
+async fn call_one(connection: &mut PgConnection, prefix: &str, asked: &Asked) -> Answer {
+    sqlx::query_as(&format!(
+        "SELECT lease_status, lease_token, lease_owner, lease_took_over \
+         FROM {prefix}request_lease($1, $2, $3, $4, '10s')"
+    ))
+    .bind(asked.lease)
+    .bind(asked.owner)
+    .bind(asked.priority)
+    .bind(PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: asked.ttl_ms * 1_000,
+    })
+    .fetch_one(&mut *connection)
+    .await
+    .unwrap()
 }
 
 async fn release(connection: &mut PgConnection, prefix: &str, lease: &str, owner: &str) -> bool {
@@ -218,7 +238,7 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
         let from_batch = call(&mut transaction, &batched, &batch).await;
         let mut one_by_one = Vec::new();
         for asked in &batch {
-            one_by_one.extend(call(&mut transaction, &single, std::slice::from_ref(asked)).await);
+            one_by_one.push(call_one(&mut transaction, &single, asked).await);
         }
         assert_eq!(
             from_batch, one_by_one,

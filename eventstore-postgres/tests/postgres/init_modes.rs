@@ -245,7 +245,7 @@ async fn none_touches_nothing_and_calls_name_the_missing_schema() {
         .request_lease(LeaseRequest::new("l", "o", 0, Duration::from_secs(1)))
         .await;
     assert!(
-        matches!(&requested, Err(EventStorageError::Schema { object, .. }) if object.contains("request_leases")),
+        matches!(&requested, Err(EventStorageError::Schema { object, .. }) if object.contains("request_lease")),
         "{requested:?}"
     );
     storage.close().await.unwrap();

@@ -106,7 +106,7 @@ async fn a_lease_request_whose_backend_is_killed_fails_and_writes_nothing() {
         })
     };
     terminate_the_waiting_backend(&admin, &application).await;
-    assert_backend_error(waiting.await.unwrap(), "request leases");
+    assert_backend_error(waiting.await.unwrap(), "request a lease");
     held.rollback().await.unwrap();
 
     assert!(

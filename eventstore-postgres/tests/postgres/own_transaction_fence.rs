@@ -110,7 +110,7 @@ async fn a_read_model_write_in_the_callers_transaction_is_fenced_against_a_racin
         || async {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%request_leases%' \
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%request_lease%' \
                    AND query NOT LIKE '%pg_stat_activity%'",
             )
             .fetch_one(&admin)

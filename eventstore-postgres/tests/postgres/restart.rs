@@ -80,7 +80,7 @@ async fn fencing_tokens_and_events_survive_a_server_crash_and_restart() {
     );
     let down = down.unwrap_err().to_string();
     assert!(
-        down.contains("request leases") || down.contains("connection"),
+        down.contains("request a lease") || down.contains("connection"),
         "unclear error: {down}"
     );
     cluster.pg_ctl_start().expect("starting the cluster again");
