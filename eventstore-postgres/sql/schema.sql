@@ -717,24 +717,19 @@ $$;
 -- table or function in another schema earlier in a caller's path never stands in for what
 -- the functions use. CREATE OR REPLACE clears the setting, so it is set again each time.
 DO $pin$
+DECLARE
+    v_function text;
 BEGIN
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION __prefix__request_lease(text, text, bigint, interval, text) '
-        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION __prefix__request_leases(text[], text[], bigint[], interval[], text) '
-        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION __prefix__release_lease(text, text, text) '
-        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION __prefix__release_leases(text[], text, text) '
-        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION __prefix__token_base() '
-        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
-    EXECUTE pg_catalog.format(
-        'ALTER FUNCTION __prefix__check_fence(text, bigint, text) '
-        'SET search_path = %I, pg_temp', pg_catalog.current_schema());
+    FOREACH v_function IN ARRAY ARRAY[
+        '__prefix__token_base()',
+        '__prefix__request_lease(text, text, bigint, interval, text)',
+        '__prefix__request_leases(text[], text[], bigint[], interval[], text)',
+        '__prefix__release_lease(text, text, text)',
+        '__prefix__release_leases(text[], text, text)',
+        '__prefix__check_fence(text, bigint, text)'
+    ] LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = %I, pg_temp',
+                                  v_function, pg_catalog.current_schema());
+    END LOOP;
 END
 $pin$;
