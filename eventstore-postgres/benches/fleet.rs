@@ -273,6 +273,14 @@ async fn fleet(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
     let (first, standby) = our_round(storage).await;
     first.row("first: every lease acquired", None);
     copy_tables(pool, prefix).await;
+    // As autovacuum leaves a lease table that has run for a while, and as the floor's copies
+    // are: vacuumed, with statistics.
+    for table in ["leases", "lease_contenders"] {
+        sqlx::query(&format!("VACUUM ANALYZE {prefix}{table}"))
+            .execute(pool)
+            .await
+            .unwrap();
+    }
     for round in 1..=STEADY_ROUNDS {
         let floor = floor_round(pool, prefix, &standby).await;
         let (ours, _) = our_round(storage).await;

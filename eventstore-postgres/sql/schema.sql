@@ -326,7 +326,8 @@ $$;
 -- its own, so lease traffic never waits on an append or a read.
 --
 -- One request goes to request_lease, step by step. A batch runs the rules set by set: the
--- renewals in one statement, the rest in another (for each layer, below). The answers, rows
+-- renewals and plain standby refreshes in one statement, the rest in another (for each
+-- layer, below). The answers, rows
 -- and notifications are the same either way: the tests compare the two on random batches.
 CREATE OR REPLACE FUNCTION __prefix__request_leases(
     p_names text[],
@@ -338,6 +339,14 @@ CREATE OR REPLACE FUNCTION __prefix__request_leases(
 RETURNS TABLE (lease_index integer, lease_status text, lease_token bigint, lease_owner text,
                lease_took_over boolean)
 LANGUAGE plpgsql VOLATILE
+-- Planned for what a batch is, whatever the statistics say: a lookup by key per request. With
+-- statistics, a join of a thousand requests to the lease table is costed cheaper as a scan of
+-- the whole table into a hash, which on a large table takes many times longer. And no JIT:
+-- the planner takes a batch's plan for an expensive one and would compile it to machine code
+-- on every call (about a second). The settings hold for this function's statements only.
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET jit = off
 AS $$
 DECLARE
     v_now constant timestamptz := now();
@@ -349,7 +358,7 @@ DECLARE
     v_keys integer;
     v_layer_of integer[];
     v_asked bigint;
-    v_renewed boolean[];
+    v_handled boolean[];
     v_indexes integer[];
     v_statuses text[];
     v_tokens bigint[];
@@ -373,9 +382,7 @@ BEGIN
     IF v_count = 1 THEN
         v_layers := 1; -- request_lease takes the lease's lock
     ELSE
-        -- The planner takes a batch's plan for an expensive one and would compile it to
-        -- machine code on every call (about a second); its statements run better without.
-        PERFORM set_config('lock_timeout', p_lock_timeout, true), set_config('jit', 'off', true);
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
         -- Every lock up front, in key order, so that two overlapping batches never deadlock.
         SELECT count(*) INTO v_keys
           FROM (SELECT pg_advisory_xact_lock(v_lock_space, keys.key)
@@ -407,46 +414,66 @@ BEGIN
     ELSE
         v_base := __prefix__token_base();
         FOR v_layer IN 1 .. v_layers LOOP
-            -- The common case first, as for one request: each caller renewing the live lease
-            -- it holds, at the same priority. It notifies nothing.
+            -- The common cases first, in one statement that reads each lease once: a caller
+            -- renewing the live lease it holds at the same priority, and a standby refreshing
+            -- its live registration at the same priority while none of the lease's
+            -- contenders has lapsed (else it forgets them, below). Neither notifies anything.
             WITH asked AS (
                 SELECT r.i::integer AS i, r.n, r.o, r.p, r.t
                   FROM unnest(p_names, p_owners, p_priorities, p_ttls)
                        WITH ORDINALITY AS r(n, o, p, t, i)
                  WHERE v_layers = 1 OR v_layer_of[r.i] = v_layer
+            ), live AS (
+                SELECT a.*, l.owner AS holder, l.priority AS holder_priority,
+                       l.fencing_token AS token
+                  FROM asked AS a
+                  CROSS JOIN LATERAL (
+                      SELECT * FROM __prefix__leases AS l
+                       WHERE l.lease_name = a.n AND l.heartbeat_at + l.ttl >= v_now LIMIT 1
+                  ) AS l
             ), renewed AS (
                 UPDATE __prefix__leases AS l
-                   SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = a.t
-                  FROM asked AS a
-                 WHERE l.lease_name = a.n AND l.owner = a.o AND l.priority = a.p
-                   AND l.heartbeat_at + l.ttl >= v_now
-                RETURNING a.i, l.fencing_token, l.owner, EXISTS (
-                    SELECT 1 FROM __prefix__lease_contenders AS c
-                     WHERE c.lease_name = a.n AND c.owner <> a.o AND c.priority > a.p
-                       AND c.heartbeat_at + c.ttl >= v_now) AS outranked
+                   SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = k.t
+                  FROM live AS k
+                 WHERE k.holder = k.o AND k.holder_priority = k.p AND l.lease_name = k.n
+                RETURNING k.i, l.fencing_token, l.owner,
+                    CASE WHEN EXISTS (
+                        SELECT 1 FROM __prefix__lease_contenders AS c
+                         WHERE c.lease_name = k.n AND c.owner <> k.o AND c.priority > k.p
+                           AND c.heartbeat_at + c.ttl >= v_now)
+                    THEN 'step_down_requested' ELSE 'leader' END AS status
+            ), refreshed AS (
+                UPDATE __prefix__lease_contenders AS c
+                   SET heartbeat_at = greatest(c.heartbeat_at, v_now), ttl = k.t
+                  FROM live AS k
+                 WHERE k.holder <> k.o AND c.lease_name = k.n AND c.owner = k.o
+                   AND c.priority = k.p AND c.heartbeat_at + c.ttl >= v_now
+                   AND NOT EXISTS (
+                       SELECT 1 FROM __prefix__lease_contenders AS x
+                        WHERE x.lease_name = k.n AND x.heartbeat_at + x.ttl < v_now)
+                RETURNING k.i, k.token AS fencing_token, k.holder AS owner, 'standby' AS status
+            ), handled AS (
+                SELECT * FROM renewed UNION ALL SELECT * FROM refreshed
             )
-            SELECT array_agg(r.i),
-                   array_agg(CASE WHEN r.outranked THEN 'step_down_requested'
-                                  ELSE 'leader' END),
-                   array_agg(r.fencing_token), array_agg(r.owner), array_agg(false),
-                   (SELECT count(*) FROM asked)
+            SELECT array_agg(h.i), array_agg(h.status), array_agg(h.fencing_token),
+                   array_agg(h.owner), array_agg(false), (SELECT count(*) FROM asked)
               INTO v_indexes, v_statuses, v_tokens, v_owners, v_took_over, v_asked
-              FROM renewed AS r;
+              FROM handled AS h;
             IF v_indexes IS NOT NULL THEN
                 RETURN QUERY SELECT * FROM unnest(v_indexes, v_statuses, v_tokens, v_owners,
                                                   v_took_over);
             END IF;
             CONTINUE WHEN coalesce(cardinality(v_indexes), 0) = v_asked;
             -- The rest, set by set.
-            v_renewed := array_fill(false, ARRAY[v_count]);
+            v_handled := array_fill(false, ARRAY[v_count]);
             FOREACH i IN ARRAY coalesce(v_indexes, '{}') LOOP
-                v_renewed[i] := true;
+                v_handled[i] := true;
             END LOOP;
             WITH asked AS (
                 SELECT r.i::integer AS i, r.n, r.o, r.p, r.t
                   FROM unnest(p_names, p_owners, p_priorities, p_ttls)
                        WITH ORDINALITY AS r(n, o, p, t, i)
-                 WHERE (v_layers = 1 OR v_layer_of[r.i] = v_layer) AND NOT v_renewed[r.i]
+                 WHERE (v_layers = 1 OR v_layer_of[r.i] = v_layer) AND NOT v_handled[r.i]
             ), decided AS (
                 -- Each lease and its contenders, read with one index lookup per request
                 -- (LIMIT and the aggregate keep the planner from scanning a whole table,

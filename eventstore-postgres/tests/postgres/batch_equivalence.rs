@@ -97,6 +97,27 @@ async fn call(connection: &mut PgConnection, prefix: &str, batch: &[Asked]) -> V
         .collect()
 }
 
+/// How many requests of `batch` are standbys refreshing a live registration at the same
+/// priority on a lease held live by another owner: those whose lease has no lapsed contender
+/// (a batch answers them in its first statement) and those whose lease has one (answered
+/// with everything else, which forgets the lapsed).
+async fn standby_refreshes(
+    connection: &mut PgConnection,
+    prefix: &str,
+    batch: &[Asked],
+) -> (i64, i64) {
+    let row = sqlx::query(&format!(
+        "SELECT count(*) FILTER (WHERE NOT lapsed) AS plain, count(*) FILTER (WHERE lapsed)                 AS beside_lapsed          FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(n, o, p)          JOIN {prefix}leases AS l ON l.lease_name = r.n AND l.owner <> r.o               AND l.heartbeat_at + l.ttl >= now()          JOIN {prefix}lease_contenders AS c ON c.lease_name = r.n AND c.owner = r.o               AND c.priority = r.p AND c.heartbeat_at + c.ttl >= now()          CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM {prefix}lease_contenders AS x               WHERE x.lease_name = r.n AND x.heartbeat_at + x.ttl < now()) AS lapsed) AS z"
+    ))
+    .bind(batch.iter().map(|a| a.lease).collect::<Vec<_>>())
+    .bind(batch.iter().map(|a| a.owner).collect::<Vec<_>>())
+    .bind(batch.iter().map(|a| a.priority).collect::<Vec<_>>())
+    .fetch_one(&mut *connection)
+    .await
+    .unwrap();
+    (row.get("plain"), row.get("beside_lapsed"))
+}
+
 /// One request through `request_lease`, the function a single request goes to.
 async fn call_one(connection: &mut PgConnection, prefix: &str, asked: &Asked) -> Answer {
     sqlx::query_as(&format!(
@@ -223,6 +244,7 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut connection = pool.acquire().await.unwrap();
     let (mut duplicates, mut took_over, mut kinds) = (0, 0, BTreeMap::new());
+    let (mut plain_refreshes, mut refreshes_beside_lapsed) = (0, 0);
     for round in 0..ROUNDS {
         let batch = random_batch(&mut rng);
         let releases: Vec<(&str, &str)> = (0..rng.gen_range(0..3))
@@ -235,6 +257,9 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
             .collect();
 
         let mut transaction = sqlx::Connection::begin(&mut *connection).await.unwrap();
+        let (plain, beside_lapsed) = standby_refreshes(&mut transaction, &batched, &batch).await;
+        plain_refreshes += plain;
+        refreshes_beside_lapsed += beside_lapsed;
         let from_batch = call(&mut transaction, &batched, &batch).await;
         let mut one_by_one = Vec::new();
         for asked in &batch {
@@ -284,10 +309,21 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
         // Short ttls lapse between rounds now and then.
         tokio::time::sleep(Duration::from_millis(rng.gen_range(0..12))).await;
     }
-    println!("{duplicates} repeated leases in batches, {took_over} takeovers, {kinds:?}");
+    println!(
+        "{duplicates} repeated leases in batches, {took_over} takeovers, {plain_refreshes} \
+         plain standby refreshes, {refreshes_beside_lapsed} beside a lapsed contender, {kinds:?}"
+    );
     // The traffic covered what the two paths could disagree on.
     assert!(duplicates > 0, "no batch asked for a lease twice");
     assert!(took_over > 0, "no request took over an expired lease");
+    assert!(
+        plain_refreshes > 0,
+        "no standby refreshed a live registration"
+    );
+    assert!(
+        refreshes_beside_lapsed > 0,
+        "no standby refreshed a live registration beside a lapsed contender"
+    );
     for kind in [
         "leader",
         "standby",

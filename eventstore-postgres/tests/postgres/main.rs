@@ -9,6 +9,7 @@ mod common;
 
 mod append_hints;
 mod batch_equivalence;
+mod batch_plans;
 mod chaos;
 mod contention;
 mod elector_faults;
