@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -93,8 +94,10 @@ impl FileEventStorage {
     /// process (or another handle in this one) holds the directory: an operator's tool reads
     /// the events and bookmarks of a running service this way. The handle sees the store as
     /// it was on disk when opened; a frame still being written at the end of the log (a
-    /// torn tail) is not an error but the end of what is read. Open again to see later
-    /// events.
+    /// torn tail) is not an error but the end of what is read. What looks like damage is read
+    /// again after a pause, up to three times within about a third of a second: a frame that
+    /// the writer is copying into the segment can be seen with its later bytes before its
+    /// header. Open again to see later events.
     ///
     /// Every change is refused with [`EventStorageError::Unsupported`] naming the read-only
     /// storage: appends, bookmark changes and all lease operations (the leases of a file
@@ -103,7 +106,8 @@ impl FileEventStorage {
     ///
     /// # Errors
     /// `Backend` when `dir` does not exist or holds no event log (nothing is created), when
-    /// the log is damaged in a way a write in progress cannot explain, or on I/O failure.
+    /// every attempt finds the log damaged in a way a write in progress cannot explain, or on
+    /// I/O failure.
     ///
     /// # Examples
     /// ```
@@ -297,9 +301,14 @@ fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<Fi
     })
 }
 
-/// How often a read-only open reads the store again when the writer beside it changed a file
-/// under it (sealed a segment, compacted the bookmarks) while it was being read.
-const READ_ONLY_ATTEMPTS: usize = 3;
+/// How often a read-only open reads the store before it reports what it found. The writer
+/// beside it may change a file while it is read: seal a segment or compact the bookmarks (an
+/// I/O error), or be in the middle of writing a frame into the segment's zeroed space, whose
+/// bytes a reader can see land in any order (what looks like damage at the end of the log).
+/// Both pass within moments; damage that is really there is found by every attempt.
+const READ_ONLY_ATTEMPTS: u32 = 4;
+/// The pause before the second attempt; each later pause is five times the one before.
+const READ_ONLY_FIRST_PAUSE: Duration = Duration::from_millis(10);
 
 fn open_read_only_blocking(dir: PathBuf) -> StorageResult<FileEventStorage> {
     if !dir.is_dir() {
@@ -321,7 +330,12 @@ fn open_read_only_blocking(dir: PathBuf) -> StorageResult<FileEventStorage> {
         });
         match read {
             Ok(read) => break read,
-            Err(OpenFailure::Io { .. }) if attempt < READ_ONLY_ATTEMPTS => attempt += 1,
+            Err(OpenFailure::Io { .. } | OpenFailure::Corrupt(_))
+                if attempt < READ_ONLY_ATTEMPTS =>
+            {
+                std::thread::sleep(READ_ONLY_FIRST_PAUSE * 5u32.pow(attempt - 1));
+                attempt += 1;
+            }
             Err(failure) => {
                 let message = format!("cannot open the event store in {} read-only", dir.display());
                 return Err(match failure {

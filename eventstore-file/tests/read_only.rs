@@ -361,3 +361,80 @@ async fn read_only_opens_while_another_process_appends_see_every_acknowledged_ev
     assert!(opens > 1, "{opens} read-only opens");
     eprintln!("{opens} read-only opens while another process appended {CHILD_APPENDS} events");
 }
+
+/// The segment of a store holding one small event and then one large one, and where the
+/// second frame starts.
+async fn two_frames(dir: &Path) -> (Vec<StoredEvent>, Vec<u8>, Vec<u8>, usize) {
+    let stream = EventStreamId::for_context("orders");
+    let writer = FileEventStorage::open(dir).await.unwrap();
+    let first = writer
+        .append(AppendCriteria::none(), &stream, vec![event(1)])
+        .await
+        .unwrap();
+    writer.close().await.unwrap();
+    let segment = dir.join(format!("events-{:020}.log", 1));
+    let with_one = std::fs::read(&segment).unwrap();
+    let writer = FileEventStorage::open(dir).await.unwrap();
+    let big = EventToStore::new("Big", json!({ "text": "x".repeat(4096) }));
+    writer
+        .append(AppendCriteria::none(), &stream, vec![big])
+        .await
+        .unwrap();
+    writer.close().await.unwrap();
+    let with_two = std::fs::read(&segment).unwrap();
+    let start = with_one
+        .iter()
+        .zip(&with_two)
+        .position(|(one, two)| one != two)
+        .expect("the second append changed the segment");
+    let caught = segment_bytes_with_unwritten_header(&with_two, start);
+    (first, with_two, caught, start)
+}
+
+/// `segment` with the 12-byte header of the frame at `start` still zero and its payload
+/// there: a frame being copied in, as a reader may catch it.
+fn segment_bytes_with_unwritten_header(segment: &[u8], start: usize) -> Vec<u8> {
+    let mut caught = segment.to_vec();
+    caught[start..start + 12].fill(0);
+    caught
+}
+
+#[tokio::test]
+async fn a_frame_caught_while_it_is_copied_in_is_read_again_not_reported_as_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, written, caught, _) = two_frames(dir.path()).await;
+    let segment = dir.path().join(format!("events-{:020}.log", 1));
+    std::fs::write(&segment, &caught).unwrap();
+    // The writer finishes the frame a moment after the reader first looked.
+    let finisher = {
+        let segment = segment.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            std::fs::write(&segment, &written).unwrap();
+        })
+    };
+    let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
+    let events = all_events(&reader).await;
+    assert_eq!(events.len(), 2, "the finished frame is read: {events:?}");
+    assert_eq!(events[..1], first[..]);
+    reader.close().await.unwrap();
+    finisher.join().unwrap();
+}
+
+#[tokio::test]
+async fn damage_that_stays_is_reported_after_the_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, caught, start) = two_frames(dir.path()).await;
+    let segment = dir.path().join(format!("events-{:020}.log", 1));
+    std::fs::write(&segment, &caught).unwrap();
+    let error = tokio::time::timeout(DEADLINE, FileEventStorage::open_read_only(dir.path()))
+        .await
+        .expect("the open gives up")
+        .unwrap_err();
+    let report = error.report();
+    assert!(
+        report.contains("zeros where a frame header belongs")
+            && report.contains(&format!("offset {start}")),
+        "{report}"
+    );
+}
