@@ -174,41 +174,18 @@ async fn a_directory_that_is_not_a_store_is_refused_and_nothing_is_created() {
 #[tokio::test]
 async fn a_torn_tail_ends_what_a_read_only_open_reads_and_stays_on_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let stream = EventStreamId::for_context("orders");
-    let writer = FileEventStorage::open(dir.path()).await.unwrap();
-    let first = writer
-        .append(AppendCriteria::none(), &stream, vec![event(1)])
-        .await
-        .unwrap();
-    writer.close().await.unwrap();
-    let segment = dir.path().join(format!("events-{:020}.log", 1));
-    let with_one = std::fs::read(&segment).unwrap();
-
-    let writer = FileEventStorage::open(dir.path()).await.unwrap();
-    let big = EventToStore::new("Big", json!({ "text": "x".repeat(4096) }));
-    writer
-        .append(AppendCriteria::none(), &stream, vec![big])
-        .await
-        .unwrap();
-    writer.close().await.unwrap();
-    let with_two = std::fs::read(&segment).unwrap();
-
-    // The second frame starts where the two files first differ; keep only its first bytes,
-    // as a reader sees a frame that the writer is in the middle of writing.
-    let start = with_one
-        .iter()
-        .zip(&with_two)
-        .position(|(one, two)| one != two)
-        .expect("the second append changed the segment");
-    let mut torn = with_one.clone();
-    torn[start..start + 100].copy_from_slice(&with_two[start..start + 100]);
-    std::fs::write(&segment, &torn).unwrap();
+    let frames = two_frames(dir.path()).await;
+    // Keep only the second frame's first bytes, as a reader sees a frame that the writer is
+    // in the middle of writing.
+    let (start, mut torn) = (frames.start, frames.with_one.clone());
+    torn[start..start + 100].copy_from_slice(&frames.with_two[start..start + 100]);
+    std::fs::write(&frames.segment, &torn).unwrap();
 
     let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
-    assert_eq!(all_events(&reader).await, first);
+    assert_eq!(all_events(&reader).await, frames.first);
     reader.close().await.unwrap();
     assert_eq!(
-        std::fs::read(&segment).unwrap(),
+        std::fs::read(&frames.segment).unwrap(),
         torn,
         "a read-only open cuts nothing off"
     );
@@ -362,9 +339,18 @@ async fn read_only_opens_while_another_process_appends_see_every_acknowledged_ev
     eprintln!("{opens} read-only opens while another process appended {CHILD_APPENDS} events");
 }
 
-/// The segment of a store holding one small event and then one large one, and where the
-/// second frame starts.
-async fn two_frames(dir: &Path) -> (Vec<StoredEvent>, Vec<u8>, Vec<u8>, usize) {
+/// The first segment of a store, as it was after one small event and after a large one more.
+struct TwoFrames {
+    /// The small event.
+    first: Vec<StoredEvent>,
+    segment: PathBuf,
+    with_one: Vec<u8>,
+    with_two: Vec<u8>,
+    /// Where the second frame starts: where the two contents first differ.
+    start: usize,
+}
+
+async fn two_frames(dir: &Path) -> TwoFrames {
     let stream = EventStreamId::for_context("orders");
     let writer = FileEventStorage::open(dir).await.unwrap();
     let first = writer
@@ -387,24 +373,32 @@ async fn two_frames(dir: &Path) -> (Vec<StoredEvent>, Vec<u8>, Vec<u8>, usize) {
         .zip(&with_two)
         .position(|(one, two)| one != two)
         .expect("the second append changed the segment");
-    let caught = segment_bytes_with_unwritten_header(&with_two, start);
-    (first, with_two, caught, start)
+    TwoFrames {
+        first,
+        segment,
+        with_one,
+        with_two,
+        start,
+    }
 }
 
-/// `segment` with the 12-byte header of the frame at `start` still zero and its payload
-/// there: a frame being copied in, as a reader may catch it.
-fn segment_bytes_with_unwritten_header(segment: &[u8], start: usize) -> Vec<u8> {
-    let mut caught = segment.to_vec();
-    caught[start..start + 12].fill(0);
-    caught
+impl TwoFrames {
+    /// The segment with the second frame's 12-byte header still zero and its payload there:
+    /// a frame being copied in, as a reader may catch it.
+    fn with_unwritten_header(&self) -> Vec<u8> {
+        let mut caught = self.with_two.clone();
+        caught[self.start..self.start + 12].fill(0);
+        caught
+    }
 }
 
 #[tokio::test]
 async fn a_frame_caught_while_it_is_copied_in_is_read_again_not_reported_as_damage() {
     let dir = tempfile::tempdir().unwrap();
-    let (first, written, caught, _) = two_frames(dir.path()).await;
-    let segment = dir.path().join(format!("events-{:020}.log", 1));
-    std::fs::write(&segment, &caught).unwrap();
+    let frames = two_frames(dir.path()).await;
+    let segment = frames.segment.clone();
+    std::fs::write(&segment, frames.with_unwritten_header()).unwrap();
+    let written = frames.with_two.clone();
     // The writer finishes the frame a moment after the reader first looked.
     let finisher = {
         let segment = segment.clone();
@@ -416,7 +410,7 @@ async fn a_frame_caught_while_it_is_copied_in_is_read_again_not_reported_as_dama
     let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
     let events = all_events(&reader).await;
     assert_eq!(events.len(), 2, "the finished frame is read: {events:?}");
-    assert_eq!(events[..1], first[..]);
+    assert_eq!(events[..1], frames.first[..]);
     reader.close().await.unwrap();
     finisher.join().unwrap();
 }
@@ -424,9 +418,9 @@ async fn a_frame_caught_while_it_is_copied_in_is_read_again_not_reported_as_dama
 #[tokio::test]
 async fn damage_that_stays_is_reported_after_the_attempts() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, _, caught, start) = two_frames(dir.path()).await;
-    let segment = dir.path().join(format!("events-{:020}.log", 1));
-    std::fs::write(&segment, &caught).unwrap();
+    let frames = two_frames(dir.path()).await;
+    std::fs::write(&frames.segment, frames.with_unwritten_header()).unwrap();
+    let start = frames.start;
     let error = tokio::time::timeout(DEADLINE, FileEventStorage::open_read_only(dir.path()))
         .await
         .expect("the open gives up")
