@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS __prefix__leases (
     heartbeat_at  timestamptz NOT NULL,
     ttl           interval    NOT NULL,
     released      boolean     NOT NULL DEFAULT false,
+    contender_priority_ceiling bigint,
     CONSTRAINT __prefix__leases_pkey PRIMARY KEY (lease_name),
     CONSTRAINT __prefix__leases_fencing_token_check CHECK (fencing_token > 0)
 ) WITH (fillfactor = 50); -- room on each page, so that renewals are HOT updates
@@ -67,6 +68,12 @@ CREATE TABLE IF NOT EXISTS __prefix__leases (
 -- acquisition can say whether it took over an expired tenure. Added apart as well, for tables
 -- created before the column existed.
 ALTER TABLE __prefix__leases ADD COLUMN IF NOT EXISTS released boolean NOT NULL DEFAULT false;
+-- No live contender but the holder has a priority above contender_priority_ceiling, so that
+-- a renewal at that priority or above answers without looking for a contender that outranks
+-- the holder (with equal priorities: every renewal). A registration above it raises it; a
+-- change of holder sets it from the contenders left; it only ever errs high. NULL, as in rows
+-- written before the column existed, means unknown: renewals look.
+ALTER TABLE __prefix__leases ADD COLUMN IF NOT EXISTS contender_priority_ceiling bigint;
 
 -- Everyone else who asked for a lease, live while now() <= heartbeat_at + ttl. The holder is
 -- a contender through its lease row (same owner, priority, heartbeat and ttl), so a renewal
@@ -140,6 +147,7 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_now constant timestamptz := now();
+    v_lowest constant bigint := -9223372036854775808; -- a ceiling when there are no contenders
     v_lease __prefix__leases%ROWTYPE;
     v_step_down boolean;
     v_gone record;
@@ -168,22 +176,28 @@ BEGIN
        SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = p_ttl
      WHERE l.lease_name = p_name AND l.owner = p_owner
        AND l.priority = p_priority AND l.heartbeat_at + l.ttl >= v_now
-    RETURNING l.fencing_token, l.owner, EXISTS (
-        SELECT 1 FROM __prefix__lease_contenders AS c
-         WHERE c.lease_name = p_name
-           AND c.owner <> p_owner
-           AND c.priority > p_priority
-           AND c.heartbeat_at + c.ttl >= v_now
-    )
+    RETURNING l.fencing_token, l.owner,
+        CASE WHEN l.contender_priority_ceiling <= p_priority THEN false
+             ELSE EXISTS (
+                 SELECT 1 FROM __prefix__lease_contenders AS c
+                  WHERE c.lease_name = p_name
+                    AND c.owner <> p_owner
+                    AND c.priority > p_priority
+                    AND c.heartbeat_at + c.ttl >= v_now) END
     INTO lease_token, lease_owner, v_step_down;
 
     IF NOT FOUND THEN
         SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_name;
         IF NOT FOUND THEN
             INSERT INTO __prefix__leases AS l
-                (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
+                (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl,
+                 contender_priority_ceiling)
             VALUES (p_name, p_owner, p_priority, __prefix__token_base() + 1,
-                    v_now, v_now, p_ttl)
+                    v_now, v_now, p_ttl,
+                    (SELECT coalesce(max(c.priority), v_lowest)
+                       FROM __prefix__lease_contenders AS c
+                      WHERE c.lease_name = p_name AND c.owner <> p_owner
+                        AND c.heartbeat_at + c.ttl >= v_now))
             RETURNING * INTO STRICT v_lease;
             v_changes := v_changes
                 || json_build_object('lease', p_name, 'kind', 'contender_joined',
@@ -230,7 +244,10 @@ BEGIN
                SET owner = p_owner, priority = p_priority,
                    fencing_token = greatest(l.fencing_token, __prefix__token_base()) + 1,
                    acquired_at = v_now, heartbeat_at = v_now, ttl = p_ttl,
-                   released = false
+                   released = false,
+                   contender_priority_ceiling = (
+                       SELECT coalesce(max(c.priority), v_lowest)
+                         FROM __prefix__lease_contenders AS c WHERE c.lease_name = p_name)
              WHERE l.lease_name = p_name
             RETURNING * INTO STRICT v_lease;
             v_changes := v_changes
@@ -281,6 +298,9 @@ BEGIN
                     SET priority = excluded.priority,
                         heartbeat_at = greatest(c.heartbeat_at, excluded.heartbeat_at),
                         ttl = excluded.ttl;
+                UPDATE __prefix__leases AS l
+                   SET contender_priority_ceiling = p_priority
+                 WHERE l.lease_name = p_name AND l.contender_priority_ceiling < p_priority;
                 v_changes := v_changes
                     || json_build_object('lease', p_name, 'kind', 'contender_joined',
                            'owner', p_owner, 'priority', p_priority);
@@ -350,6 +370,7 @@ SET jit = off
 AS $$
 DECLARE
     v_now constant timestamptz := now();
+    v_lowest constant bigint := -9223372036854775808; -- a ceiling when there are no contenders
     v_count constant integer := coalesce(array_length(p_names, 1), 0);
     v_lock_space constant integer := hashtext('__prefix__leases');
     v_changes json[];
@@ -437,11 +458,12 @@ BEGIN
                   FROM live AS k
                  WHERE k.holder = k.o AND k.holder_priority = k.p AND l.lease_name = k.n
                 RETURNING k.i, l.fencing_token, l.owner,
-                    CASE WHEN EXISTS (
-                        SELECT 1 FROM __prefix__lease_contenders AS c
-                         WHERE c.lease_name = k.n AND c.owner <> k.o AND c.priority > k.p
-                           AND c.heartbeat_at + c.ttl >= v_now)
-                    THEN 'step_down_requested' ELSE 'leader' END AS status
+                    CASE WHEN l.contender_priority_ceiling <= k.p THEN 'leader'
+                         WHEN EXISTS (
+                             SELECT 1 FROM __prefix__lease_contenders AS c
+                              WHERE c.lease_name = k.n AND c.owner <> k.o AND c.priority > k.p
+                                AND c.heartbeat_at + c.ttl >= v_now)
+                         THEN 'step_down_requested' ELSE 'leader' END AS status
             ), refreshed AS (
                 UPDATE __prefix__lease_contenders AS c
                    SET heartbeat_at = greatest(c.heartbeat_at, v_now), ttl = k.t
@@ -488,7 +510,8 @@ BEGIN
                        coalesce(g.outranked, false) AS outranked,
                        g.ranked_as,
                        coalesce(g.lapsed, '{}') AS lapsed,
-                       coalesce(g.registered, false) AS registered
+                       coalesce(g.registered, false) AS registered,
+                       coalesce(g.others_top, v_lowest) AS ceiling
                   FROM asked AS a
                   LEFT JOIN LATERAL (
                       SELECT * FROM __prefix__leases AS l WHERE l.lease_name = a.n LIMIT 1
@@ -501,7 +524,10 @@ BEGIN
                                  AS ranked_as,
                              array_agg(c.owner ORDER BY c.owner COLLATE "C")
                                  FILTER (WHERE c.heartbeat_at + c.ttl < v_now) AS lapsed,
-                             bool_or(c.owner = a.o) AS registered
+                             bool_or(c.owner = a.o) AS registered,
+                             max(c.priority) FILTER (WHERE c.owner <> a.o
+                                                     AND c.heartbeat_at + c.ttl >= v_now)
+                                 AS others_top
                         FROM __prefix__lease_contenders AS c
                        WHERE c.lease_name = a.n
                   ) AS g
@@ -518,15 +544,24 @@ BEGIN
                 UPDATE __prefix__leases AS l
                    SET owner = d.o, priority = d.p,
                        fencing_token = greatest(l.fencing_token, v_base) + 1,
-                       acquired_at = v_now, heartbeat_at = v_now, ttl = d.t, released = false
+                       acquired_at = v_now, heartbeat_at = v_now, ttl = d.t, released = false,
+                       contender_priority_ceiling = d.ceiling
                   FROM decided AS d
                  WHERE d.kind = 'expired' AND l.lease_name = d.n
             ), created AS (
                 INSERT INTO __prefix__leases AS l
-                    (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl)
-                SELECT d.n, d.o, d.p, v_base + 1, v_now, v_now, d.t
+                    (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl,
+                     contender_priority_ceiling)
+                SELECT d.n, d.o, d.p, v_base + 1, v_now, v_now, d.t, d.ceiling
                   FROM decided AS d
                  WHERE d.kind = 'new'
+            ), raised AS (
+                -- A standby registered above the ceiling raises it.
+                UPDATE __prefix__leases AS l
+                   SET contender_priority_ceiling = d.p
+                  FROM decided AS d
+                 WHERE d.kind = 'standby' AND l.lease_name = d.n
+                   AND l.contender_priority_ceiling < d.p
             ), forgotten AS (
                 -- A new holder's lease row stands for it as a contender; lapsed contenders
                 -- are forgotten when a lease changes hands or a standby asks. A standby's own

@@ -200,10 +200,17 @@ async fn ensure_upgrades_a_leases_table_of_an_earlier_version() {
         .await
         .unwrap();
     storage.close().await.unwrap();
-    // Leases tables created before releases were recorded have no such column.
-    pool.execute(format!("ALTER TABLE {prefix}leases DROP COLUMN released").as_str())
-        .await
-        .unwrap();
+    // Leases tables created before releases were recorded have no such column, nor, before
+    // renewals skipped reading the contenders, a contender priority ceiling.
+    pool.execute(
+        format!(
+            "ALTER TABLE {prefix}leases DROP COLUMN released, \
+             DROP COLUMN contender_priority_ceiling"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
     assert_schema_error(
         open(&prefix, DatabaseInitMode::Validate).await,
         &format!("column {prefix}leases.released"),
@@ -219,6 +226,14 @@ async fn ensure_upgrades_a_leases_table_of_an_earlier_version() {
         .await
         .unwrap();
     assert_eq!(next.fencing_token, eventstore_api::FencingToken(2));
+    // The new holder's row knows its ceiling: no contender at all.
+    let ceiling: Option<i64> = sqlx::query_scalar(&format!(
+        "SELECT contender_priority_ceiling FROM {prefix}leases WHERE lease_name = 'orders'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(ceiling, Some(i64::MIN));
     storage.close().await.unwrap();
 }
 

@@ -32,5 +32,6 @@ mod read_your_writes;
 mod restart;
 mod search_path;
 mod session_locks;
+mod step_down_ceiling;
 mod streaming_read;
 mod throwaway_cluster;
