@@ -95,3 +95,85 @@ async fn lapsed_contenders_are_forgotten_while_one_leader_keeps_its_lease() {
     assert_eq!(contender_rows(&admin, &prefix, "invoices").await, ["fresh"]);
     storage.close().await.unwrap();
 }
+
+/// Asks as `request` alone, or in a batch beside a request for another lease (a batch of one
+/// is answered as a single request).
+async fn ask(
+    storage: &eventstore_postgres::PostgresEventStorage,
+    request: LeaseRequest,
+    batched: bool,
+) -> LeaseStatus {
+    if !batched {
+        return storage.request_lease(request).await.unwrap().status;
+    }
+    let beside = LeaseRequest::new("elsewhere", request.owner.clone(), 0, request.ttl);
+    storage.request_leases(vec![request, beside]).await.unwrap()[0].status
+}
+
+/// Waits until `owner`'s registration for `lease_name` has lapsed on the server's clock.
+async fn wait_until_lapsed(admin: &PgPool, prefix: &str, lease_name: &str, owner: &str) {
+    common::eventually(
+        "a short registration to lapse",
+        Duration::from_secs(10),
+        || async {
+            let lapsed: bool = sqlx::query_scalar(&format!(
+                "SELECT heartbeat_at + ttl < now() FROM {prefix}lease_contenders \
+                 WHERE lease_name = $1 AND owner = $2"
+            ))
+            .bind(lease_name)
+            .bind(owner)
+            .fetch_one(admin)
+            .await
+            .unwrap();
+            lapsed.then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_standbys_plain_refresh_forgets_contenders_that_lapsed_since_it_registered() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    for batched in [false, true] {
+        let prefix = common::unique_prefix();
+        let storage = common::storage_on(&prefix).await;
+        let long = Duration::from_secs(600);
+        let short = Duration::from_millis(200);
+        let standby = |owner: &str, ttl| LeaseRequest::new("orders", owner, 0, ttl);
+        ask(
+            &storage,
+            LeaseRequest::new("orders", "leader", 0, long),
+            batched,
+        )
+        .await;
+        for owner in ["steady", "other"] {
+            assert_eq!(
+                ask(&storage, standby(owner, long), batched).await,
+                LeaseStatus::Standby
+            );
+        }
+
+        // A newcomer that lapses long before the standbys registered earlier.
+        ask(&storage, standby("brief", short), batched).await;
+        wait_until_lapsed(&admin, &prefix, "orders", "brief").await;
+        ask(&storage, standby("steady", long), batched).await;
+        assert_eq!(
+            contender_rows(&admin, &prefix, "orders").await,
+            ["other", "steady"],
+            "batched: {batched}"
+        );
+
+        // A standby that refreshes with a shorter ttl, then lapses.
+        ask(&storage, standby("steady", short), batched).await;
+        wait_until_lapsed(&admin, &prefix, "orders", "steady").await;
+        ask(&storage, standby("other", long), batched).await;
+        assert_eq!(
+            contender_rows(&admin, &prefix, "orders").await,
+            ["other"],
+            "batched: {batched}"
+        );
+        storage.close().await.unwrap();
+    }
+}
