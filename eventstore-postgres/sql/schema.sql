@@ -50,10 +50,13 @@ CREATE TABLE IF NOT EXISTS __prefix__bookmarks (
 );
 
 -- One row per lease name, never deleted: a release backdates heartbeat_at, so fencing
--- tokens never reset or repeat. Every timestamp is PostgreSQL's now().
+-- tokens never reset or repeat. Every timestamp is PostgreSQL's now(). Lease names and
+-- owners are identifiers, compared byte by byte (collation "C") whatever the database's
+-- collation: under a linguistic one (ICU, en_US) every key comparison of every lookup would
+-- call into the collation library.
 CREATE TABLE IF NOT EXISTS __prefix__leases (
-    lease_name    text        NOT NULL,
-    owner         text        NOT NULL,
+    lease_name    text COLLATE "C" NOT NULL,
+    owner         text COLLATE "C" NOT NULL,
     priority      bigint      NOT NULL,
     fencing_token bigint      NOT NULL,
     acquired_at   timestamptz NOT NULL,
@@ -82,13 +85,39 @@ ALTER TABLE __prefix__leases ADD COLUMN IF NOT EXISTS contender_priority_ceiling
 -- forgets the lease's lapsed contenders, so a lease keeps no more rows than it had live
 -- contenders at its last registration.
 CREATE TABLE IF NOT EXISTS __prefix__lease_contenders (
-    lease_name   text        NOT NULL,
-    owner        text        NOT NULL,
+    lease_name   text COLLATE "C" NOT NULL,
+    owner        text COLLATE "C" NOT NULL,
     priority     bigint      NOT NULL,
     heartbeat_at timestamptz NOT NULL,
     ttl          interval    NOT NULL,
     CONSTRAINT __prefix__lease_contenders_pkey PRIMARY KEY (lease_name, owner)
 ) WITH (fillfactor = 50);
+
+-- Lease tables created before names and owners compared byte by byte are converted once:
+-- the table stays as it is, its key indexes are rebuilt (under an exclusive lock, quickly
+-- for tables of lease size). Where a view of the caller's depends on a column, the
+-- conversion is left to the operator and the tables keep working as they are.
+DO $collate$
+DECLARE
+    v_table text;
+BEGIN
+    FOREACH v_table IN ARRAY ARRAY['__prefix__leases', '__prefix__lease_contenders'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS a
+                    WHERE a.attrelid = pg_catalog.to_regclass(v_table)
+                      AND a.attname IN ('lease_name', 'owner')
+                      AND a.attcollation <> 'pg_catalog."C"'::regcollation) THEN
+            BEGIN
+                EXECUTE pg_catalog.format('ALTER TABLE %I ALTER COLUMN lease_name TYPE text '
+                                          'COLLATE "C", ALTER COLUMN owner TYPE text '
+                                          'COLLATE "C"', v_table);
+            EXCEPTION WHEN feature_not_supported OR dependent_objects_still_exist THEN
+                RAISE NOTICE 'left % comparing names by the database collation: %',
+                    v_table, SQLERRM;
+            END;
+        END IF;
+    END LOOP;
+END
+$collate$;
 
 
 -- Lease changes are notified on the channel __prefix__lease_changes, one JSON object per

@@ -237,6 +237,102 @@ async fn ensure_upgrades_a_leases_table_of_an_earlier_version() {
     storage.close().await.unwrap();
 }
 
+/// The collation of each lease table's `lease_name` and `owner` columns, in that order.
+async fn lease_key_collations(pool: &PgPool, prefix: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.collname::text FROM unnest($1::text[]) WITH ORDINALITY AS t(name, n) \
+         CROSS JOIN unnest(ARRAY['lease_name', 'owner']) WITH ORDINALITY AS k(column_name, m) \
+         JOIN pg_attribute AS a ON a.attrelid = to_regclass(t.name) AND a.attname = k.column_name \
+         JOIN pg_collation AS c ON c.oid = a.attcollation ORDER BY t.n, k.m",
+    )
+    .bind(vec![
+        format!("{prefix}leases"),
+        format!("{prefix}lease_contenders"),
+    ])
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Applies the shipped DDL for `prefix` by hand, as an upgrade does.
+async fn apply_shipped_ddl(pool: &PgPool, prefix: &str) {
+    let mut transaction = pool.begin().await.unwrap();
+    transaction
+        .execute(schema_sql(prefix).unwrap().as_str())
+        .await
+        .expect("applying the shipped DDL");
+    transaction.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_shipped_ddl_makes_lease_names_compare_byte_by_byte_unless_a_view_depends_on_them() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let ttl = Duration::from_secs(60);
+    let storage = open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure");
+    assert_eq!(lease_key_collations(&pool, &prefix).await, ["C"; 4]);
+    let granted = storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
+        .await
+        .unwrap();
+    storage
+        .request_lease(LeaseRequest::new("orders", "b", 0, ttl))
+        .await
+        .unwrap();
+
+    // Tables created before, under the database's collation, and a view of the operator's
+    // on one of them: the DDL leaves that table as it is and converts the other.
+    for table in ["leases", "lease_contenders"] {
+        pool.execute(
+            format!(
+                "ALTER TABLE {prefix}{table} ALTER COLUMN lease_name TYPE text COLLATE \"default\", \
+                 ALTER COLUMN owner TYPE text COLLATE \"default\""
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    }
+    pool.execute(
+        format!("CREATE VIEW {prefix}held AS SELECT lease_name, owner FROM {prefix}leases")
+            .as_str(),
+    )
+    .await
+    .unwrap();
+    apply_shipped_ddl(&pool, &prefix).await;
+    assert_eq!(
+        lease_key_collations(&pool, &prefix).await,
+        ["default", "default", "C", "C"]
+    );
+    let renewed = storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(renewed.fencing_token, granted.fencing_token);
+    let contenders = storage.get_contenders("orders").await.unwrap();
+    assert_eq!(contenders.len(), 1, "{contenders:?}");
+    assert_eq!(contenders[0].owner, "b");
+
+    pool.execute(format!("DROP VIEW {prefix}held").as_str())
+        .await
+        .unwrap();
+    apply_shipped_ddl(&pool, &prefix).await;
+    assert_eq!(lease_key_collations(&pool, &prefix).await, ["C"; 4]);
+    let standby = storage
+        .request_lease(LeaseRequest::new("orders", "b", 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(
+        (standby.current_owner.as_str(), standby.fencing_token),
+        ("a", granted.fencing_token)
+    );
+    storage.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn none_touches_nothing_and_calls_name_the_missing_schema() {
     let Some(pool) = common::try_pool().await else {
@@ -319,12 +415,7 @@ async fn the_shipped_ddl_applied_by_hand_passes_validate() {
         return;
     };
     let prefix = common::unique_prefix();
-    let mut transaction = pool.begin().await.unwrap();
-    transaction
-        .execute(schema_sql(&prefix).unwrap().as_str())
-        .await
-        .expect("applying the shipped DDL");
-    transaction.commit().await.unwrap();
+    apply_shipped_ddl(&pool, &prefix).await;
     let storage = open(&prefix, DatabaseInitMode::Validate)
         .await
         .expect("validate");
