@@ -119,7 +119,6 @@ BEGIN
 END
 $collate$;
 
-
 -- Lease changes are notified on the channel __prefix__lease_changes, one JSON object per
 -- change: {"lease", "kind", ...} with kind released (owner, token, successor), acquired
 -- (owner, token, after_expiry), step_down_requested (holder, token, contender),
@@ -327,9 +326,11 @@ BEGIN
                     SET priority = excluded.priority,
                         heartbeat_at = greatest(c.heartbeat_at, excluded.heartbeat_at),
                         ttl = excluded.ttl;
-                UPDATE __prefix__leases AS l
-                   SET contender_priority_ceiling = p_priority
-                 WHERE l.lease_name = p_name AND l.contender_priority_ceiling < p_priority;
+                IF v_lease.contender_priority_ceiling < p_priority THEN
+                    UPDATE __prefix__leases AS l
+                       SET contender_priority_ceiling = p_priority
+                     WHERE l.lease_name = p_name;
+                END IF;
                 v_changes := v_changes
                     || json_build_object('lease', p_name, 'kind', 'contender_joined',
                            'owner', p_owner, 'priority', p_priority);
@@ -540,6 +541,7 @@ BEGIN
                        g.ranked_as,
                        coalesce(g.lapsed, '{}') AS lapsed,
                        coalesce(g.registered, false) AS registered,
+                       l.contender_priority_ceiling AS ceiling_before,
                        coalesce(g.others_top, v_lowest) AS ceiling
                   FROM asked AS a
                   LEFT JOIN LATERAL (
@@ -589,8 +591,7 @@ BEGIN
                 UPDATE __prefix__leases AS l
                    SET contender_priority_ceiling = d.p
                   FROM decided AS d
-                 WHERE d.kind = 'standby' AND l.lease_name = d.n
-                   AND l.contender_priority_ceiling < d.p
+                 WHERE d.kind = 'standby' AND d.ceiling_before < d.p AND l.lease_name = d.n
             ), forgotten AS (
                 -- A new holder's lease row stands for it as a contender; lapsed contenders
                 -- are forgotten when a lease changes hands or a standby asks. A standby's own

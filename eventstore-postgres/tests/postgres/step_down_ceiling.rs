@@ -24,6 +24,17 @@ async fn contender_index_reads(transaction: &mut PgConnection, prefix: &str) -> 
     .unwrap()
 }
 
+/// The `contender_priority_ceiling` of `lease_name`'s row.
+async fn ceiling(pool: &PgPool, prefix: &str, lease_name: &str) -> Option<i64> {
+    sqlx::query_scalar(&format!(
+        "SELECT contender_priority_ceiling FROM {prefix}leases WHERE lease_name = $1"
+    ))
+    .bind(lease_name)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
 fn requests(owner: &str, priority: i64) -> Vec<LeaseRequest> {
     (0..LEASES)
         .map(|n| LeaseRequest::new(format!("lease-{n}"), owner, priority, TTL))
@@ -176,15 +187,7 @@ async fn a_new_holder_takes_the_ceiling_of_the_contenders_left() {
             .await
             .unwrap();
     }
-    let ceiling = |pool: PgPool, prefix: String| async move {
-        sqlx::query_scalar::<_, Option<i64>>(&format!(
-            "SELECT contender_priority_ceiling FROM {prefix}leases WHERE lease_name = 'orders'"
-        ))
-        .fetch_one(&pool)
-        .await
-        .unwrap()
-    };
-    assert_eq!(ceiling(pool.clone(), prefix.clone()).await, Some(4));
+    assert_eq!(ceiling(&pool, &prefix, "orders").await, Some(4));
 
     // "first" lets the lease expire; "high" takes it over. Left: "low", at priority 1.
     let taken = common::eventually(
@@ -200,6 +203,6 @@ async fn a_new_holder_takes_the_ceiling_of_the_contenders_left() {
     )
     .await;
     assert_eq!(taken.status, LeaseStatus::Leader);
-    assert_eq!(ceiling(pool.clone(), prefix.clone()).await, Some(1));
+    assert_eq!(ceiling(&pool, &prefix, "orders").await, Some(1));
     storage.close().await.unwrap();
 }
