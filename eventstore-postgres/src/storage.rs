@@ -152,10 +152,11 @@ impl PostgresEventStorage {
         crate::fencing::hold(shared, transaction, fence, operation).await
     }
 
-    /// How PostgreSQL runs the first statement of a [`query`](EventStorage::query) with these
-    /// arguments: the output of `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`, for checking that
-    /// a read walks an index in the order it returns rather than sorting. The statement runs
-    /// (that is what `ANALYZE` measures) and its rows are thrown away.
+    /// How PostgreSQL runs a statement of a [`query`](EventStorage::query) with these
+    /// arguments, of the largest page a read asks for (the size most inclined to a sort):
+    /// the output of `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`, for checking that a read
+    /// walks an index in the order it returns rather than sorting. The statement runs (that
+    /// is what `ANALYZE` measures) and its rows are thrown away.
     ///
     /// # Errors
     /// `InvalidInput` (invalid stream), `Closed`, `Backend`.

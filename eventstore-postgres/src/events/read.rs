@@ -26,7 +26,7 @@ pub(crate) async fn query(
     limit: Limit,
     direction: Direction,
 ) -> StorageResult<Vec<StoredEvent>> {
-    let mut pages = Pages::new(filter, stream, after, limit, direction);
+    let mut pages = Pages::new(filter, stream, after, limit, direction).growing();
     if pages.is_done() {
         return Ok(Vec::new());
     }
@@ -64,8 +64,8 @@ pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'st
     .boxed()
 }
 
-/// The plan of the first statement [`query`] runs for these arguments, as
-/// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` reports it.
+/// The plan of a full page of the largest size [`query`] asks for, with these arguments,
+/// as `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` reports it.
 pub(crate) async fn explain_query(
     shared: &Shared,
     filter: &EventFilter,
@@ -74,7 +74,7 @@ pub(crate) async fn explain_query(
     limit: Limit,
     direction: Direction,
 ) -> StorageResult<serde_json::Value> {
-    let pages = Pages::new(filter, stream, after, limit, direction);
+    let pages = Pages::new(filter, stream, after, limit, direction).largest();
     let operation = "explain a query";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
