@@ -122,7 +122,7 @@ async fn replay(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
         sqlx::query(&format!(
             "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
              SELECT gen_random_uuid(), 'replay', 'default', 'Measured', \
-                    jsonb_build_object('n', g, 'label', 'measurement ' || g), \
+                    json_build_object('n', g, 'label', 'measurement ' || g), \
                     ARRAY['sensor:s-' || (g % 100)] \
              FROM generate_series($1::bigint, $1::bigint + 99999) AS g"
         ))

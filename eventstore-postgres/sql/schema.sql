@@ -7,6 +7,10 @@
 -- The event log, ordered by (tx, position): tx is the writing transaction's id, so a reader
 -- that only reads below the oldest running transaction never skips an event that commits
 -- later with a lower position.
+--
+-- Payloads are json, not jsonb: nothing queries into them, and a read sends json's stored
+-- text as it is, where jsonb would be turned back into text for every event of every read
+-- (a quarter of a small event's cost on the server). Tables created with jsonb keep working.
 CREATE TABLE IF NOT EXISTS __prefix__events (
     position        bigserial   NOT NULL,
     tx              xid8        NOT NULL DEFAULT pg_current_xact_id(),
@@ -14,7 +18,7 @@ CREATE TABLE IF NOT EXISTS __prefix__events (
     stream_context  text        NOT NULL,
     stream_purpose  text        NOT NULL,
     event_type      text        NOT NULL,
-    payload         jsonb       NOT NULL,
+    payload         json        NOT NULL,
     tags            text[]      NOT NULL,
     idempotency_key text,
     stored_at       timestamptz NOT NULL DEFAULT now(),

@@ -43,7 +43,8 @@ pub fn drop_sql(prefix: &str) -> StorageResult<String> {
     Ok(TablePrefix::parse(prefix)?.apply(DROP_SQL))
 }
 
-/// A column the backend reads or writes: name, type as `format_type` spells it, NOT NULL.
+/// A column the backend reads or writes: name, type as `format_type` spells it (or the
+/// types it accepts, joined by " or "), NOT NULL.
 type ExpectedColumn = (&'static str, &'static str, bool);
 
 /// Every table (by suffix) and the columns it must have. Extra columns are allowed.
@@ -57,7 +58,7 @@ const TABLES: &[(&str, &[ExpectedColumn])] = &[
             ("stream_context", "text", true),
             ("stream_purpose", "text", true),
             ("event_type", "text", true),
-            ("payload", "jsonb", true),
+            ("payload", "json or jsonb", true),
             ("tags", "text[]", true),
             ("idempotency_key", "text", false),
             ("stored_at", "timestamp with time zone", true),
@@ -256,7 +257,10 @@ async fn validate_catalog(
             else {
                 return Err(schema_error(object, "is missing"));
             };
-            if actual_type != data_type {
+            if !data_type
+                .split(" or ")
+                .any(|accepted| accepted == actual_type)
+            {
                 return Err(schema_error(
                     object,
                     format!("is {actual_type}, expected {data_type}"),

@@ -249,7 +249,8 @@ async fn insert(
     let (context, purpose) = concrete(stream);
     let ids: Vec<Uuid> = events.iter().map(|_| EventId::new().0).collect();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let payloads: Vec<&serde_json::Value> = events.iter().map(|e| &e.payload).collect();
+    // As text, cast to json in the statement: a bound jsonb would be parsed into jsonb first.
+    let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
     let tags: Vec<serde_json::Value> = events
         .iter()
         .map(|e| serde_json::Value::from(tags_column::to_texts(&e.tags)))
@@ -319,11 +320,11 @@ fn insert_sql(shared: &Shared) -> String {
     let events = shared.prefix.name("events");
     let lock = stream_lock(shared, "$8");
     let values = format!(
-        "SELECT e.id, pg_current_xact_id(), $1, $2, e.event_type, e.payload, \
+        "SELECT e.id, pg_current_xact_id(), $1, $2, e.event_type, e.payload::json, \
                          ARRAY(SELECT jsonb_array_elements_text(e.tags)), e.idempotency_key \
                   FROM (SELECT {lock} FROM (SELECT set_config('lock_timeout', $9, true)) \
                             AS setting) AS locked, \
-                       unnest($3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[]) \
+                       unnest($3::uuid[], $4::text[], $5::text[], $6::jsonb[], $7::text[]) \
                        WITH ORDINALITY \
                        AS e(id, event_type, payload, tags, idempotency_key, ordinality) \
                   ORDER BY e.ordinality"

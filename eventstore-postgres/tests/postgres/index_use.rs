@@ -174,7 +174,7 @@ async fn every_read_shape_walks_an_index_in_order_without_sorting_or_spilling() 
                     CASE WHEN g % 4 = 2 THEN 'eu' ELSE 'default' END, \
                     CASE WHEN g % 4 = 3 THEN 'Billed' WHEN g % 8 < 2 THEN 'Measured' \
                          ELSE 'Calibrated' END, \
-                    jsonb_build_object('n', g), \
+                    json_build_object('n', g), \
                     CASE WHEN g % 4 < 2 THEN ARRAY['run:r1', 'order:o-' || (g / 40)] \
                          ELSE ARRAY['order:x-' || (g / 40)] END \
              FROM generate_series($1::int, $1::int + 999) AS g"

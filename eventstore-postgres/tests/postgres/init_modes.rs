@@ -117,9 +117,9 @@ async fn validate_names_each_kind_of_drift() {
             "missing",
         ),
         (
-            "ALTER TABLE {p}events ALTER COLUMN payload TYPE json",
+            "ALTER TABLE {p}events ALTER COLUMN payload TYPE text",
             "column {p}events.payload",
-            "is json, expected jsonb",
+            "is text, expected json or jsonb",
         ),
         (
             "ALTER TABLE {p}leases ALTER COLUMN owner DROP NOT NULL",
@@ -234,6 +234,69 @@ async fn ensure_upgrades_a_leases_table_of_an_earlier_version() {
     .await
     .unwrap();
     assert_eq!(ceiling, Some(i64::MIN));
+    storage.close().await.unwrap();
+}
+
+/// Events tables created before payloads were stored as `json` hold them as `jsonb`: such a
+/// store still opens, appends and reads its payloads as written.
+#[tokio::test]
+async fn an_events_table_with_jsonb_payloads_keeps_working() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let stream = EventStreamId::for_context("orders");
+    let written = json!({ "n": 1, "label": "before", "nested": { "list": [1, 2.5, null] } });
+    let storage = open(&prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure");
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("Placed", written.clone())],
+        )
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+    let payload_type: String = sqlx::query_scalar(&format!(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
+         WHERE attrelid = '{prefix}events'::regclass AND attname = 'payload'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(payload_type, "json", "new tables store payloads as json");
+    pool.execute(format!("ALTER TABLE {prefix}events ALTER COLUMN payload TYPE jsonb").as_str())
+        .await
+        .unwrap();
+
+    let storage = open(&prefix, DatabaseInitMode::Validate)
+        .await
+        .expect("a jsonb payload column passes validation");
+    let appended = json!({ "n": 2, "label": "after", "big": u64::MAX });
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("Placed", appended.clone())],
+        )
+        .await
+        .unwrap();
+    let payloads: Vec<_> = storage
+        .query(
+            &EventFilter::match_all(),
+            &stream,
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|event| event.payload)
+        .collect();
+    assert_eq!(payloads, vec![written, appended]);
     storage.close().await.unwrap();
 }
 
