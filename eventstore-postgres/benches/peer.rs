@@ -454,7 +454,7 @@ async fn raw_rows(ours: &PostgresEventStorage, tag: &str) {
         fetch[ROUNDS / 2].as_secs_f64() * 1e3
     );
     println!(
-        "| `query`: pages of 1,000, each row decoded into a `StoredEvent` | {:.1} ms |",
+        "| `query`: pages of 1,000 then 2,000, each row decoded into a `StoredEvent` | {:.1} ms |",
         read[ROUNDS / 2].as_secs_f64() * 1e3
     );
 }
