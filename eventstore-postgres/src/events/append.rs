@@ -1,4 +1,8 @@
 //! Appends: all or nothing, checked and written under the stream's lock.
+//!
+//! An append that checks (a condition, idempotency keys, a fence) holds the lock alone; appends
+//! that only write share it, so that writers of one stream do not queue behind each other's
+//! commits.
 
 use std::collections::HashMap;
 
@@ -116,7 +120,7 @@ async fn append_in(
     // so a waiting append holds no reader back.
     sqlx::query(&format!(
         "SELECT {lock} FROM (SELECT set_config('lock_timeout', $2, true)) AS setting",
-        lock = stream_lock(shared, "$1")
+        lock = stream_lock(shared, StreamLock::Exclusive, "$1")
     ))
     .bind(stream_key(context, purpose))
     .bind(shared.settings.lock_timeout_setting())
@@ -218,10 +222,25 @@ async fn check_criteria(
     }
 }
 
+/// How an append holds its stream's lock.
+#[derive(Debug, Clone, Copy)]
+enum StreamLock {
+    /// An append that reads before it writes (a condition, idempotency keys, a fence): no
+    /// other append of the stream runs while it checks and writes.
+    Exclusive,
+    /// An append that only writes: such appends run side by side, since none looks at what
+    /// another wrote, and only wait for (and hold back) an append that checks.
+    Shared,
+}
+
 /// The call that takes the lock of the stream whose [`stream_key`] is bound as `key`.
-fn stream_lock(shared: &Shared, key: &str) -> String {
+fn stream_lock(shared: &Shared, mode: StreamLock, key: &str) -> String {
+    let function = match mode {
+        StreamLock::Exclusive => "pg_advisory_xact_lock",
+        StreamLock::Shared => "pg_advisory_xact_lock_shared",
+    };
     format!(
-        "pg_advisory_xact_lock(hashtext('{events}'), hashtext({key}))",
+        "{function}(hashtext('{events}'), hashtext({key}))",
         events = shared.prefix.name("events")
     )
 }
@@ -231,9 +250,10 @@ fn stream_key(context: &str, purpose: &str) -> String {
     format!("{context}\u{1f}{purpose}")
 }
 
-/// Inserts the batch in one statement that first takes the stream's lock (again, when the
-/// caller's transaction holds it already: advisory locks nest), so that an unconditional
-/// append in autocommit is serialized with every other append of the stream as well.
+/// Inserts the batch in one statement that first takes the stream's lock, shared (granted at once
+/// when the caller's transaction holds it exclusively already), so that an unconditional
+/// append in autocommit waits for an append of the stream that checks before it writes, and
+/// holds such an append back until it commits.
 ///
 /// With append hints on, the same statement notifies the append's hint, once, naming the last
 /// inserted event: `pg_notify` delivers it when the transaction commits, and never if it rolls
@@ -318,7 +338,7 @@ async fn insert(
 /// `$8` the stream's lock key, `$9` the lock timeout.
 fn insert_sql(shared: &Shared) -> String {
     let events = shared.prefix.name("events");
-    let lock = stream_lock(shared, "$8");
+    let lock = stream_lock(shared, StreamLock::Shared, "$8");
     let values = format!(
         "SELECT e.id, pg_current_xact_id(), $1, $2, e.event_type, e.payload::json, \
                          ARRAY(SELECT jsonb_array_elements_text(e.tags)), e.idempotency_key \

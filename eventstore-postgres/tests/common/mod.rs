@@ -176,16 +176,44 @@ pub async fn hold_lease_lock(
     transaction
 }
 
-/// Takes the lock that serializes appends to `context/purpose` of `prefix`, held until the
-/// returned transaction ends.
+/// Takes the lock of appends to `context/purpose` of `prefix` as an append that checks
+/// before it writes does (exclusively), held until the returned transaction ends.
 pub async fn hold_stream_lock(
     pool: &PgPool,
     prefix: &str,
     context: &str,
     purpose: &str,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    take_stream_lock(pool, "pg_advisory_xact_lock", prefix, context, purpose).await
+}
+
+/// Takes the lock of appends to `context/purpose` of `prefix` as an unconditional append
+/// does (shared), held until the returned transaction ends.
+pub async fn hold_stream_lock_shared(
+    pool: &PgPool,
+    prefix: &str,
+    context: &str,
+    purpose: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    take_stream_lock(
+        pool,
+        "pg_advisory_xact_lock_shared",
+        prefix,
+        context,
+        purpose,
+    )
+    .await
+}
+
+async fn take_stream_lock(
+    pool: &PgPool,
+    function: &str,
+    prefix: &str,
+    context: &str,
+    purpose: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut transaction = pool.begin().await.expect("begin");
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))")
+    sqlx::query(&format!("SELECT {function}(hashtext($1), hashtext($2))"))
         .bind(format!("{prefix}events"))
         .bind(format!("{context}\u{1f}{purpose}"))
         .execute(&mut *transaction)

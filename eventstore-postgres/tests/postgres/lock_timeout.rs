@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use eventstore_api::{
-    AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, LeaseRequest,
+    AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
+    LeaseRequest,
 };
 use serde_json::json;
 
@@ -120,5 +121,67 @@ async fn a_held_stream_lock_times_out_an_append_but_never_a_lease_request() {
         )
         .await
         .expect("append once the lock is free");
+    storage.close().await.unwrap();
+}
+
+/// Unconditional appends share the stream's lock: one runs while another holds it. An append
+/// that checks before it writes (a condition, an idempotency key) waits for them, and times
+/// out changing nothing.
+#[tokio::test]
+async fn unconditional_appends_share_the_stream_lock_and_checking_ones_wait_for_them() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::builder(&prefix)
+        .lock_timeout(LOCK_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let stream = EventStreamId::new("orders", "eu");
+
+    let held = common::hold_stream_lock_shared(&pool, &prefix, "orders", "eu").await;
+    // The lock stays held throughout, so an append that waited for it could only have ended
+    // in a Timeout: success proves it never waited.
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("A", json!(1))],
+        )
+        .await
+        .expect("an unconditional append beside another");
+    let checking = [
+        (
+            "a condition",
+            AppendCriteria::of(EventFilter::for_types(["Z"]), None),
+            EventToStore::new("B", json!(2)),
+        ),
+        (
+            "an idempotency key",
+            AppendCriteria::none(),
+            EventToStore::new("B", json!(2)).with_idempotency_key("k-1"),
+        ),
+    ];
+    for (what, criteria, event) in checking {
+        let started = Instant::now();
+        let appended = storage.append(criteria, &stream, vec![event]).await;
+        assert_timeout(appended, started);
+        assert_eq!(
+            common::stored_event_count(&pool, &prefix).await,
+            1,
+            "an append with {what} stored nothing"
+        );
+    }
+    held.rollback().await.unwrap();
+
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![EventToStore::new("B", json!(2)).with_idempotency_key("k-1")],
+        )
+        .await
+        .expect("a keyed append once the lock is free");
     storage.close().await.unwrap();
 }
