@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use eventstore_api::EventStorageError;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{Connection, PgPool};
 
 use crate::init_mode::DatabaseInitMode;
 use crate::pooler_parameter;
@@ -17,6 +17,13 @@ use crate::storage::PostgresEventStorage;
 
 /// The prefix used when the builder is given none.
 pub const DEFAULT_PREFIX: &str = "eventstore_";
+
+/// How long a pooled connection may have been idle and still be handed out without a ping.
+/// The driver's default pings every connection it hands out: a round trip before every call,
+/// which is most of a single renewal or append's overhead. A connection back from a call this
+/// recently was alive then (the driver checks each one it takes back), so a ping would
+/// almost never find it dead; one idle for longer is pinged, and replaced if it is.
+const ALIVE_WITHOUT_PING: Duration = Duration::from_millis(500);
 
 /// Where the connections come from.
 enum Source {
@@ -346,6 +353,15 @@ impl PostgresEventStorageBuilder {
                     .min_connections(self.min_connections)
                     .acquire_timeout(self.acquire_timeout)
                     .idle_timeout(self.idle_timeout)
+                    .test_before_acquire(false)
+                    .before_acquire(|connection, metadata| {
+                        Box::pin(async move {
+                            if metadata.idle_for >= ALIVE_WITHOUT_PING {
+                                connection.ping().await?;
+                            }
+                            Ok(true)
+                        })
+                    })
                     .connect_with(options)
                     .await
                     .map_err(|error| settings.failing("connect").map(error))?;

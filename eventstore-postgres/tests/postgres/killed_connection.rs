@@ -212,3 +212,48 @@ async fn idle_connections_killed_under_the_pool_are_replaced() {
     storage.close().await.unwrap();
     pool.close().await;
 }
+
+/// The storage's own pool hands out a connection idle for a while only after a ping, so
+/// that connections killed while idle are replaced instead of failing the next call.
+#[tokio::test]
+async fn the_storages_own_pool_replaces_connections_killed_while_idle() {
+    if common::needs_direct_connection(
+        "it finds the storage's server connections by the statements they ran to kill them",
+    ) {
+        return;
+    }
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    // One connection, whose last statement names the prefix once it has asked for a lease.
+    let storage = common::builder(&prefix)
+        .max_connections(1)
+        .build()
+        .await
+        .unwrap();
+    storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE pid <> pg_backend_pid() AND query LIKE '%' || $1 || '%') AS t",
+    )
+    .bind(&prefix)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(killed, 1, "the storage's one connection");
+    // Idle for longer than the pool hands out connections unpinged.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let response = storage
+        .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
+        .await
+        .expect("a killed idle connection is replaced");
+    assert_eq!(
+        (response.status, response.fencing_token),
+        (LeaseStatus::Leader, FencingToken(1))
+    );
+    storage.close().await.unwrap();
+}
