@@ -6,11 +6,21 @@ use eventstore_api::{
     AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
     LeaseRequest,
 };
+use eventstore_postgres::PostgresEventStorage;
 use serde_json::json;
 
 use crate::common;
 
 const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// A storage on `prefix` that waits at most [`LOCK_TIMEOUT`] for a lock.
+async fn storage_with_lock_timeout(prefix: &str) -> PostgresEventStorage {
+    common::builder(prefix)
+        .lock_timeout(LOCK_TIMEOUT)
+        .build()
+        .await
+        .unwrap()
+}
 
 fn assert_timeout<T: std::fmt::Debug>(result: Result<T, EventStorageError>, started: Instant) {
     match result {
@@ -41,11 +51,7 @@ async fn a_held_lease_lock_times_out_a_request_that_then_changes_nothing() {
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = common::builder(&prefix)
-        .lock_timeout(LOCK_TIMEOUT)
-        .build()
-        .await
-        .unwrap();
+    let storage = storage_with_lock_timeout(&prefix).await;
     let ttl = Duration::from_secs(60);
 
     let held = common::hold_lease_lock(&pool, &prefix, "orders").await;
@@ -84,11 +90,7 @@ async fn a_held_stream_lock_times_out_an_append_but_never_a_lease_request() {
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = common::builder(&prefix)
-        .lock_timeout(LOCK_TIMEOUT)
-        .build()
-        .await
-        .unwrap();
+    let storage = storage_with_lock_timeout(&prefix).await;
     let stream = EventStreamId::new("orders", "eu");
 
     let held = common::hold_stream_lock(&pool, &prefix, "orders", "eu").await;
@@ -133,11 +135,7 @@ async fn unconditional_appends_share_the_stream_lock_and_checking_ones_wait_for_
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = common::builder(&prefix)
-        .lock_timeout(LOCK_TIMEOUT)
-        .build()
-        .await
-        .unwrap();
+    let storage = storage_with_lock_timeout(&prefix).await;
     let stream = EventStreamId::new("orders", "eu");
 
     let held = common::hold_stream_lock_shared(&pool, &prefix, "orders", "eu").await;
