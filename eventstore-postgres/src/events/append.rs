@@ -67,7 +67,8 @@ async fn append_unmeasured(
     } else if events.is_empty() {
         Appended::nothing()
     } else {
-        // Nothing to check: one statement in autocommit, which takes the stream lock itself.
+        // Nothing to check: one statement in autocommit, which takes the stream lock itself,
+        // shared.
         let mut connection = shared.connection_for(&operation).await?;
         let appended = insert(shared, &mut connection, stream, events, &operation).await?;
         shared.end(&operation, connection).await?;
