@@ -24,14 +24,16 @@ async fn open(
     common::builder(prefix).init_mode(mode).build().await
 }
 
-/// Creates the prefix's schema with `Ensure`, then lets the storage go.
-async fn create_schema(prefix: &str) {
+/// A storage on `prefix` opened with `Ensure`, which creates what is missing.
+async fn ensured(prefix: &str) -> eventstore_postgres::PostgresEventStorage {
     open(prefix, DatabaseInitMode::Ensure)
         .await
         .expect("ensure")
-        .close()
-        .await
-        .unwrap();
+}
+
+/// Creates the prefix's schema with `Ensure`, then lets the storage go.
+async fn create_schema(prefix: &str) {
+    ensured(prefix).await.close().await.unwrap();
 }
 
 fn assert_schema_error<T: std::fmt::Debug>(
@@ -192,9 +194,7 @@ async fn ensure_upgrades_a_leases_table_of_an_earlier_version() {
     };
     let prefix = common::unique_prefix();
     let ttl = Duration::from_secs(60);
-    let storage = open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure");
+    let storage = ensured(&prefix).await;
     storage
         .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
         .await
@@ -247,9 +247,7 @@ async fn an_events_table_with_jsonb_payloads_keeps_working() {
     let prefix = common::unique_prefix();
     let stream = EventStreamId::for_context("orders");
     let written = json!({ "n": 1, "label": "before", "nested": { "list": [1, 2.5, null] } });
-    let storage = open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure");
+    let storage = ensured(&prefix).await;
     storage
         .append(
             AppendCriteria::none(),
@@ -334,9 +332,7 @@ async fn the_shipped_ddl_makes_lease_names_compare_byte_by_byte_unless_a_view_de
     };
     let prefix = common::unique_prefix();
     let ttl = Duration::from_secs(60);
-    let storage = open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure");
+    let storage = ensured(&prefix).await;
     assert_eq!(lease_key_collations(&pool, &prefix).await, ["C"; 4]);
     let granted = storage
         .request_lease(LeaseRequest::new("orders", "a", 0, ttl))
@@ -431,9 +427,7 @@ async fn recreate_drops_everything_of_the_prefix_and_starts_empty() {
         return;
     }
     let prefix = common::unique_prefix();
-    let storage = open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure");
+    let storage = ensured(&prefix).await;
     let stream = EventStreamId::for_context("c");
     let stored = storage
         .append(
