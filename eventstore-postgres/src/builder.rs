@@ -2,12 +2,14 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore_api::EventStorageError;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 
+use crate::connection_health::ConnectionHealth;
 use crate::init_mode::DatabaseInitMode;
 use crate::pooler_parameter;
 use crate::prefix::TablePrefix;
@@ -17,13 +19,6 @@ use crate::storage::PostgresEventStorage;
 
 /// The prefix used when the builder is given none.
 pub const DEFAULT_PREFIX: &str = "eventstore_";
-
-/// How long a pooled connection may have been idle and still be handed out without a ping.
-/// The driver's default pings every connection it hands out: a round trip before every call,
-/// which is most of a single renewal or append's overhead. A connection back from a call this
-/// recently was alive then (the driver checks each one it takes back), so a ping would
-/// almost never find it dead; one idle for longer is pinged, and replaced if it is.
-const ALIVE_WITHOUT_PING: Duration = Duration::from_millis(500);
 
 /// Where the connections come from.
 enum Source {
@@ -314,6 +309,7 @@ impl PostgresEventStorageBuilder {
             append_hints: self.append_hints,
             prepared_statements,
             push: prepared_statements || listen_options.is_some(),
+            health: Arc::new(ConnectionHealth::new()),
         };
         let (pool, owns_pool, listen_options) = match source {
             None => {
@@ -353,14 +349,20 @@ impl PostgresEventStorageBuilder {
                     .min_connections(self.min_connections)
                     .acquire_timeout(self.acquire_timeout)
                     .idle_timeout(self.idle_timeout)
+                    // The driver's default pings every connection it hands out, a round trip
+                    // before every call; the storage pings only those it has reason to doubt.
                     .test_before_acquire(false)
-                    .before_acquire(|connection, metadata| {
-                        Box::pin(async move {
-                            if metadata.idle_for >= ALIVE_WITHOUT_PING {
-                                connection.ping().await?;
-                            }
-                            Ok(true)
-                        })
+                    .before_acquire({
+                        let health = Arc::clone(&settings.health);
+                        move |connection, metadata| {
+                            let ping = health.needs_ping(metadata.idle_for);
+                            Box::pin(async move {
+                                if ping {
+                                    connection.ping().await?;
+                                }
+                                Ok(true)
+                            })
+                        }
                     })
                     .connect_with(options)
                     .await

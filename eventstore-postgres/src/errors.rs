@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use eventstore_api::EventStorageError;
 
+use crate::connection_health::ConnectionHealth;
+
 /// SQLSTATE `lock_not_available`: `lock_timeout` ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// SQLSTATE `undefined_table`.
@@ -21,12 +23,15 @@ pub(crate) struct Failing<'a> {
     pub(crate) lock_timeout: Duration,
     /// The pool's acquire timeout.
     pub(crate) acquire_timeout: Duration,
+    /// Told of every driver error, to learn of broken connections.
+    pub(crate) health: &'a ConnectionHealth,
 }
 
 impl Failing<'_> {
     /// Maps `error`: a lock or pool wait that ran out becomes `Timeout`, a closed pool `Closed`,
     /// a missing table or function `Schema`, anything else `Backend` with its source.
     pub(crate) fn map(&self, error: sqlx::Error) -> EventStorageError {
+        self.health.observe(&error);
         match &error {
             sqlx::Error::PoolClosed => EventStorageError::Closed,
             sqlx::Error::PoolTimedOut => EventStorageError::Timeout {
@@ -70,8 +75,11 @@ impl Failing<'_> {
 mod tests {
     use super::*;
 
+    static HEALTH: ConnectionHealth = ConnectionHealth::new();
+
     const FAILING: Failing<'static> = Failing {
         operation: "append to stream orders/default",
+        health: &HEALTH,
         lock_timeout: Duration::from_secs(10),
         acquire_timeout: Duration::from_secs(30),
     };

@@ -56,6 +56,7 @@ mod append_notification;
 mod backoff;
 mod bookmarks;
 mod builder;
+mod connection_health;
 mod errors;
 mod events;
 mod fencing;

@@ -1,7 +1,9 @@
 //! The settings every operation consults, fixed when the storage is built.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::connection_health::ConnectionHealth;
 use crate::errors::Failing;
 
 /// Settings every operation consults.
@@ -21,13 +23,16 @@ pub(crate) struct Settings {
     /// Whether the storage has a connection that can `LISTEN`, so that lease changes and
     /// append hints can be pushed to its subscribers.
     pub(crate) push: bool,
+    /// Which connections the storage has seen break, shared with its own pool.
+    pub(crate) health: Arc<ConnectionHealth>,
 }
 
 impl Settings {
     /// How to map a driver error of `operation`.
-    pub(crate) fn failing<'a>(&self, operation: &'a str) -> Failing<'a> {
+    pub(crate) fn failing<'a>(&'a self, operation: &'a str) -> Failing<'a> {
         Failing {
             operation,
+            health: &self.health,
             lock_timeout: self.lock_timeout,
             acquire_timeout: self.acquire_timeout,
         }

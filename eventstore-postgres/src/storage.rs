@@ -222,15 +222,9 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        events::query(
-            self.admit(Operation::Query { stream })?,
-            filter,
-            stream,
-            after,
-            limit,
-            direction,
-        )
-        .await
+        let shared = self.admit(Operation::Query { stream })?;
+        let read = || events::query(shared, filter, stream, after, limit, direction);
+        shared.settings.health.read(read).await
     }
 
     /// Streams natively: keyset pages of at most 1,000 events, each on a connection taken
@@ -251,11 +245,15 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        events::get_by_id(self.admit(Operation::Read)?, id).await
+        let shared = self.admit(Operation::Read)?;
+        let read = || events::get_by_id(shared, id);
+        shared.settings.health.read(read).await
     }
 
     async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        events::head(self.admit(Operation::Head { stream })?, stream).await
+        let shared = self.admit(Operation::Head { stream })?;
+        let read = || events::head(shared, stream);
+        shared.settings.health.read(read).await
     }
 
     async fn bookmark(
@@ -278,7 +276,9 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        bookmarks::get(self.admit(Operation::Reader { reader })?, reader).await
+        let shared = self.admit(Operation::Reader { reader })?;
+        let read = || bookmarks::get(shared, reader);
+        shared.settings.health.read(read).await
     }
 
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
@@ -286,7 +286,9 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        bookmarks::all(self.admit(Operation::Read)?).await
+        let shared = self.admit(Operation::Read)?;
+        let read = || bookmarks::all(shared);
+        shared.settings.health.read(read).await
     }
 
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
@@ -351,19 +353,21 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-        leases::all(self.admit(Operation::Read)?).await
+        let shared = self.admit(Operation::Read)?;
+        let read = || leases::all(shared);
+        shared.settings.health.read(read).await
     }
 
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        leases::contenders(
-            self.admit(Operation::Contenders { lease_name })?,
-            lease_name,
-        )
-        .await
+        let shared = self.admit(Operation::Contenders { lease_name })?;
+        let read = || leases::contenders(shared, lease_name);
+        shared.settings.health.read(read).await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        leases::storage_time(self.admit(Operation::Read)?).await
+        let shared = self.admit(Operation::Read)?;
+        let read = || leases::storage_time(shared);
+        shared.settings.health.read(read).await
     }
 
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {

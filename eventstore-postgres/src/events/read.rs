@@ -46,7 +46,7 @@ pub(crate) async fn query(
 /// connection of its own, given back before the page is yielded, so that a stream dropped
 /// part-way holds no connection and no transaction.
 pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'static> {
-    stream::try_unfold((shared, pages), |(shared, mut pages)| async move {
+    stream::try_unfold((shared, pages), |(shared, pages)| async move {
         if pages.is_done() {
             return Ok(None);
         }
@@ -54,9 +54,17 @@ pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'st
             return Err(EventStorageError::Closed);
         }
         let operation = "stream events";
-        let mut connection = shared.connection_for(operation).await?;
-        let page = pages.next(&shared, &mut connection, operation).await?;
-        shared.end(operation, connection).await?;
+        // Each attempt reads from where the stream stands, so a repeated one repeats nothing.
+        let read_page = || {
+            let (shared, mut pages) = (&shared, pages.clone());
+            async move {
+                let mut connection = shared.connection_for(operation).await?;
+                let page = pages.next(shared, &mut connection, operation).await?;
+                shared.end(operation, connection).await?;
+                Ok((page, pages))
+            }
+        };
+        let (page, pages) = shared.settings.health.read(read_page).await?;
         Ok(Some((page, (shared, pages))))
     })
     .map_ok(|page| stream::iter(page.into_iter().map(Ok)))

@@ -236,15 +236,11 @@ async fn the_storages_own_pool_replaces_connections_killed_while_idle() {
         .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
         .await
         .unwrap();
-    let killed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE pid <> pg_backend_pid() AND query LIKE '%' || $1 || '%') AS t",
-    )
-    .bind(&prefix)
-    .fetch_one(&admin)
-    .await
-    .unwrap();
-    assert_eq!(killed, 1, "the storage's one connection");
+    assert_eq!(
+        terminate_by_prefix(&admin, &prefix).await,
+        1,
+        "the storage's one connection"
+    );
     // Idle for longer than the pool hands out connections unpinged.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let response = storage
@@ -256,4 +252,56 @@ async fn the_storages_own_pool_replaces_connections_killed_while_idle() {
         (LeaseStatus::Leader, FencingToken(1))
     );
     storage.close().await.unwrap();
+}
+
+/// A connection killed moments after its last call goes back out unpinged; a read that finds
+/// it broken is repeated on a new connection, and every connection is pinged for a while
+/// after, so that a write right behind it is not handed another dead one.
+#[tokio::test]
+async fn a_connection_killed_right_after_a_call_fails_no_read_and_no_write_behind_it() {
+    if common::needs_direct_connection(
+        "it finds the storage's server connections by the statements they ran to kill them",
+    ) {
+        return;
+    }
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::builder(&prefix)
+        .max_connections(1)
+        .build()
+        .await
+        .unwrap();
+    let lease = LeaseRequest::new("orders", "a", 0, Duration::from_secs(60));
+    storage.request_lease(lease.clone()).await.unwrap();
+    assert_eq!(terminate_by_prefix(&admin, &prefix).await, 1);
+    let leases = storage
+        .get_leases()
+        .await
+        .expect("a read on the killed connection is repeated on a new one");
+    assert_eq!(leases.len(), 1);
+
+    assert_eq!(terminate_by_prefix(&admin, &prefix).await, 1);
+    let response = storage
+        .request_lease(lease)
+        .await
+        .expect("the killed connection is pinged and replaced before the renewal");
+    assert_eq!(
+        (response.status, response.fencing_token),
+        (LeaseStatus::Leader, FencingToken(1))
+    );
+    storage.close().await.unwrap();
+}
+
+/// Terminates the server connections whose last statement mentions `prefix`; how many.
+async fn terminate_by_prefix(admin: &PgPool, prefix: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE pid <> pg_backend_pid() AND query LIKE '%' || $1 || '%') AS t",
+    )
+    .bind(prefix)
+    .fetch_one(admin)
+    .await
+    .unwrap()
 }

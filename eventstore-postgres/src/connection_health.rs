@@ -1,0 +1,186 @@
+//! What the storage has learned about its server connections: when a pooled connection must
+//! be pinged before a call uses it, and which failures mean the connection broke rather than
+//! the statement.
+//!
+//! A connection back from a call less than [`ALIVE_WITHOUT_PING`] ago is handed out without a
+//! ping, which saves a round trip on back-to-back calls. Connections die together, though (a
+//! server restart, a failover, a broken network), so once any call finds its connection
+//! broken, every connection is pinged for the next [`DISTRUST_FOR`], and a read that failed on
+//! a broken connection is run once more: a read changes nothing, so repeating it is safe.
+//! Writes are not repeated; their caller cannot tell whether the server committed them.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use eventstore_api::{EventStorageError, StorageResult};
+use sqlx::postgres::PgDatabaseError;
+
+/// A connection back from a call this recently is handed out without a ping, unless a broken
+/// connection was seen lately: the driver checked it alive when the pool took it back.
+pub(crate) const ALIVE_WITHOUT_PING: Duration = Duration::from_millis(500);
+
+/// How long after a broken connection every connection is pinged before use.
+pub(crate) const DISTRUST_FOR: Duration = Duration::from_secs(5);
+
+/// SQLSTATE `admin_shutdown` and `crash_shutdown`: the server ended the session.
+const SESSION_ENDED: [&str; 2] = ["57P01", "57P02"];
+/// SQLSTATE class `connection_exception`.
+const CONNECTION_EXCEPTION_CLASS: &str = "08";
+
+/// When the storage last saw a call fail because its connection broke.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionHealth {
+    broken_at: Mutex<Option<Instant>>,
+}
+
+impl ConnectionHealth {
+    /// Health with no broken connection seen.
+    pub(crate) const fn new() -> Self {
+        ConnectionHealth {
+            broken_at: Mutex::new(None),
+        }
+    }
+
+    /// Whether a pooled connection idle for `idle_for` must be pinged before a call uses it.
+    pub(crate) fn needs_ping(&self, idle_for: Duration) -> bool {
+        idle_for >= ALIVE_WITHOUT_PING || self.distrusted()
+    }
+
+    /// Records `error` if it says the connection broke.
+    pub(crate) fn observe(&self, error: &sqlx::Error) {
+        if broke_the_connection(error) {
+            *self.broken_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        }
+    }
+
+    /// Runs `read`, and once more if its connection turned out broken. The second attempt
+    /// takes a connection pinged first (see [`ConnectionHealth::needs_ping`]).
+    pub(crate) async fn read<T, Read>(&self, mut read: impl FnMut() -> Read) -> StorageResult<T>
+    where
+        Read: Future<Output = StorageResult<T>>,
+    {
+        match read().await {
+            Err(error) if is_broken_connection(&error) => {
+                tracing::debug!(%error, "read again on another connection");
+                read().await
+            }
+            outcome => outcome,
+        }
+    }
+
+    fn distrusted(&self) -> bool {
+        let broken_at = *self.broken_at.lock().unwrap_or_else(|e| e.into_inner());
+        broken_at.is_some_and(|at| at.elapsed() < DISTRUST_FOR)
+    }
+}
+
+/// Whether the driver's `error` means the connection broke: an I/O failure on its socket, a
+/// connection exception, or the server ending the session.
+fn broke_the_connection(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(server) => server.code().is_some_and(|code| ends_the_session(&code)),
+        _ => false,
+    }
+}
+
+/// Whether the storage error `error` came from a broken connection.
+fn is_broken_connection(error: &EventStorageError) -> bool {
+    let EventStorageError::Backend { source, .. } = error else {
+        return false;
+    };
+    if let Some(driver) = source.downcast_ref::<sqlx::Error>() {
+        return broke_the_connection(driver);
+    }
+    source
+        .downcast_ref::<PgDatabaseError>()
+        .is_some_and(|server| ends_the_session(server.code()))
+}
+
+/// Whether the SQLSTATE `code` says the session is over.
+fn ends_the_session(code: &str) -> bool {
+    SESSION_ENDED.contains(&code) || code.starts_with(CONNECTION_EXCEPTION_CLASS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_error() -> sqlx::Error {
+        sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "expected to read 5 bytes, got 0 bytes at EOF",
+        ))
+    }
+
+    #[test]
+    fn connections_back_from_a_recent_call_go_unpinged_until_one_breaks() {
+        let health = ConnectionHealth::new();
+        assert!(!health.needs_ping(Duration::from_millis(10)));
+        assert!(health.needs_ping(ALIVE_WITHOUT_PING));
+        health.observe(&sqlx::Error::RowNotFound);
+        assert!(
+            !health.needs_ping(Duration::from_millis(10)),
+            "not a broken connection"
+        );
+        health.observe(&io_error());
+        assert!(health.needs_ping(Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn only_failures_of_the_connection_count_as_broken() {
+        let broken = EventStorageError::backend("PostgreSQL failed to read a bookmark", io_error());
+        assert!(is_broken_connection(&broken));
+        let other = EventStorageError::backend(
+            "PostgreSQL failed to read a bookmark",
+            sqlx::Error::RowNotFound,
+        );
+        assert!(!is_broken_connection(&other));
+        assert!(!is_broken_connection(&EventStorageError::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_read_is_repeated_once_after_a_broken_connection_and_never_otherwise() {
+        let health = ConnectionHealth::new();
+        let attempts = std::cell::Cell::new(0);
+        let failing_with = |error: fn() -> EventStorageError| {
+            attempts.set(0);
+            let attempts = &attempts;
+            health.read(move || {
+                attempts.set(attempts.get() + 1);
+                let error = error();
+                async move { Err::<(), _>(error) }
+            })
+        };
+        assert!(
+            failing_with(|| EventStorageError::backend("PostgreSQL failed", io_error()))
+                .await
+                .is_err()
+        );
+        assert_eq!(attempts.get(), 2, "one more attempt, not more");
+        assert!(failing_with(|| EventStorageError::Closed).await.is_err());
+        assert_eq!(
+            attempts.get(),
+            1,
+            "a closed storage is not a broken connection"
+        );
+
+        attempts.set(0);
+        let outcome = health
+            .read(|| {
+                attempts.set(attempts.get() + 1);
+                let first = attempts.get() == 1;
+                async move {
+                    if first {
+                        Err(EventStorageError::backend("PostgreSQL failed", io_error()))
+                    } else {
+                        Ok("read")
+                    }
+                }
+            })
+            .await;
+        assert_eq!(outcome.unwrap(), "read");
+        assert_eq!(attempts.get(), 2);
+    }
+}
