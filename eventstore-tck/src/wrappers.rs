@@ -167,6 +167,7 @@ pub struct Unreliable<S> {
     hanging: AtomicBool,
     failing: AtomicBool,
     hung_calls: AtomicUsize,
+    failed_calls: AtomicUsize,
 }
 
 impl<S> Unreliable<S> {
@@ -177,6 +178,7 @@ impl<S> Unreliable<S> {
             hanging: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             hung_calls: AtomicUsize::new(0),
+            failed_calls: AtomicUsize::new(0),
         }
     }
 
@@ -210,9 +212,15 @@ impl<S> Unreliable<S> {
         self.failing.load(Ordering::SeqCst)
     }
 
+    /// How many calls have failed on purpose so far.
+    pub fn failed_calls(&self) -> usize {
+        self.failed_calls.load(Ordering::SeqCst)
+    }
+
     /// Fails while failing is on, waits forever while the hang is on; returns at once otherwise.
     async fn gate(&self) -> StorageResult<()> {
         if self.is_failing() {
+            self.failed_calls.fetch_add(1, Ordering::SeqCst);
             return Err(EventStorageError::backend(
                 "the storage failed on purpose (Unreliable::fail)",
                 std::io::Error::from(std::io::ErrorKind::ConnectionReset),

@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use super::failure_pause::FailurePause;
 use super::{Projection, Projector, ProjectorError, ProjectorRun};
 use crate::elector::{Leadership, LeadershipWatch};
 use crate::{AppendHints, AppendNotice, Capability, EventReference, Fence};
@@ -23,13 +24,17 @@ const FIRST_RETRY: Duration = Duration::from_millis(5);
 /// between batches as soon as the tenure ends. On a step-down request it finishes the batch
 /// in hand, then acknowledges, so the elector releases the lease to the waiting contender.
 /// Where the storage offers [`Capability::FencedWrites`] every bookmark carries the tenure's
-/// fence, so a superseded leader cannot move the bookmark.
+/// fence, so a superseded leader cannot move the bookmark. A storage failure that may pass
+/// ([`ProjectorError::may_pass`]: a lost connection, a server restarting) pauses the
+/// projector, from 100 ms doubling up to 5 s, instead of ending it: an instance that goes on
+/// leading goes on projecting once the storage is back.
 #[derive(Debug)]
 pub struct ElectedProjector<P> {
     projector: Projector<P>,
     leadership: LeadershipWatch,
     poll_interval: Duration,
     totals: ProjectorRun,
+    failures: FailurePause,
 }
 
 impl<P: Projection> ElectedProjector<P> {
@@ -40,6 +45,7 @@ impl<P: Projection> ElectedProjector<P> {
             leadership,
             poll_interval: DEFAULT_POLL_INTERVAL,
             totals: ProjectorRun::default(),
+            failures: FailurePause::default(),
         }
     }
 
@@ -68,11 +74,13 @@ impl<P: Projection> ElectedProjector<P> {
     /// Projects while leading, stands by otherwise, until `stop` completes or the elector
     /// stops. `stop` is checked between runs, so a batch in hand is always finished.
     ///
-    /// A write refused by the fence ends the tenure's run quietly: another instance leads.
+    /// A write refused by the fence ends the tenure's run quietly: another instance leads. A
+    /// storage failure that may pass is logged, and the projector runs again after a pause.
     ///
     /// # Errors
-    /// The projection's errors and the storage's other errors end the loop; the elector
-    /// keeps running, so shut it down (or retry) as suits the caller.
+    /// The projection's errors and the storage's errors that will not pass by themselves
+    /// (e.g. `Closed`, `Schema`) end the loop; the elector keeps running, so shut it down (or
+    /// retry) as suits the caller.
     pub async fn run_until(
         &mut self,
         stop: impl Future<Output = ()>,
@@ -85,6 +93,8 @@ impl<P: Projection> ElectedProjector<P> {
         // visibility barrier), and that must not cost a whole poll interval.
         let mut announced: Option<EventReference> = None;
         let mut retry = FIRST_RETRY;
+        // Set when the last run failed in a way that may pass: how long to pause.
+        let mut paused: Option<Duration> = None;
         loop {
             let leadership = self.leadership.current();
             match leadership {
@@ -99,10 +109,19 @@ impl<P: Projection> ElectedProjector<P> {
                     let watch = self.leadership.clone();
                     let still_leading = move || watch.current() == Leadership::Leader { token };
                     match self.projector.run_while(still_leading).await {
-                        Ok(run) => self.totals.add(&run),
+                        Ok(run) => {
+                            self.totals.add(&run);
+                            self.failures.reset();
+                        }
                         Err(error) if error.is_fenced() => {
                             tracing::warn!(lease = %self.leadership.lease_name(), %token, %error,
                                 "bookmark refused by the fence; another instance leads");
+                        }
+                        Err(error) if error.may_pass() => {
+                            let pause = self.failures.after_failure();
+                            tracing::warn!(lease = %self.leadership.lease_name(), %token,
+                                error = %error, ?pause, "the projector's run failed; running again after a pause");
+                            paused = Some(pause);
                         }
                         Err(error) => return Err(error),
                     }
@@ -116,7 +135,11 @@ impl<P: Projection> ElectedProjector<P> {
             }
             let behind = self.leadership.is_leader()
                 && announced.is_some_and(|last| self.projector.position() < Some(last));
-            let wait = if behind {
+            // A pause is waited out whatever hints say; the leadership still ends it.
+            let pause = paused.take();
+            let wait = if let Some(pause) = pause {
+                pause
+            } else if behind {
                 let wait = retry.min(self.poll_interval);
                 retry = retry.saturating_mul(2);
                 wait
@@ -132,7 +155,7 @@ impl<P: Projection> ElectedProjector<P> {
                         return Ok(self.totals);
                     }
                 }
-                notice = next_hint(&mut hints) => match notice {
+                notice = next_hint(&mut hints), if pause.is_none() => match notice {
                     Some(AppendNotice::Appended(hint)) => {
                         announced = announced.max(Some(hint.last));
                         retry = FIRST_RETRY;

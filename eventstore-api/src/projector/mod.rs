@@ -64,6 +64,7 @@
 //! [`PartitionedProjector`] for one projector per partition of a [`crate::PartitionElector`].
 
 mod elected;
+mod failure_pause;
 mod partitioned;
 mod projection;
 
@@ -119,6 +120,19 @@ impl ProjectorError {
         matches!(
             self,
             ProjectorError::Storage(EventStorageError::Fenced { .. })
+        )
+    }
+
+    /// Whether running again later may succeed: the storage failed
+    /// ([`EventStorageError::Backend`], say a connection lost in a failover) or gave up
+    /// waiting ([`EventStorageError::Timeout`]). The elected and partitioned projectors pause
+    /// after such a failure and run again; every other error ends their loop.
+    pub fn may_pass(&self) -> bool {
+        matches!(
+            self,
+            ProjectorError::Storage(
+                EventStorageError::Backend { .. } | EventStorageError::Timeout { .. }
+            )
         )
     }
 }

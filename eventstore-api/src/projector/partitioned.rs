@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+use super::failure_pause::FailurePause;
 use super::{Projection, Projector, ProjectorError, ProjectorRun, DEFAULT_POLL_INTERVAL};
 use crate::partitions::PartitionWatch;
 use crate::{Capability, EventStorageError};
@@ -21,7 +22,8 @@ const BATCHES_PER_TURN: u64 = 4;
 /// few batches each, so one long backlog does not starve the others. Each projector reads its
 /// bookmark before every run, so a partition that moved resumes where its previous holder
 /// stopped. A partition being handed over is acknowledged between turns, when nothing of it
-/// is in hand.
+/// is in hand. A storage failure that may pass ([`ProjectorError::may_pass`]) ends the
+/// round of turns and pauses the projector, from 100 ms doubling up to 5 s.
 #[derive(Debug)]
 pub struct PartitionedProjector<P, F> {
     watch: PartitionWatch,
@@ -29,6 +31,17 @@ pub struct PartitionedProjector<P, F> {
     projectors: BTreeMap<u32, Projector<P>>,
     poll_interval: Duration,
     totals: ProjectorRun,
+    failures: FailurePause,
+}
+
+/// How a partition's turn ended.
+enum Turn {
+    /// It ran its whole budget of batches: there may be more.
+    MoreToDo,
+    /// It caught up, or another member holds the partition now.
+    Done,
+    /// The storage failed in a way that may pass.
+    Failed,
 }
 
 impl<P, F> PartitionedProjector<P, F>
@@ -44,6 +57,7 @@ where
             projectors: BTreeMap::new(),
             poll_interval: DEFAULT_POLL_INTERVAL,
             totals: ProjectorRun::default(),
+            failures: FailurePause::default(),
         }
     }
 
@@ -67,11 +81,12 @@ where
     /// Projects the held partitions until `stop` completes or the elector stops.
     ///
     /// A write refused by a fence ends that partition's turn quietly: another member holds
-    /// it now.
+    /// it now. A storage failure that may pass is logged, and the projector runs again after
+    /// a pause.
     ///
     /// # Errors
-    /// A projector that cannot be built, the projection's errors and the storage's other
-    /// errors end the loop; the elector keeps running.
+    /// A projector that cannot be built, the projection's errors and the storage's errors
+    /// that will not pass by themselves end the loop; the elector keeps running.
     pub async fn run_until(
         &mut self,
         stop: impl Future<Output = ()>,
@@ -81,15 +96,28 @@ where
             if self.watch.is_stopped() {
                 return Ok(self.totals);
             }
-            let mut more_pending = false;
+            let (mut more_pending, mut failed) = (false, false);
             for (partition, fence) in self.watch.held() {
-                more_pending |= self.take_turn(partition, fence).await?;
+                match self.take_turn(partition, fence).await? {
+                    Turn::MoreToDo => more_pending = true,
+                    Turn::Done => {}
+                    Turn::Failed => failed = true,
+                }
                 self.acknowledge_handovers();
+                if failed {
+                    break;
+                }
             }
             self.acknowledge_handovers();
-            if more_pending {
-                continue;
-            }
+            let wait = if failed {
+                self.failures.after_failure()
+            } else {
+                self.failures.reset();
+                if more_pending {
+                    continue;
+                }
+                self.poll_interval
+            };
             tokio::select! {
                 () = &mut stop => return Ok(self.totals),
                 changed = self.watch.changed() => {
@@ -97,17 +125,17 @@ where
                         return Ok(self.totals);
                     }
                 }
-                () = tokio::time::sleep(self.poll_interval) => {}
+                () = tokio::time::sleep(wait) => {}
             }
         }
     }
 
-    /// Runs a few batches of `partition`; whether it may have more to do.
+    /// Runs a few batches of `partition`.
     async fn take_turn(
         &mut self,
         partition: u32,
         fence: crate::Fence,
-    ) -> Result<bool, ProjectorError> {
+    ) -> Result<Turn, ProjectorError> {
         let projector = match self.projectors.entry(partition) {
             std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::btree_map::Entry::Vacant(entry) => {
@@ -124,14 +152,23 @@ where
             go
         };
         match projector.run_while(keep_going).await {
+            Ok(run) if run.batches == BATCHES_PER_TURN => {
+                self.totals.add(&run);
+                Ok(Turn::MoreToDo)
+            }
             Ok(run) => {
                 self.totals.add(&run);
-                Ok(run.batches == BATCHES_PER_TURN)
+                Ok(Turn::Done)
             }
             Err(error) if error.is_fenced() => {
                 tracing::warn!(group = %self.watch.group(), partition, %error,
                     "bookmark refused by the fence; another member holds the partition");
-                Ok(false)
+                Ok(Turn::Done)
+            }
+            Err(error) if error.may_pass() => {
+                tracing::warn!(group = %self.watch.group(), partition, %error,
+                    "the partition's run failed; running again after a pause");
+                Ok(Turn::Failed)
             }
             Err(error) => Err(error),
         }
