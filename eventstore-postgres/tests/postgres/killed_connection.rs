@@ -217,25 +217,10 @@ async fn idle_connections_killed_under_the_pool_are_replaced() {
 /// that connections killed while idle are replaced instead of failing the next call.
 #[tokio::test]
 async fn the_storages_own_pool_replaces_connections_killed_while_idle() {
-    if common::needs_direct_connection(
-        "it finds the storage's server connections by the statements they ran to kill them",
-    ) {
-        return;
-    }
-    let Some(admin) = common::try_pool().await else {
+    let lease = LeaseRequest::new("orders", "a", 0, Duration::from_secs(60));
+    let Some((admin, storage, prefix)) = one_connection_holding(&lease).await else {
         return;
     };
-    let prefix = common::unique_prefix();
-    // One connection, whose last statement names the prefix once it has asked for a lease.
-    let storage = common::builder(&prefix)
-        .max_connections(1)
-        .build()
-        .await
-        .unwrap();
-    storage
-        .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
-        .await
-        .unwrap();
     assert_eq!(
         terminate_by_prefix(&admin, &prefix).await,
         1,
@@ -244,7 +229,7 @@ async fn the_storages_own_pool_replaces_connections_killed_while_idle() {
     // Idle for longer than the pool hands out connections unpinged.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let response = storage
-        .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
+        .request_lease(lease)
         .await
         .expect("a killed idle connection is replaced");
     assert_eq!(
@@ -259,22 +244,10 @@ async fn the_storages_own_pool_replaces_connections_killed_while_idle() {
 /// after, so that a write right behind it is not handed another dead one.
 #[tokio::test]
 async fn a_connection_killed_right_after_a_call_fails_no_read_and_no_write_behind_it() {
-    if common::needs_direct_connection(
-        "it finds the storage's server connections by the statements they ran to kill them",
-    ) {
-        return;
-    }
-    let Some(admin) = common::try_pool().await else {
+    let lease = LeaseRequest::new("orders", "a", 0, Duration::from_secs(60));
+    let Some((admin, storage, prefix)) = one_connection_holding(&lease).await else {
         return;
     };
-    let prefix = common::unique_prefix();
-    let storage = common::builder(&prefix)
-        .max_connections(1)
-        .build()
-        .await
-        .unwrap();
-    let lease = LeaseRequest::new("orders", "a", 0, Duration::from_secs(60));
-    storage.request_lease(lease.clone()).await.unwrap();
     assert_eq!(terminate_by_prefix(&admin, &prefix).await, 1);
     let leases = storage
         .get_leases()
@@ -292,6 +265,28 @@ async fn a_connection_killed_right_after_a_call_fails_no_read_and_no_write_behin
         (LeaseStatus::Leader, FencingToken(1))
     );
     storage.close().await.unwrap();
+}
+
+/// An admin pool, and a storage on one pooled connection that has just been granted `lease`
+/// (so that the connection's last statement names the prefix), with that prefix; `None`
+/// where the test cannot run.
+async fn one_connection_holding(
+    lease: &LeaseRequest,
+) -> Option<(PgPool, PostgresEventStorage, String)> {
+    if common::needs_direct_connection(
+        "it finds the storage's server connections by the statements they ran to kill them",
+    ) {
+        return None;
+    }
+    let admin = common::try_pool().await?;
+    let prefix = common::unique_prefix();
+    let storage = common::builder(&prefix)
+        .max_connections(1)
+        .build()
+        .await
+        .unwrap();
+    storage.request_lease(lease.clone()).await.unwrap();
+    Some((admin, storage, prefix))
 }
 
 /// Terminates the server connections whose last statement mentions `prefix`; how many.
