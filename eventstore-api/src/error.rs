@@ -155,14 +155,7 @@ impl EventStorageError {
     /// `: `, for a log line that tells the whole story. Each text appears once: no message
     /// repeats its source.
     pub fn report(&self) -> String {
-        let mut report = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            report.push_str(": ");
-            report.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        report
+        report_chain(self)
     }
 
     /// Builds an [`EventStorageError::Backend`] that keeps `source`.
@@ -200,6 +193,18 @@ fn display_reference(reference: &Option<EventReference>) -> String {
 
 fn display_token(token: &Option<FencingToken>) -> String {
     token.map_or_else(|| "(never granted)".to_owned(), |t| t.to_string())
+}
+
+/// `error`'s message followed by the message of each source in its chain, joined by `: `.
+pub(crate) fn report_chain(error: &dyn std::error::Error) -> String {
+    let mut report = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        report.push_str(": ");
+        report.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    report
 }
 
 #[cfg(test)]

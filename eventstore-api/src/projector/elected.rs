@@ -120,7 +120,8 @@ impl<P: Projection> ElectedProjector<P> {
                         Err(error) if error.may_pass() => {
                             let pause = self.failures.after_failure();
                             tracing::warn!(lease = %self.leadership.lease_name(), %token,
-                                error = %error, ?pause, "the projector's run failed; running again after a pause");
+                                error = %error.report(), ?pause,
+                                "the projector's run failed; running again after a pause");
                             paused = Some(pause);
                         }
                         Err(error) => return Err(error),

@@ -123,6 +123,12 @@ impl ProjectorError {
         )
     }
 
+    /// This error's message followed by the message of each source in its chain, joined by
+    /// `: `, for a log line that tells the whole story.
+    pub fn report(&self) -> String {
+        crate::error::report_chain(self)
+    }
+
     /// Whether running again later may succeed: the storage failed
     /// ([`EventStorageError::Backend`], say a connection lost in a failover) or gave up
     /// waiting ([`EventStorageError::Timeout`]). The elected and partitioned projectors pause
@@ -448,5 +454,37 @@ impl<P: Projection> Projector<P> {
             }
             None => self.storage.bookmark(reader, last, tags).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn failures_of_the_storage_may_pass_and_the_rest_do_not() {
+        let lost = ProjectorError::Storage(EventStorageError::backend(
+            "PostgreSQL failed to read a bookmark",
+            std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+        ));
+        assert!(lost.may_pass());
+        assert_eq!(
+            lost.report(),
+            "PostgreSQL failed to read a bookmark: connection reset",
+            "the report names the cause too"
+        );
+        let timed_out = ProjectorError::Storage(EventStorageError::Timeout {
+            operation: "read events".to_owned(),
+            after: Duration::from_secs(1),
+        });
+        assert!(timed_out.may_pass());
+        assert!(!ProjectorError::Storage(EventStorageError::Closed).may_pass());
+        let projection = ProjectorError::Projection {
+            batch_start: None,
+            source: "cannot project".into(),
+        };
+        assert!(!projection.may_pass());
     }
 }

@@ -166,7 +166,7 @@ where
                 Ok(Turn::Done)
             }
             Err(error) if error.may_pass() => {
-                tracing::warn!(group = %self.watch.group(), partition, %error,
+                tracing::warn!(group = %self.watch.group(), partition, error = %error.report(),
                     "the partition's run failed; running again after a pause");
                 Ok(Turn::Failed)
             }
