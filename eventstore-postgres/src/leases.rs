@@ -1,8 +1,9 @@
 //! Leases: one round trip per request or batch, judged by PostgreSQL's `now()` alone.
 //!
 //! The rules live in the `request_leases` and `release_lease` functions the schema creates
-//! (`sql/schema.sql`), so that a whole batch is one statement in one short transaction.
-//! Nothing here reads or locks the events table.
+//! (`sql/schema.sql`), so that a whole batch is one statement in one short transaction; a
+//! renewal this storage expects is first tried as one `UPDATE` (see `renewals`). Nothing
+//! here reads or locks the events table.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
+use crate::renewals;
 use crate::shared::Shared;
 
 /// Answers `requests` (validated by the caller) in one call of `request_leases`, each with
@@ -67,11 +69,25 @@ pub(crate) async fn request(
         .collect()
 }
 
-/// Answers one request in one call of `request_lease`, which takes scalars: an elector's
-/// renewal, the most frequent call of all.
+/// Answers one request: first as a plain renewal when this storage expects one (see
+/// `renewals`), else, or when it was not one, in one call of `request_lease`, which takes
+/// scalars. An elector's renewal is the most frequent call of all.
 async fn request_one(shared: &Shared, request: &LeaseRequest) -> StorageResult<LeaseOutcome> {
+    let ttl = interval(request.ttl);
     let operation = "request a lease";
     let failing = shared.settings.failing(operation);
+    if shared.renewals.expects(request) {
+        if let Some(renewed) = renewals::renew(shared, request, ttl).await? {
+            return Ok(LeaseOutcome {
+                response: LeaseResponse {
+                    status: LeaseStatus::Leader,
+                    fencing_token: token(renewed).map_err(|e| failing.map(e))?,
+                    current_owner: request.owner.clone(),
+                },
+                took_over: false,
+            });
+        }
+    }
     let mut connection = shared.connection_for(operation).await?;
     let row = sqlx::query(&format!(
         "SELECT r.lease_status, r.lease_token, r.lease_owner, r.lease_took_over \
@@ -81,14 +97,16 @@ async fn request_one(shared: &Shared, request: &LeaseRequest) -> StorageResult<L
     .bind(&request.lease_name)
     .bind(&request.owner)
     .bind(request.priority)
-    .bind(interval(request.ttl))
+    .bind(ttl)
     .bind(shared.settings.lock_timeout_setting())
     .persistent(shared.settings.prepared_statements)
     .fetch_one(&mut *connection)
     .await
     .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
-    decode_outcome(&row).map_err(|e| failing.map(e))
+    let outcome = decode_outcome(&row).map_err(|e| failing.map(e))?;
+    shared.renewals.record(request, &outcome);
+    Ok(outcome)
 }
 
 /// Releases `lease_name` if `owner` holds it, and withdraws `owner` as a contender.
@@ -99,6 +117,7 @@ pub(crate) async fn release(
     lease_name: &str,
     owner: &str,
 ) -> StorageResult<ReleaseOutcome> {
+    shared.renewals.forget(lease_name, owner);
     let operation = "release a lease";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
@@ -132,6 +151,9 @@ pub(crate) async fn release_all(
 ) -> StorageResult<()> {
     if lease_names.is_empty() {
         return Ok(());
+    }
+    for lease_name in lease_names {
+        shared.renewals.forget(lease_name, owner);
     }
     let operation = "release leases";
     let failing = shared.settings.failing(operation);

@@ -7,6 +7,7 @@ use eventstore_api::StorageResult;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 
+use crate::expected_renewals::ExpectedRenewals;
 use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::listener::Listener;
 use crate::prefix::TablePrefix;
@@ -23,6 +24,8 @@ pub(crate) struct Shared {
     pub(crate) admission: Admission,
     /// Lease changes and append hints, pushed by the server.
     pub(crate) listener: Listener,
+    /// Which leases a request renews in one statement.
+    pub(crate) renewals: ExpectedRenewals,
 }
 
 impl Shared {
@@ -47,6 +50,7 @@ impl Shared {
             settings,
             admission: Admission::new(),
             listener,
+            renewals: ExpectedRenewals::default(),
         }
     }
 
