@@ -6,6 +6,11 @@ use std::sync::Mutex;
 
 use eventstore_api::{LeaseOutcome, LeaseRequest, LeaseStatus};
 
+/// The most leases remembered, so that a process that leads ever new leases and lets them
+/// lapse without a release does not grow without bound; beyond it, requests for leases not
+/// remembered go to the function, as they always may.
+const MOST_REMEMBERED: usize = 10_000;
+
 /// The owner and priority each lease was last answered `leader` for.
 #[derive(Debug, Default)]
 pub(crate) struct ExpectedRenewals {
@@ -25,10 +30,13 @@ impl ExpectedRenewals {
     /// Remembers what `request` was answered: its owner leads, or no longer does.
     pub(crate) fn record(&self, request: &LeaseRequest, outcome: &LeaseOutcome) {
         if outcome.response.status == LeaseStatus::Leader {
-            self.leaders().insert(
-                request.lease_name.clone(),
-                (request.owner.clone(), request.priority),
-            );
+            let mut leaders = self.leaders();
+            if leaders.len() < MOST_REMEMBERED || leaders.contains_key(&request.lease_name) {
+                leaders.insert(
+                    request.lease_name.clone(),
+                    (request.owner.clone(), request.priority),
+                );
+            }
         } else {
             self.forget(&request.lease_name, &request.owner);
         }
@@ -101,5 +109,28 @@ mod tests {
         );
         renewals.forget("orders", "a");
         assert!(!renewals.expects(&request("a", 0)), "released");
+    }
+
+    #[test]
+    fn no_more_than_the_most_remembered_leases_are_kept() {
+        let renewals = ExpectedRenewals::default();
+        let lease =
+            |n: usize| LeaseRequest::new(format!("job-{n}"), "a", 0, Duration::from_secs(30));
+        for n in 0..=MOST_REMEMBERED {
+            renewals.record(&lease(n), &answered(LeaseStatus::Leader, "a"));
+        }
+        assert_eq!(renewals.leaders().len(), MOST_REMEMBERED);
+        assert!(renewals.expects(&lease(0)));
+        assert!(
+            !renewals.expects(&lease(MOST_REMEMBERED)),
+            "the one past the bound"
+        );
+        renewals.record(&request("b", 0), &answered(LeaseStatus::Leader, "b"));
+        assert!(!renewals.expects(&request("b", 0)));
+        renewals.record(&lease(0), &answered(LeaseStatus::Leader, "a"));
+        assert!(
+            renewals.expects(&lease(0)),
+            "a remembered lease is still updated"
+        );
     }
 }
