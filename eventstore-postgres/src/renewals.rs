@@ -3,13 +3,13 @@
 //! Most lease requests are a holder renewing its live lease. `request_lease` answers those
 //! from its first statement, but a call of a PL/pgSQL function costs the server more than the
 //! statement itself. So the storage remembers, per lease, the owner and priority it last
-//! answered `leader` (`expected_renewals`); that owner's next request at that priority is first sent as one `UPDATE`
-//! that renews the lease only when it is live, held by that owner at that priority, and no
-//! contender can outrank it (its priority ceiling): exactly when `request_lease` would answer
-//! `leader` from its first statement. The `UPDATE` takes the lease's lock first, as the
-//! function does, so it is serialized with every other decision on the lease. When it changes
-//! nothing (the lease lapsed, moved, or may have an outranking contender) the request goes to
-//! the function, which decides as always.
+//! answered `leader` (`expected_renewals`); that owner's next request at that priority is
+//! first sent as one `UPDATE` that renews the lease only when it is live, held by that owner
+//! at that priority, and no contender can outrank it (its priority ceiling): exactly when
+//! `request_lease` would answer `leader` from its first statement. The `UPDATE` takes the
+//! lease's lock first, as the function does, so it is serialized with every other decision on
+//! the lease. When it changes nothing (the lease lapsed, moved, or may have an outranking
+//! contender) the request goes to the function, which decides as always.
 
 use eventstore_api::{LeaseRequest, StorageResult};
 use sqlx::postgres::types::PgInterval;
