@@ -73,40 +73,52 @@ pub(crate) async fn request(
 /// `renewals`), else, or when it was not one, in one call of `request_lease`, which takes
 /// scalars. An elector's renewal is the most frequent call of all.
 async fn request_one(shared: &Shared, request: &LeaseRequest) -> StorageResult<LeaseOutcome> {
-    let ttl = interval(request.ttl);
-    let operation = "request a lease";
-    let failing = shared.settings.failing(operation);
     if shared.renewals.expects(request) {
-        if let Some(renewed) = renewals::renew(shared, request, ttl).await? {
-            return Ok(LeaseOutcome {
-                response: LeaseResponse {
-                    status: LeaseStatus::Leader,
-                    fencing_token: token(renewed).map_err(|e| failing.map(e))?,
-                    current_owner: request.owner.clone(),
-                },
-                took_over: false,
-            });
+        let renewal = renewals::statement(&shared.prefix.name("leases"));
+        if let Some(outcome) = answer(shared, &renewal, request).await? {
+            return Ok(outcome);
         }
     }
-    let mut connection = shared.connection_for(operation).await?;
-    let row = sqlx::query(&format!(
+    let call = format!(
         "SELECT r.lease_status, r.lease_token, r.lease_owner, r.lease_took_over \
          FROM {function}($1, $2, $3, $4, $5) AS r",
         function = shared.prefix.name("request_lease")
-    ))
-    .bind(&request.lease_name)
-    .bind(&request.owner)
-    .bind(request.priority)
-    .bind(ttl)
-    .bind(shared.settings.lock_timeout_setting())
-    .persistent(shared.settings.prepared_statements)
-    .fetch_one(&mut *connection)
-    .await
-    .map_err(|e| failing.map(e))?;
-    shared.end(operation, connection).await?;
-    let outcome = decode_outcome(&row).map_err(|e| failing.map(e))?;
+    );
+    let outcome = answer(shared, &call, request).await?.ok_or_else(|| {
+        EventStorageError::backend(
+            "request_lease got no answer from PostgreSQL",
+            "the lease function returned no row",
+        )
+    })?;
     shared.renewals.record(request, &outcome);
     Ok(outcome)
+}
+
+/// Runs `statement` with `request`'s arguments in the order `request_lease` takes them; its
+/// answer, from a row in `request_lease`'s columns, if it gave one.
+async fn answer(
+    shared: &Shared,
+    statement: &str,
+    request: &LeaseRequest,
+) -> StorageResult<Option<LeaseOutcome>> {
+    let operation = "request a lease";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
+    let row = sqlx::query(statement)
+        .bind(&request.lease_name)
+        .bind(&request.owner)
+        .bind(request.priority)
+        .bind(interval(request.ttl))
+        .bind(shared.settings.lock_timeout_setting())
+        .persistent(shared.settings.prepared_statements)
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
+    row.as_ref()
+        .map(decode_outcome)
+        .transpose()
+        .map_err(|e| failing.map(e))
 }
 
 /// Releases `lease_name` if `owner` holds it, and withdraws `owner` as a contender.

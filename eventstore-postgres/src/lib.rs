@@ -59,7 +59,6 @@ mod builder;
 mod connection_health;
 mod errors;
 mod events;
-mod expected_renewals;
 mod fencing;
 mod filter_sql;
 mod init_mode;

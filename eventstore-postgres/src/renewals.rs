@@ -3,7 +3,7 @@
 //! Most lease requests are a holder renewing its live lease. `request_lease` answers those
 //! from its first statement, but a call of a PL/pgSQL function costs the server more than the
 //! statement itself. So the storage remembers, per lease, the owner and priority it last
-//! answered `leader` (`expected_renewals`); that owner's next request at that priority is
+//! answered `leader` ([`ExpectedRenewals`]); that owner's next request at that priority is
 //! first sent as one `UPDATE` that renews the lease only when it is live, held by that owner
 //! at that priority, and no contender can outrank it (its priority ceiling): exactly when
 //! `request_lease` would answer `leader` from its first statement. The `UPDATE` takes the
@@ -11,24 +11,70 @@
 //! the lease. When it changes nothing (the lease lapsed, moved, or may have an outranking
 //! contender) the request goes to the function, which decides as always.
 
-use eventstore_api::{LeaseRequest, StorageResult};
-use sqlx::postgres::types::PgInterval;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
-use crate::shared::Shared;
+use eventstore_api::{LeaseOutcome, LeaseRequest, LeaseStatus};
 
-/// Renews `request`'s lease in one `UPDATE` if it is a plain renewal (see the module): the
-/// lease's fencing token, or `None` when it is not a plain renewal and nothing was changed.
-pub(crate) async fn renew(
-    shared: &Shared,
-    request: &LeaseRequest,
-    ttl: PgInterval,
-) -> StorageResult<Option<i64>> {
-    let operation = "request a lease";
-    let leases = shared.prefix.name("leases");
-    let mut connection = shared.connection_for(operation).await?;
-    // The lock (and the lock timeout) come first, in a one-time filter; a row that another
-    // decision changed meanwhile is checked again in its newest version.
-    let token: Option<i64> = sqlx::query_scalar(&format!(
+/// The most leases remembered, so that a process that leads ever new leases and lets them
+/// lapse without a release does not grow without bound; beyond it, requests for leases not
+/// remembered go to the function, as they always may.
+const MOST_REMEMBERED: usize = 10_000;
+
+/// The owner and priority each lease was last answered `leader` for.
+#[derive(Debug, Default)]
+pub(crate) struct ExpectedRenewals {
+    leaders: Mutex<HashMap<String, (String, i64)>>,
+}
+
+impl ExpectedRenewals {
+    /// Whether `request` is expected to renew a lease its owner leads.
+    pub(crate) fn expects(&self, request: &LeaseRequest) -> bool {
+        self.leaders()
+            .get(&request.lease_name)
+            .is_some_and(|(owner, priority)| {
+                *owner == request.owner && *priority == request.priority
+            })
+    }
+
+    /// Remembers what `request` was answered: its owner leads, or no longer does.
+    pub(crate) fn record(&self, request: &LeaseRequest, outcome: &LeaseOutcome) {
+        if outcome.response.status == LeaseStatus::Leader {
+            let mut leaders = self.leaders();
+            if leaders.len() < MOST_REMEMBERED || leaders.contains_key(&request.lease_name) {
+                leaders.insert(
+                    request.lease_name.clone(),
+                    (request.owner.clone(), request.priority),
+                );
+            }
+        } else {
+            self.forget(&request.lease_name, &request.owner);
+        }
+    }
+
+    /// Forgets `owner`'s lead on `lease_name`, if remembered.
+    pub(crate) fn forget(&self, lease_name: &str, owner: &str) {
+        let mut leaders = self.leaders();
+        if leaders
+            .get(lease_name)
+            .is_some_and(|(held_by, _)| held_by == owner)
+        {
+            leaders.remove(lease_name);
+        }
+    }
+
+    fn leaders(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, i64)>> {
+        self.leaders.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The plain renewal of a lease of the table `leases` (see the module), with the arguments of
+/// `request_lease` and, when it renews, a row in its columns: an empty answer means it was not
+/// a plain renewal and nothing was changed. The lock (and the lock timeout) come first, in a
+/// one-time filter; a row that another decision changed meanwhile is checked again in its
+/// newest version.
+pub(crate) fn statement(leases: &str) -> String {
+    format!(
         "WITH locked AS MATERIALIZED ( \
              SELECT pg_advisory_xact_lock(hashtext('{leases}'), hashtext($1)) \
                FROM (SELECT set_config('lock_timeout', $5, true)) AS setting) \
@@ -39,17 +85,84 @@ pub(crate) async fn renew(
             AND l.contender_priority_ceiling <= $3 \
             AND current_setting('transaction_isolation') = 'read committed' \
             AND EXISTS (SELECT FROM locked) \
-         RETURNING l.fencing_token"
-    ))
-    .bind(&request.lease_name)
-    .bind(&request.owner)
-    .bind(request.priority)
-    .bind(ttl)
-    .bind(shared.settings.lock_timeout_setting())
-    .persistent(shared.settings.prepared_statements)
-    .fetch_optional(&mut *connection)
-    .await
-    .map_err(|e| shared.settings.failing(operation).map(e))?;
-    shared.end(operation, connection).await?;
-    Ok(token)
+         RETURNING 'leader' AS lease_status, l.fencing_token AS lease_token, \
+             l.owner AS lease_owner, false AS lease_took_over"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use eventstore_api::{FencingToken, LeaseResponse};
+
+    use super::*;
+
+    fn request(owner: &str, priority: i64) -> LeaseRequest {
+        LeaseRequest::new("orders", owner, priority, Duration::from_secs(30))
+    }
+
+    fn answered(status: LeaseStatus, owner: &str) -> LeaseOutcome {
+        LeaseOutcome {
+            response: LeaseResponse {
+                status,
+                fencing_token: FencingToken(1),
+                current_owner: owner.to_owned(),
+            },
+            took_over: false,
+        }
+    }
+
+    #[test]
+    fn only_the_owner_last_answered_leader_at_its_priority_is_expected_to_renew() {
+        let renewals = ExpectedRenewals::default();
+        assert!(!renewals.expects(&request("a", 0)), "nothing answered yet");
+        renewals.record(&request("a", 0), &answered(LeaseStatus::Leader, "a"));
+        assert!(renewals.expects(&request("a", 0)));
+        assert!(!renewals.expects(&request("a", 1)), "another priority");
+        assert!(!renewals.expects(&request("b", 0)), "another owner");
+
+        renewals.record(&request("b", 0), &answered(LeaseStatus::Standby, "a"));
+        assert!(
+            renewals.expects(&request("a", 0)),
+            "a standby's answer leaves a's"
+        );
+        renewals.record(
+            &request("a", 0),
+            &answered(LeaseStatus::LeaderStepDownRequested, "a"),
+        );
+        assert!(!renewals.expects(&request("a", 0)), "asked to step down");
+
+        renewals.record(&request("a", 0), &answered(LeaseStatus::Leader, "a"));
+        renewals.forget("orders", "b");
+        assert!(
+            renewals.expects(&request("a", 0)),
+            "b's release forgets nothing of a's"
+        );
+        renewals.forget("orders", "a");
+        assert!(!renewals.expects(&request("a", 0)), "released");
+    }
+
+    #[test]
+    fn no_more_than_the_most_remembered_leases_are_kept() {
+        let renewals = ExpectedRenewals::default();
+        let lease =
+            |n: usize| LeaseRequest::new(format!("job-{n}"), "a", 0, Duration::from_secs(30));
+        for n in 0..=MOST_REMEMBERED {
+            renewals.record(&lease(n), &answered(LeaseStatus::Leader, "a"));
+        }
+        assert_eq!(renewals.leaders().len(), MOST_REMEMBERED);
+        assert!(renewals.expects(&lease(0)));
+        assert!(
+            !renewals.expects(&lease(MOST_REMEMBERED)),
+            "the one past the bound"
+        );
+        renewals.record(&request("b", 0), &answered(LeaseStatus::Leader, "b"));
+        assert!(!renewals.expects(&request("b", 0)));
+        renewals.record(&lease(0), &answered(LeaseStatus::Leader, "a"));
+        assert!(
+            renewals.expects(&lease(0)),
+            "a remembered lease is still updated"
+        );
+    }
 }

@@ -7,10 +7,10 @@ use eventstore_api::StorageResult;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 
-use crate::expected_renewals::ExpectedRenewals;
 use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::listener::Listener;
 use crate::prefix::TablePrefix;
+use crate::renewals::ExpectedRenewals;
 use crate::settings::Settings;
 use crate::statements::CallConnection;
 use crate::{append_notification, lease_notification};
