@@ -55,35 +55,31 @@ async fn waiting_for_a_lock(admin: &PgPool, prefix: &str) -> Option<()> {
 
 #[tokio::test]
 async fn a_renewal_that_waits_while_the_lease_is_taken_over_answers_standby() {
-    let Some(answer) = renew_across(
+    renewing_across_answers(
         "UPDATE __prefix__leases SET owner = 'b', fencing_token = fencing_token + 1, \
          acquired_at = now(), heartbeat_at = now() WHERE lease_name = 'orders'",
+        (LeaseStatus::Standby, FencingToken(2), "b"),
     )
-    .await
-    else {
-        return;
-    };
-    assert_eq!(
-        (
-            answer.status,
-            answer.fencing_token,
-            answer.current_owner.as_str()
-        ),
-        (LeaseStatus::Standby, FencingToken(2), "b")
-    );
+    .await;
 }
 
 #[tokio::test]
 async fn a_renewal_that_waits_while_an_outranking_contender_joins_is_asked_to_step_down() {
-    let Some(answer) = renew_across(
+    renewing_across_answers(
         "WITH joined AS (INSERT INTO __prefix__lease_contenders \
              (lease_name, owner, priority, heartbeat_at, ttl) \
              VALUES ('orders', 'c', 5, now(), interval '60 seconds')) \
          UPDATE __prefix__leases SET contender_priority_ceiling = 5 \
           WHERE lease_name = 'orders'",
+        (LeaseStatus::LeaderStepDownRequested, FencingToken(1), "a"),
     )
-    .await
-    else {
+    .await;
+}
+
+/// Checks that the renewal across `decision` (see [`renew_across`]) answers `expected`:
+/// status, token and holder.
+async fn renewing_across_answers(decision: &str, expected: (LeaseStatus, FencingToken, &str)) {
+    let Some(answer) = renew_across(decision).await else {
         return;
     };
     assert_eq!(
@@ -92,6 +88,6 @@ async fn a_renewal_that_waits_while_an_outranking_contender_joins_is_asked_to_st
             answer.fencing_token,
             answer.current_owner.as_str()
         ),
-        (LeaseStatus::LeaderStepDownRequested, FencingToken(1), "a")
+        expected
     );
 }
