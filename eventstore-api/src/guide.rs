@@ -150,6 +150,16 @@
 //! so a zombie cannot move the bookmark backwards; a projection's own appends can carry the
 //! same fence with [`store::TypedStream::fenced`] or [`EventStorage::append_fenced`].
 //!
+//! ## When the storage fails
+//!
+//! A lost connection, a restarting server or a failover fails calls for a while. The elector
+//! keeps asking on its interval and demotes itself once its deadline passes without a
+//! confirmed request (see above). The projector pauses after a failure that may pass
+//! ([`ProjectorError::may_pass`]: `Backend`, `Timeout`), from 100 ms doubling up to 5 s, each
+//! pause shortened at random, and runs again while its instance leads: a leader that keeps
+//! its lease keeps projecting. Errors that will not pass by themselves (a closed storage, a
+//! missing schema, the projection's own) end `run_until`.
+//!
 //! ## When one instance is not enough
 //!
 //! One leader per lease means one instance does all the work of a stream. To spread the work,
@@ -170,6 +180,7 @@
 //! [`LeaderElector`]: crate::elector::LeaderElector
 //! [`PartitionElector`]: crate::partitions::PartitionElector
 //! [`PartitionedProjector`]: crate::projector::PartitionedProjector
+//! [`ProjectorError::may_pass`]: crate::projector::ProjectorError::may_pass
 //! [`partitions`]: crate::partitions
 //! [`LeaderElector::set_priority`]: crate::elector::LeaderElector::set_priority
 //! [`ElectorBuilder::handover_grace`]: crate::elector::ElectorBuilder::handover_grace
