@@ -2,6 +2,8 @@
 //! pass (a lost connection) pauses them and they project everything once the storage is back;
 //! a closed storage, which will not come back, ends them.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -95,10 +97,7 @@ async fn wait_for(projected: &Projected, expected: &[u64]) {
 
 /// Fails the storage until its failures include at least three more calls, showing that the
 /// projector kept trying, and checks the projector is still running.
-async fn fail_for_a_while(
-    storage: &Unreliable<MemoryEventStorage>,
-    task: &JoinHandle<Result<ProjectorRun, ProjectorError>>,
-) {
+async fn fail_for_a_while(storage: &Unreliable<MemoryEventStorage>, task: &Running) {
     let before = storage.failed_calls();
     storage.fail(true);
     eventually("the projector to try again and again", || async {
@@ -112,15 +111,43 @@ async fn fail_for_a_while(
     storage.fail(false);
 }
 
+/// With events 4 to 6 appended, fails the storage for a while, then checks that the projector
+/// projects all six, each once, and stops without error.
+async fn outlasts_failures(
+    storage: &Unreliable<MemoryEventStorage>,
+    projected: &Projected,
+    stop: oneshot::Sender<()>,
+    task: Running,
+) {
+    fail_for_a_while(storage, &task).await;
+    wait_for(projected, &[1, 2, 3, 4, 5, 6]).await;
+    let _ = stop.send(());
+    let totals = task.await.unwrap().expect("stopped without error");
+    assert_eq!(totals.events_handled, 6, "every event handled once");
+}
+
+/// A projector's run, on its own task.
+type Running = JoinHandle<Result<ProjectorRun, ProjectorError>>;
+
+/// Starts `run` on a task of its own with a future that completes when the returned sender
+/// sends (or is dropped).
+fn spawn_until_stopped<Run, Fut>(run: Run) -> (oneshot::Sender<()>, Running)
+where
+    Run: FnOnce(Pin<Box<dyn Future<Output = ()> + Send>>) -> Fut,
+    Fut: Future<Output = Result<ProjectorRun, ProjectorError>> + Send + 'static,
+{
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(run(Box::pin(async {
+        let _ = stopped.await;
+    })));
+    (stop, task)
+}
+
 /// An elected projector on `storage`, on its own task, once its elector leads.
 async fn elected(
     storage: &Arc<Unreliable<MemoryEventStorage>>,
     projected: &Projected,
-) -> (
-    LeaderElector,
-    oneshot::Sender<()>,
-    JoinHandle<Result<ProjectorRun, ProjectorError>>,
-) {
+) -> (LeaderElector, oneshot::Sender<()>, Running) {
     let shared: Arc<dyn EventStorage> = storage.clone();
     let elector = LeaderElector::builder(Arc::clone(&shared), "numbers-projector")
         .ttl(TTL)
@@ -137,14 +164,8 @@ async fn elected(
         .build()
         .unwrap();
     let mut elected = ElectedProjector::new(projector, watch).poll_interval(POLL_INTERVAL);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        elected
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, task) =
+        spawn_until_stopped(move |stopped| async move { elected.run_until(stopped).await });
     (elector, stop, task)
 }
 
@@ -158,12 +179,7 @@ async fn an_elected_projector_pauses_through_storage_failures_and_projects_every
     wait_for(&projected, &[1, 2, 3]).await;
 
     append(&storage, &stream, 4..=6).await;
-    fail_for_a_while(&storage, &task).await;
-    wait_for(&projected, &[1, 2, 3, 4, 5, 6]).await;
-
-    let _ = stop.send(());
-    let totals = task.await.unwrap().expect("stopped without error");
-    assert_eq!(totals.events_handled, 6, "every event handled once");
+    outlasts_failures(&storage, &projected, stop, task).await;
     elector.shutdown().await.unwrap();
 }
 
@@ -211,26 +227,15 @@ async fn a_partitioned_projector_pauses_through_storage_failures_and_projects_ev
         }
     })
     .poll_interval(POLL_INTERVAL);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        projector
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, task) =
+        spawn_until_stopped(move |stopped| async move { projector.run_until(stopped).await });
     append(&storage, &partition_stream(0), [1, 2]).await;
     append(&storage, &partition_stream(1), [3]).await;
     wait_for(&projected, &[1, 2, 3]).await;
 
     append(&storage, &partition_stream(0), [4]).await;
     append(&storage, &partition_stream(1), [5, 6]).await;
-    fail_for_a_while(&storage, &task).await;
-    wait_for(&projected, &[1, 2, 3, 4, 5, 6]).await;
-
-    let _ = stop.send(());
-    let totals = task.await.unwrap().expect("stopped without error");
-    assert_eq!(totals.events_handled, 6, "every event handled once");
+    outlasts_failures(&storage, &projected, stop, task).await;
     elector.shutdown().await.unwrap();
 }
 

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use eventstore_api::{
     AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
-    LeaseRequest,
+    LeaseRequest, StoredEvent,
 };
 use eventstore_postgres::PostgresEventStorage;
 use serde_json::json;
@@ -20,6 +20,20 @@ async fn storage_with_lock_timeout(prefix: &str) -> PostgresEventStorage {
         .build()
         .await
         .unwrap()
+}
+
+/// Appends one event to `stream` without a condition.
+async fn append_one(
+    storage: &PostgresEventStorage,
+    stream: &EventStreamId,
+) -> Result<Vec<StoredEvent>, EventStorageError> {
+    storage
+        .append(
+            AppendCriteria::none(),
+            stream,
+            vec![EventToStore::new("A", json!(1))],
+        )
+        .await
 }
 
 fn assert_timeout<T: std::fmt::Debug>(result: Result<T, EventStorageError>, started: Instant) {
@@ -95,13 +109,7 @@ async fn a_held_stream_lock_times_out_an_append_but_never_a_lease_request() {
 
     let held = common::hold_stream_lock(&pool, &prefix, "orders", "eu").await;
     let started = Instant::now();
-    let appended = storage
-        .append(
-            AppendCriteria::none(),
-            &stream,
-            vec![EventToStore::new("A", json!(1))],
-        )
-        .await;
+    let appended = append_one(&storage, &stream).await;
     assert_timeout(appended, started);
     assert_eq!(common::stored_event_count(&pool, &prefix).await, 0);
 
@@ -115,12 +123,7 @@ async fn a_held_stream_lock_times_out_an_append_but_never_a_lease_request() {
     assert!(response.status.is_leader());
     held.rollback().await.unwrap();
 
-    storage
-        .append(
-            AppendCriteria::none(),
-            &stream,
-            vec![EventToStore::new("A", json!(1))],
-        )
+    append_one(&storage, &stream)
         .await
         .expect("append once the lock is free");
     storage.close().await.unwrap();
@@ -141,12 +144,7 @@ async fn unconditional_appends_share_the_stream_lock_and_checking_ones_wait_for_
     let held = common::hold_stream_lock_shared(&pool, &prefix, "orders", "eu").await;
     // The lock stays held throughout, so an append that waited for it could only have ended
     // in a Timeout: success proves it never waited.
-    storage
-        .append(
-            AppendCriteria::none(),
-            &stream,
-            vec![EventToStore::new("A", json!(1))],
-        )
+    append_one(&storage, &stream)
         .await
         .expect("an unconditional append beside another");
     let checking = [
