@@ -207,7 +207,7 @@ BEGIN
     UPDATE __prefix__leases AS l
        SET heartbeat_at = greatest(l.heartbeat_at, v_now), ttl = p_ttl
      WHERE l.lease_name = p_name AND l.owner = p_owner
-       AND l.priority = p_priority AND l.heartbeat_at + l.ttl >= v_now
+       AND l.priority = p_priority AND l.heartbeat_at + l.ttl >= v_now AND NOT l.released
     RETURNING l.fencing_token, l.owner,
         CASE WHEN l.contender_priority_ceiling <= p_priority THEN false
              ELSE EXISTS (
@@ -220,7 +220,15 @@ BEGIN
 
     IF NOT FOUND THEN
         SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_name;
-        IF NOT FOUND THEN
+        -- A plain renewal (one UPDATE sent without this function) takes the row's lock but
+        -- not the advisory one, and may make a lease live that looked expired: the row is
+        -- locked and read again before it is taken. A released lease is free at once, even
+        -- to a request that started before the release.
+        IF FOUND AND (v_lease.released OR v_lease.heartbeat_at + v_lease.ttl < v_now) THEN
+            SELECT * INTO STRICT v_lease FROM __prefix__leases AS l
+             WHERE l.lease_name = p_name FOR UPDATE;
+        END IF;
+        IF v_lease.lease_name IS NULL THEN
             INSERT INTO __prefix__leases AS l
                 (lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl,
                  contender_priority_ceiling)
@@ -237,7 +245,7 @@ BEGIN
                 || json_build_object('lease', p_name, 'kind', 'acquired',
                        'owner', p_owner, 'token', v_lease.fencing_token,
                        'after_expiry', false);
-        ELSIF v_lease.heartbeat_at + v_lease.ttl < v_now THEN
+        ELSIF v_lease.released OR v_lease.heartbeat_at + v_lease.ttl < v_now THEN
             -- A holder that let its lease expire lapsed as a contender with it; one that
             -- released it withdrew then.
             IF NOT v_lease.released THEN
@@ -484,7 +492,8 @@ BEGIN
                   FROM asked AS a
                   CROSS JOIN LATERAL (
                       SELECT * FROM __prefix__leases AS l
-                       WHERE l.lease_name = a.n AND l.heartbeat_at + l.ttl >= v_now LIMIT 1
+                       WHERE l.lease_name = a.n AND l.heartbeat_at + l.ttl >= v_now
+                         AND NOT l.released LIMIT 1
                   ) AS l
             ), renewed AS (
                 UPDATE __prefix__leases AS l
@@ -525,6 +534,15 @@ BEGIN
             FOREACH i IN ARRAY coalesce(v_indexes, '{}') LOOP
                 v_handled[i] := true;
             END LOOP;
+            -- The rows of the leases that look expired are locked first (see request_lease):
+            -- a plain renewal that made one live meanwhile leaves it unlocked, and the next
+            -- statement reads it live.
+            PERFORM FROM __prefix__leases AS l
+             WHERE l.lease_name = ANY (
+                       SELECT r.n FROM unnest(p_names) WITH ORDINALITY AS r(n, i)
+                        WHERE (v_layers = 1 OR v_layer_of[r.i] = v_layer) AND NOT v_handled[r.i])
+               AND (l.released OR l.heartbeat_at + l.ttl < v_now)
+               FOR UPDATE;
             WITH asked AS (
                 SELECT r.i::integer AS i, r.n, r.o, r.p, r.t
                   FROM unnest(p_names, p_owners, p_priorities, p_ttls)
@@ -538,7 +556,8 @@ BEGIN
                 SELECT a.*, l.owner AS holder, l.priority AS holder_priority,
                        l.fencing_token AS token, coalesce(l.released, false) AS released,
                        CASE WHEN l.lease_name IS NULL THEN 'new'
-                            WHEN l.heartbeat_at + l.ttl < v_now THEN 'expired'
+                            WHEN l.released OR l.heartbeat_at + l.ttl < v_now
+                            THEN 'expired'
                             WHEN l.owner = a.o THEN 'holder'
                             ELSE 'standby' END AS kind,
                        coalesce(g.outranked, false) AS outranked,
@@ -714,6 +733,7 @@ BEGIN
     UPDATE __prefix__leases AS l
        SET heartbeat_at = v_now - l.ttl - interval '1 millisecond', released = true
      WHERE l.lease_name = p_name AND l.owner = p_owner AND l.heartbeat_at + l.ttl >= v_now
+       AND NOT l.released
     RETURNING l.fencing_token INTO v_token;
     IF v_token IS NOT NULL THEN
         v_changes := v_changes

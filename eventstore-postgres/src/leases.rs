@@ -75,7 +75,11 @@ pub(crate) async fn request(
 async fn request_one(shared: &Shared, request: &LeaseRequest) -> StorageResult<LeaseOutcome> {
     if shared.renewals.expects(request) {
         let renewal = renewals::statement(&shared.prefix.name("leases"));
-        if let Some(outcome) = answer(shared, &renewal, request).await? {
+        let renewed = answer(shared, &renewal, request, |row| {
+            Ok(renewals::renewed(request, token(row.try_get(0)?)?))
+        })
+        .await?;
+        if let Some(outcome) = renewed {
             return Ok(outcome);
         }
     }
@@ -84,23 +88,26 @@ async fn request_one(shared: &Shared, request: &LeaseRequest) -> StorageResult<L
          FROM {function}($1, $2, $3, $4, $5) AS r",
         function = shared.prefix.name("request_lease")
     );
-    let outcome = answer(shared, &call, request).await?.ok_or_else(|| {
-        EventStorageError::backend(
-            "request_lease got no answer from PostgreSQL",
-            "the lease function returned no row",
-        )
-    })?;
+    let outcome = answer(shared, &call, request, decode_outcome)
+        .await?
+        .ok_or_else(|| {
+            EventStorageError::backend(
+                "request_lease got no answer from PostgreSQL",
+                "the lease function returned no row",
+            )
+        })?;
     shared.renewals.record(request, &outcome);
     Ok(outcome)
 }
 
 /// Runs `statement` with `request`'s arguments in the order `request_lease` takes them; its
-/// answer, from a row in `request_lease`'s columns, if it gave one.
-async fn answer(
+/// answer, decoded from the row it returned, if it returned one.
+async fn answer<T>(
     shared: &Shared,
     statement: &str,
     request: &LeaseRequest,
-) -> StorageResult<Option<LeaseOutcome>> {
+    decode: impl Fn(&PgRow) -> Result<T, sqlx::Error>,
+) -> StorageResult<Option<T>> {
     let operation = "request a lease";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
@@ -116,7 +123,7 @@ async fn answer(
         .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
     row.as_ref()
-        .map(decode_outcome)
+        .map(decode)
         .transpose()
         .map_err(|e| failing.map(e))
 }

@@ -4,17 +4,23 @@
 //! from its first statement, but a call of a PL/pgSQL function costs the server more than the
 //! statement itself. So the storage remembers, per lease, the owner and priority it last
 //! answered `leader` ([`ExpectedRenewals`]); that owner's next request at that priority is
-//! first sent as one `UPDATE` that renews the lease only when it is live, held by that owner
-//! at that priority, and no contender can outrank it (its priority ceiling): exactly when
-//! `request_lease` would answer `leader` from its first statement. The `UPDATE` takes the
-//! lease's lock first, as the function does, so it is serialized with every other decision on
-//! the lease. When it changes nothing (the lease lapsed, moved, or may have an outranking
-//! contender) the request goes to the function, which decides as always.
+//! first sent as one `UPDATE` that renews the lease only when it is live (not released), held
+//! by that owner at that priority, no contender can outrank it (its priority ceiling), and the
+//! renewal does not bring its expiry forward: exactly when `request_lease` would answer
+//! `leader` from its first statement. When it changes nothing (the lease lapsed, moved, may
+//! have an outranking contender, or is renewed for a shorter time) the request goes to the
+//! function, which decides as always.
+//!
+//! The `UPDATE` takes the lease row's lock but not the lease's advisory lock, which every
+//! other decision takes: the only thing it changes is how long a live lease stays live, and
+//! only later. A decision that a lease is live holds whatever such a renewal does; a decision
+//! that it expired is the one it could overturn, so the functions lock the row before they
+//! take an expired lease and read it again.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use eventstore_api::{LeaseOutcome, LeaseRequest, LeaseStatus};
+use eventstore_api::{FencingToken, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseStatus};
 
 /// The most leases remembered, so that a process that leads ever new leases and lets them
 /// lapse without a release does not grow without bound; beyond it, requests for leases not
@@ -69,32 +75,40 @@ impl ExpectedRenewals {
 }
 
 /// The plain renewal of a lease of the table `leases` (see the module), with the arguments of
-/// `request_lease` and, when it renews, a row in its columns: an empty answer means it was not
-/// a plain renewal and nothing was changed. The lock (and the lock timeout) come first, in a
-/// one-time filter; a row that another decision changed meanwhile is checked again in its
-/// newest version.
+/// `request_lease`: the lease's fencing token when it renewed, no row when it was not a plain
+/// renewal and changed nothing. The lock timeout is set by a filter on the lease's row, so it
+/// holds before the row's lock is awaited; a row that another decision changed meanwhile is
+/// checked again in its newest version.
 pub(crate) fn statement(leases: &str) -> String {
     format!(
-        "WITH locked AS MATERIALIZED ( \
-             SELECT pg_advisory_xact_lock(hashtext('{leases}'), hashtext($1)) \
-               FROM (SELECT set_config('lock_timeout', $5, true)) AS setting) \
-         UPDATE {leases} AS l \
+        "UPDATE {leases} AS l \
             SET heartbeat_at = greatest(l.heartbeat_at, now()), ttl = $4 \
           WHERE l.lease_name = $1 AND l.owner = $2 AND l.priority = $3 \
-            AND l.heartbeat_at + l.ttl >= now() \
+            AND l.heartbeat_at + l.ttl >= now() AND NOT l.released \
+            AND greatest(l.heartbeat_at, now()) + $4 >= l.heartbeat_at + l.ttl \
             AND l.contender_priority_ceiling <= $3 \
             AND current_setting('transaction_isolation') = 'read committed' \
-            AND EXISTS (SELECT FROM locked) \
-         RETURNING 'leader' AS lease_status, l.fencing_token AS lease_token, \
-             l.owner AS lease_owner, false AS lease_took_over"
+            AND set_config('lock_timeout', $5, true) IS NOT NULL \
+         RETURNING l.fencing_token"
     )
+}
+
+/// What a plain renewal of `request` that returned `token` answers: its owner still leads,
+/// under the same token, and took nothing over.
+pub(crate) fn renewed(request: &LeaseRequest, token: FencingToken) -> LeaseOutcome {
+    LeaseOutcome {
+        response: LeaseResponse {
+            status: LeaseStatus::Leader,
+            fencing_token: token,
+            current_owner: request.owner.clone(),
+        },
+        took_over: false,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
-
-    use eventstore_api::{FencingToken, LeaseResponse};
 
     use super::*;
 

@@ -99,6 +99,48 @@ async fn a_held_lease_lock_times_out_a_request_that_then_changes_nothing() {
 }
 
 #[tokio::test]
+async fn a_held_lease_row_times_out_a_renewal_sent_as_one_update_that_then_changes_nothing() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = storage_with_lock_timeout(&prefix).await;
+    let renewal = LeaseRequest::new("orders", "a", 0, Duration::from_secs(60));
+    // Answered `leader` once, so the storage sends the next renewal as one `UPDATE`.
+    assert!(storage
+        .request_lease(renewal.clone())
+        .await
+        .unwrap()
+        .status
+        .is_leader());
+    let before = storage.get_leases().await.unwrap();
+
+    let mut held = pool.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT FROM {prefix}leases WHERE lease_name = 'orders' FOR UPDATE"
+    ))
+    .fetch_one(&mut *held)
+    .await
+    .unwrap();
+    let started = Instant::now();
+    assert_timeout(storage.request_lease(renewal.clone()).await, started);
+    assert_eq!(
+        storage.get_leases().await.unwrap(),
+        before,
+        "a timed-out renewal changed the lease"
+    );
+    held.rollback().await.unwrap();
+
+    assert!(storage
+        .request_lease(renewal)
+        .await
+        .unwrap()
+        .status
+        .is_leader());
+    storage.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_held_stream_lock_times_out_an_append_but_never_a_lease_request() {
     let Some(pool) = common::try_pool().await else {
         return;

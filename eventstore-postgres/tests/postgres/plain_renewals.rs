@@ -1,16 +1,18 @@
-//! Renewals sent as one `UPDATE`: one that waits for the lease's lock while another decision
-//! changes the lease answers from what that decision left, as `request_lease` would.
+//! Renewals sent as one `UPDATE`, which take the lease row's lock but not the lease's
+//! advisory lock: one that waits for the row while another decision changes the lease
+//! answers from what that decision left, as `request_lease` would; and a takeover that finds
+//! a lease expired while such a renewal makes it live again leaves it to its holder.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore_api::{EventStorage, FencingToken, LeaseRequest, LeaseResponse, LeaseStatus};
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::common;
 
 /// Renews `orders` for `a` (who holds it under token 1) while another transaction holds the
-/// lease's lock and runs `decision` before it commits; the renewal's answer.
+/// lease row's lock and runs `decision` before it commits; the renewal's answer.
 async fn renew_across(decision: &str) -> Option<LeaseResponse> {
     let admin = common::try_pool().await?;
     let prefix = common::unique_prefix();
@@ -19,17 +21,12 @@ async fn renew_across(decision: &str) -> Option<LeaseResponse> {
     let first = storage.request_lease(renewal.clone()).await.unwrap();
     assert_eq!(first.fencing_token, FencingToken(1));
 
-    let mut deciding = common::hold_lease_lock(&admin, &prefix, "orders").await;
+    let mut deciding = lock_lease_row(&admin, &prefix, "orders").await;
     let waiting = tokio::spawn({
         let storage = Arc::clone(&storage);
         async move { storage.request_lease(renewal).await }
     });
-    common::eventually(
-        "the renewal to wait for the lock",
-        Duration::from_secs(10),
-        || waiting_for_a_lock(&admin, &prefix),
-    )
-    .await;
+    wait_for_a_lock_wait(&admin, &prefix).await;
     sqlx::query(&decision.replace("__prefix__", &prefix))
         .execute(&mut *deciding)
         .await
@@ -40,11 +37,39 @@ async fn renew_across(decision: &str) -> Option<LeaseResponse> {
     Some(answer)
 }
 
+/// A transaction holding the lock of `lease_name`'s row of `prefix`, as a decision on the
+/// lease or a renewal in flight does, until it ends.
+async fn lock_lease_row(
+    admin: &PgPool,
+    prefix: &str,
+    lease_name: &str,
+) -> Transaction<'static, Postgres> {
+    let mut transaction = admin.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT FROM {prefix}leases WHERE lease_name = $1 FOR UPDATE"
+    ))
+    .bind(lease_name)
+    .fetch_one(&mut *transaction)
+    .await
+    .expect("the lease row exists");
+    transaction
+}
+
+/// Waits until a statement on `prefix`'s leases waits for a lock.
+async fn wait_for_a_lock_wait(admin: &PgPool, prefix: &str) {
+    common::eventually(
+        "a lease request to wait for a lock",
+        Duration::from_secs(10),
+        || waiting_for_a_lock(admin, prefix),
+    )
+    .await;
+}
+
 /// `Some` once a statement on `prefix`'s leases waits for a lock.
 async fn waiting_for_a_lock(admin: &PgPool, prefix: &str) -> Option<()> {
     let waiting: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
-         AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || 'leases%'",
+         AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'",
     )
     .bind(prefix)
     .fetch_one(admin)
@@ -90,4 +115,82 @@ async fn renewing_across_answers(decision: &str, expected: (LeaseStatus, Fencing
         ),
         expected
     );
+}
+
+/// Lets `orders`, held by `a` under token 1 with a short ttl, expire; then, while a renewal
+/// that makes it live again (as one that started before the expiry does) holds its row,
+/// `b` asks for it, through `request_lease` or in a batch; `b`'s answer for `orders`.
+async fn ask_while_a_renewal_revives(in_a_batch: bool) -> Option<LeaseResponse> {
+    let admin = common::try_pool().await?;
+    let prefix = common::unique_prefix();
+    let storage = Arc::new(common::storage_on(&prefix).await);
+    let short = LeaseRequest::new("orders", "a", 0, Duration::from_millis(200));
+    assert!(storage
+        .request_lease(short)
+        .await
+        .unwrap()
+        .status
+        .is_leader());
+    common::eventually("the lease to expire", Duration::from_secs(10), || {
+        lease_expired(&admin, &prefix)
+    })
+    .await;
+
+    let mut renewing = lock_lease_row(&admin, &prefix, "orders").await;
+    sqlx::query(&format!(
+        "UPDATE {prefix}leases SET heartbeat_at = now(), ttl = interval '60 seconds' \
+          WHERE lease_name = 'orders'"
+    ))
+    .execute(&mut *renewing)
+    .await
+    .unwrap();
+    let asking = tokio::spawn({
+        let storage = Arc::clone(&storage);
+        async move {
+            let request = LeaseRequest::new("orders", "b", 0, Duration::from_secs(60));
+            if in_a_batch {
+                let other = LeaseRequest::new("invoices", "b", 0, Duration::from_secs(60));
+                storage
+                    .request_leases(vec![other, request])
+                    .await
+                    .map(|mut answers| answers.remove(1))
+            } else {
+                storage.request_lease(request).await
+            }
+        }
+    });
+    wait_for_a_lock_wait(&admin, &prefix).await;
+    renewing.commit().await.unwrap();
+    let answer = asking.await.unwrap().expect("b is answered");
+    storage.close().await.unwrap();
+    Some(answer)
+}
+
+/// `Some` once `orders` of `prefix` is past its expiry by the database's clock.
+async fn lease_expired(admin: &PgPool, prefix: &str) -> Option<()> {
+    let expired: bool = sqlx::query_scalar(&format!(
+        "SELECT heartbeat_at + ttl < now() FROM {prefix}leases WHERE lease_name = 'orders'"
+    ))
+    .fetch_one(admin)
+    .await
+    .ok()?;
+    expired.then_some(())
+}
+
+#[tokio::test]
+async fn a_takeover_that_finds_a_lease_expired_while_a_renewal_revives_it_answers_standby() {
+    for in_a_batch in [false, true] {
+        let Some(answer) = ask_while_a_renewal_revives(in_a_batch).await else {
+            return;
+        };
+        assert_eq!(
+            (
+                answer.status,
+                answer.fencing_token,
+                answer.current_owner.as_str()
+            ),
+            (LeaseStatus::Standby, FencingToken(1), "a"),
+            "in a batch: {in_a_batch}"
+        );
+    }
 }
