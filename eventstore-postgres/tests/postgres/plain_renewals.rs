@@ -101,6 +101,18 @@ async fn a_renewal_that_waits_while_an_outranking_contender_joins_is_asked_to_st
     .await;
 }
 
+#[tokio::test]
+async fn a_renewal_that_waits_while_its_owner_releases_takes_the_lease_anew() {
+    // Released while the renewal waited, its heartbeat left as it was: a released lease is
+    // free whatever its heartbeat says, so the renewal starts a new tenure, never extends
+    // the released one.
+    renewing_across_answers(
+        "UPDATE __prefix__leases SET released = true WHERE lease_name = 'orders'",
+        (LeaseStatus::Leader, FencingToken(2), "a"),
+    )
+    .await;
+}
+
 /// Checks that the renewal across `decision` (see [`renew_across`]) answers `expected`:
 /// status, token and holder.
 async fn renewing_across_answers(decision: &str, expected: (LeaseStatus, FencingToken, &str)) {
