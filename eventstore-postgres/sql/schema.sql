@@ -295,15 +295,18 @@ BEGIN
                        'owner', p_owner, 'token', v_lease.fencing_token,
                        'after_expiry', v_after_expiry);
         ELSIF v_lease.owner = p_owner THEN
-            -- The holder renews under another priority.
+            -- The holder renews under another priority; or under the same one, when a plain
+            -- renewal of its own made the lease live again while this request looked.
+            IF v_lease.priority <> p_priority THEN
+                v_changes := v_changes
+                    || json_build_object('lease', p_name, 'kind', 'contender_joined',
+                           'owner', p_owner, 'priority', p_priority);
+            END IF;
             UPDATE __prefix__leases AS l
                SET priority = p_priority, heartbeat_at = greatest(l.heartbeat_at, v_now),
                    ttl = p_ttl
              WHERE l.lease_name = p_name
             RETURNING * INTO STRICT v_lease;
-            v_changes := v_changes
-                || json_build_object('lease', p_name, 'kind', 'contender_joined',
-                       'owner', p_owner, 'priority', p_priority);
         ELSE
             -- Someone else holds it live: refresh the caller's registration, and forget
             -- this lease's lapsed contenders, so that instances which came and went under

@@ -29,7 +29,7 @@ async fn next_notice(changes: &mut LeaseChanges) -> LeaseNotice {
 }
 
 /// The next change, which must be one of `lease`.
-async fn next_change(changes: &mut LeaseChanges, lease: &str) -> LeaseChangeKind {
+pub(crate) async fn next_change(changes: &mut LeaseChanges, lease: &str) -> LeaseChangeKind {
     match next_notice(changes).await {
         LeaseNotice::Changed(LeaseChange { lease_name, kind }) => {
             assert_eq!(lease_name, lease, "a change of another lease: {kind:?}");

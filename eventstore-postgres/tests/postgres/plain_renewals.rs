@@ -6,10 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, FencingToken, LeaseRequest, LeaseResponse, LeaseStatus};
+use eventstore_api::{
+    EventStorage, FencingToken, LeaseChangeKind, LeaseRequest, LeaseResponse, LeaseScope,
+    LeaseStatus,
+};
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::common;
+use crate::lease_changes::next_change;
 
 /// Renews `orders` for `a` (who holds it under token 1) while another transaction holds the
 /// lease row's lock and runs `decision` before it commits; the renewal's answer.
@@ -119,20 +123,26 @@ async fn renewing_across_answers(decision: &str, expected: (LeaseStatus, Fencing
     let Some(answer) = renew_across(decision).await else {
         return;
     };
-    assert_eq!(
-        (
-            answer.status,
-            answer.fencing_token,
-            answer.current_owner.as_str()
-        ),
-        expected
-    );
+    assert_eq!(summary(&answer), expected);
+}
+
+/// An answer's status, token and holder, to compare in one assertion.
+fn summary(answer: &LeaseResponse) -> (LeaseStatus, FencingToken, &str) {
+    (
+        answer.status,
+        answer.fencing_token,
+        answer.current_owner.as_str(),
+    )
 }
 
 /// Lets `orders`, held by `a` under token 1 with a short ttl, expire; then, while a renewal
 /// that makes it live again (as one that started before the expiry does) holds its row,
-/// `b` asks for it, through `request_lease` or in a batch; `b`'s answer for `orders`.
-async fn ask_while_a_renewal_revives(in_a_batch: bool) -> Option<LeaseResponse> {
+/// `asker` asks for it, through `request_lease` or in a batch. Returns the answer for
+/// `orders` and the changes of `orders` notified from then until `a` released it after.
+async fn ask_while_a_renewal_revives(
+    asker: &str,
+    in_a_batch: bool,
+) -> Option<(LeaseResponse, Vec<LeaseChangeKind>)> {
     let admin = common::try_pool().await?;
     let prefix = common::unique_prefix();
     let storage = Arc::new(common::storage_on(&prefix).await);
@@ -147,6 +157,10 @@ async fn ask_while_a_renewal_revives(in_a_batch: bool) -> Option<LeaseResponse> 
         lease_expired(&admin, &prefix)
     })
     .await;
+    let mut changes = storage
+        .subscribe_lease_changes(LeaseScope::lease("orders"))
+        .await
+        .unwrap();
 
     let mut renewing = lock_lease_row(&admin, &prefix, "orders").await;
     sqlx::query(&format!(
@@ -158,10 +172,11 @@ async fn ask_while_a_renewal_revives(in_a_batch: bool) -> Option<LeaseResponse> 
     .unwrap();
     let asking = tokio::spawn({
         let storage = Arc::clone(&storage);
+        let asker = asker.to_owned();
         async move {
-            let request = LeaseRequest::new("orders", "b", 0, Duration::from_secs(60));
+            let request = LeaseRequest::new("orders", &asker, 0, Duration::from_secs(60));
             if in_a_batch {
-                let other = LeaseRequest::new("invoices", "b", 0, Duration::from_secs(60));
+                let other = LeaseRequest::new("invoices", &asker, 0, Duration::from_secs(60));
                 storage
                     .request_leases(vec![other, request])
                     .await
@@ -173,9 +188,18 @@ async fn ask_while_a_renewal_revives(in_a_batch: bool) -> Option<LeaseResponse> 
     });
     wait_for_a_lock_wait(&admin, &prefix).await;
     renewing.commit().await.unwrap();
-    let answer = asking.await.unwrap().expect("b is answered");
+    let answer = asking.await.unwrap().expect("the asker is answered");
+
+    storage.release_lease("orders", "a").await.unwrap();
+    let mut notified = Vec::new();
+    loop {
+        match next_change(&mut changes, "orders").await {
+            LeaseChangeKind::Released { .. } => break,
+            change => notified.push(change),
+        }
+    }
     storage.close().await.unwrap();
-    Some(answer)
+    Some((answer, notified))
 }
 
 /// `Some` once `orders` of `prefix` is past its expiry by the database's clock.
@@ -192,17 +216,36 @@ async fn lease_expired(admin: &PgPool, prefix: &str) -> Option<()> {
 #[tokio::test]
 async fn a_takeover_that_finds_a_lease_expired_while_a_renewal_revives_it_answers_standby() {
     for in_a_batch in [false, true] {
-        let Some(answer) = ask_while_a_renewal_revives(in_a_batch).await else {
+        let Some((answer, notified)) = ask_while_a_renewal_revives("b", in_a_batch).await else {
             return;
         };
         assert_eq!(
-            (
-                answer.status,
-                answer.fencing_token,
-                answer.current_owner.as_str()
-            ),
+            summary(&answer),
             (LeaseStatus::Standby, FencingToken(1), "a"),
             "in a batch: {in_a_batch}"
         );
+        assert_eq!(
+            notified,
+            [LeaseChangeKind::ContenderJoined {
+                owner: "b".into(),
+                priority: 0
+            }],
+            "in a batch: {in_a_batch}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_holder_that_finds_its_lease_expired_while_its_renewal_revives_it_leads_on_quietly() {
+    for in_a_batch in [false, true] {
+        let Some((answer, notified)) = ask_while_a_renewal_revives("a", in_a_batch).await else {
+            return;
+        };
+        assert_eq!(
+            summary(&answer),
+            (LeaseStatus::Leader, FencingToken(1), "a"),
+            "in a batch: {in_a_batch}"
+        );
+        assert_eq!(notified, [], "in a batch: {in_a_batch}");
     }
 }
