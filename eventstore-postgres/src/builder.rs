@@ -308,6 +308,7 @@ impl PostgresEventStorageBuilder {
             acquire_timeout: self.acquire_timeout,
             append_hints: self.append_hints,
             prepared_statements,
+            session_defaults: false,
             push: prepared_statements || listen_options.is_some(),
             health: Arc::new(ConnectionHealth::new()),
         };
@@ -337,8 +338,13 @@ impl PostgresEventStorageBuilder {
                 let options = options.application_name("eventstore");
                 let options = if prepared_statements {
                     // Lease decisions and checks after a lock wait need a fresh snapshot per
-                    // statement, whatever the database's default.
-                    options.options([("default_transaction_isolation", "read\\ committed")])
+                    // statement, whatever the database's default; and a statement that sets
+                    // no lock timeout of its own waits no longer than the configured one.
+                    settings.session_defaults = true;
+                    options.options([
+                        ("default_transaction_isolation", "read\\ committed"),
+                        ("lock_timeout", &settings.lock_timeout_setting()),
+                    ])
                 } else {
                     // Behind a pooler, whose startup accepts no other settings: every call
                     // runs in a transaction that sets READ COMMITTED itself.

@@ -76,10 +76,18 @@ impl ExpectedRenewals {
 
 /// The plain renewal of a lease of the table `leases` (see the module), with the arguments of
 /// `request_lease`: the lease's fencing token when it renewed, no row when it was not a plain
-/// renewal and changed nothing. The lock timeout is set by a filter on the lease's row, so it
-/// holds before the row's lock is awaited; a row that another decision changed meanwhile is
-/// checked again in its newest version.
-pub(crate) fn statement(leases: &str) -> String {
+/// renewal and changed nothing. A row that another decision changed meanwhile is checked
+/// again in its newest version, which needs `READ COMMITTED`; and its wait for the row's lock
+/// is bounded by the lock timeout. Unless the connection starts with both as its defaults
+/// (`session_defaults`), a filter on the row checks the one and sets the other before the
+/// lock is awaited.
+pub(crate) fn statement(leases: &str, session_defaults: bool) -> String {
+    let per_statement = if session_defaults {
+        ""
+    } else {
+        "AND current_setting('transaction_isolation') = 'read committed' \
+         AND set_config('lock_timeout', $5, true) IS NOT NULL "
+    };
     format!(
         "UPDATE {leases} AS l \
             SET heartbeat_at = greatest(l.heartbeat_at, now()), ttl = $4 \
@@ -87,8 +95,7 @@ pub(crate) fn statement(leases: &str) -> String {
             AND l.heartbeat_at + l.ttl >= now() AND NOT l.released \
             AND greatest(l.heartbeat_at, now()) + $4 >= l.heartbeat_at + l.ttl \
             AND l.contender_priority_ceiling <= $3 \
-            AND current_setting('transaction_isolation') = 'read committed' \
-            AND set_config('lock_timeout', $5, true) IS NOT NULL \
+            {per_statement}\
          RETURNING l.fencing_token"
     )
 }

@@ -20,6 +20,10 @@ pub(crate) struct Settings {
     /// Whether statements are prepared under names the connection caches; when not, each is
     /// unnamed and every call runs in a transaction (see `statements`).
     pub(crate) prepared_statements: bool,
+    /// Whether every connection starts with the lock timeout and `READ COMMITTED` as its
+    /// session defaults (the storage's own pool, on direct connections), so that a single
+    /// statement need neither set nor check them.
+    pub(crate) session_defaults: bool,
     /// Whether the storage has a connection that can `LISTEN`, so that lease changes and
     /// append hints can be pushed to its subscribers.
     pub(crate) push: bool,

@@ -75,7 +75,9 @@ impl PostgresEventStorage {
         self.shared.prefix.as_str()
     }
 
-    /// The pool the storage runs on (its own, or the caller's).
+    /// The pool the storage runs on (its own, or the caller's). The storage's own pool starts
+    /// every connection with `READ COMMITTED` and the configured lock timeout as session
+    /// defaults, and relies on them: use its connections without changing either.
     pub fn pool(&self) -> &PgPool {
         &self.shared.pool
     }

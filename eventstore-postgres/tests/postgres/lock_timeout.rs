@@ -8,6 +8,7 @@ use eventstore_api::{
 };
 use eventstore_postgres::PostgresEventStorage;
 use serde_json::json;
+use sqlx::PgPool;
 
 use crate::common;
 
@@ -100,13 +101,38 @@ async fn a_held_lease_lock_times_out_a_request_that_then_changes_nothing() {
 
 #[tokio::test]
 async fn a_held_lease_row_times_out_a_renewal_sent_as_one_update_that_then_changes_nothing() {
-    let Some(pool) = common::try_pool().await else {
+    let Some(admin) = common::try_pool().await else {
         return;
     };
-    let prefix = common::unique_prefix();
-    let storage = storage_with_lock_timeout(&prefix).await;
+    // The storage's own pool starts its connections with the lock timeout; on a caller's
+    // pool the renewal sets it itself.
+    for own_pool in [true, false] {
+        let prefix = common::unique_prefix();
+        let storage = if own_pool {
+            storage_with_lock_timeout(&prefix).await
+        } else {
+            let pool = PgPool::connect(&common::direct_url()).await.unwrap();
+            common::builder(&prefix)
+                .pool(pool)
+                .lock_timeout(LOCK_TIMEOUT)
+                .build()
+                .await
+                .unwrap()
+        };
+        renewal_behind_a_held_row_times_out(&admin, &prefix, &storage).await;
+        storage.close().await.unwrap();
+    }
+}
+
+/// Renews `orders` for `a` once through `storage` (so that the next renewal is one
+/// `UPDATE`), then again while another transaction holds the lease's row: it times out and
+/// changes nothing, and succeeds once the row is free.
+async fn renewal_behind_a_held_row_times_out(
+    admin: &PgPool,
+    prefix: &str,
+    storage: &PostgresEventStorage,
+) {
     let renewal = LeaseRequest::new("orders", "a", 0, Duration::from_secs(60));
-    // Answered `leader` once, so the storage sends the next renewal as one `UPDATE`.
     assert!(storage
         .request_lease(renewal.clone())
         .await
@@ -115,7 +141,7 @@ async fn a_held_lease_row_times_out_a_renewal_sent_as_one_update_that_then_chang
         .is_leader());
     let before = storage.get_leases().await.unwrap();
 
-    let mut held = pool.begin().await.unwrap();
+    let mut held = admin.begin().await.unwrap();
     sqlx::query(&format!(
         "SELECT FROM {prefix}leases WHERE lease_name = 'orders' FOR UPDATE"
     ))
@@ -137,7 +163,6 @@ async fn a_held_lease_row_times_out_a_renewal_sent_as_one_update_that_then_chang
         .unwrap()
         .status
         .is_leader());
-    storage.close().await.unwrap();
 }
 
 #[tokio::test]
