@@ -163,7 +163,9 @@ $upgrade$;
 -- holder renewing at the same priority, is one statement. lease_took_over says whether it
 -- acquired a lease another owner let expire without a release. The lease is serialized by
 -- a transaction-scoped advisory lock in a key space of its own, so lease traffic never waits
--- on an append or a read. request_leases answers batches with the same rules, set by set.
+-- on an append or a read; only the storage's plain renewal, one UPDATE of a live lease by
+-- its holder, takes the row's lock instead. request_leases answers batches with the same
+-- rules, set by set.
 CREATE OR REPLACE FUNCTION __prefix__request_lease(
     p_name text,
     p_owner text,

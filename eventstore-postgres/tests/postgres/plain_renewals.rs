@@ -215,37 +215,36 @@ async fn lease_expired(admin: &PgPool, prefix: &str) -> Option<()> {
 
 #[tokio::test]
 async fn a_takeover_that_finds_a_lease_expired_while_a_renewal_revives_it_answers_standby() {
-    for in_a_batch in [false, true] {
-        let Some((answer, notified)) = ask_while_a_renewal_revives("b", in_a_batch).await else {
-            return;
-        };
-        assert_eq!(
-            summary(&answer),
-            (LeaseStatus::Standby, FencingToken(1), "a"),
-            "in a batch: {in_a_batch}"
-        );
-        assert_eq!(
-            notified,
-            [LeaseChangeKind::ContenderJoined {
-                owner: "b".into(),
-                priority: 0
-            }],
-            "in a batch: {in_a_batch}"
-        );
-    }
+    let joined = LeaseChangeKind::ContenderJoined {
+        owner: "b".into(),
+        priority: 0,
+    };
+    asking_while_a_renewal_revives_answers(
+        "b",
+        (LeaseStatus::Standby, FencingToken(1), "a"),
+        &[joined],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_holder_that_finds_its_lease_expired_while_its_renewal_revives_it_leads_on_quietly() {
+    asking_while_a_renewal_revives_answers("a", (LeaseStatus::Leader, FencingToken(1), "a"), &[])
+        .await;
+}
+
+/// Checks what [`ask_while_a_renewal_revives`] gives `asker`, through `request_lease` and in
+/// a batch: the answer (status, token, holder) and the changes notified.
+async fn asking_while_a_renewal_revives_answers(
+    asker: &str,
+    expected: (LeaseStatus, FencingToken, &str),
+    expected_changes: &[LeaseChangeKind],
+) {
     for in_a_batch in [false, true] {
-        let Some((answer, notified)) = ask_while_a_renewal_revives("a", in_a_batch).await else {
+        let Some((answer, notified)) = ask_while_a_renewal_revives(asker, in_a_batch).await else {
             return;
         };
-        assert_eq!(
-            summary(&answer),
-            (LeaseStatus::Leader, FencingToken(1), "a"),
-            "in a batch: {in_a_batch}"
-        );
-        assert_eq!(notified, [], "in a batch: {in_a_batch}");
+        assert_eq!(summary(&answer), expected, "in a batch: {in_a_batch}");
+        assert_eq!(notified, expected_changes, "in a batch: {in_a_batch}");
     }
 }
