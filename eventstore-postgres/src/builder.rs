@@ -308,7 +308,8 @@ impl PostgresEventStorageBuilder {
             acquire_timeout: self.acquire_timeout,
             append_hints: self.append_hints,
             prepared_statements,
-            session_defaults: false,
+            // The storage's own pool on direct connections; see the options below.
+            session_defaults: prepared_statements && matches!(source, Some(Source::Url(_))),
             push: prepared_statements || listen_options.is_some(),
             health: Arc::new(ConnectionHealth::new()),
         };
@@ -340,7 +341,6 @@ impl PostgresEventStorageBuilder {
                     // Lease decisions and checks after a lock wait need a fresh snapshot per
                     // statement, whatever the database's default; and a statement that sets
                     // no lock timeout of its own waits no longer than the configured one.
-                    settings.session_defaults = true;
                     options.options([
                         ("default_transaction_isolation", "read\\ committed"),
                         ("lock_timeout", &settings.lock_timeout_setting()),

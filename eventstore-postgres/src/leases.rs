@@ -74,11 +74,7 @@ pub(crate) async fn request(
 /// scalars. An elector's renewal is the most frequent call of all.
 async fn request_one(shared: &Shared, request: &LeaseRequest) -> StorageResult<LeaseOutcome> {
     if shared.renewals.expects(request) {
-        let renewal = renewals::statement(
-            &shared.prefix.name("leases"),
-            shared.settings.session_defaults,
-        );
-        let renewed = answer(shared, &renewal, request, |row| {
+        let renewed = answer(shared, shared.renewals.statement(), request, |row| {
             Ok(renewals::renewed(request, token(row.try_get(0)?)?))
         })
         .await?;

@@ -27,13 +27,28 @@ use eventstore_api::{FencingToken, LeaseOutcome, LeaseRequest, LeaseResponse, Le
 /// remembered go to the function, as they always may.
 const MOST_REMEMBERED: usize = 10_000;
 
-/// The owner and priority each lease was last answered `leader` for.
-#[derive(Debug, Default)]
+/// The owner and priority each lease was last answered `leader` for, and the statement that
+/// renews such a lease.
+#[derive(Debug)]
 pub(crate) struct ExpectedRenewals {
     leaders: Mutex<HashMap<String, (String, i64)>>,
+    statement: String,
 }
 
 impl ExpectedRenewals {
+    /// Nothing expected yet, on the table `leases`; `session_defaults` as in `Settings`.
+    pub(crate) fn new(leases: &str, session_defaults: bool) -> Self {
+        ExpectedRenewals {
+            leaders: Mutex::default(),
+            statement: statement(leases, session_defaults),
+        }
+    }
+
+    /// The plain renewal (see [`statement`]), built once.
+    pub(crate) fn statement(&self) -> &str {
+        &self.statement
+    }
+
     /// Whether `request` is expected to renew a lease its owner leads.
     pub(crate) fn expects(&self, request: &LeaseRequest) -> bool {
         self.leaders()
@@ -81,7 +96,7 @@ impl ExpectedRenewals {
 /// is bounded by the lock timeout. Unless the connection starts with both as its defaults
 /// (`session_defaults`), a filter on the row checks the one and sets the other before the
 /// lock is awaited.
-pub(crate) fn statement(leases: &str, session_defaults: bool) -> String {
+fn statement(leases: &str, session_defaults: bool) -> String {
     let per_statement = if session_defaults {
         ""
     } else {
@@ -136,7 +151,7 @@ mod tests {
 
     #[test]
     fn only_the_owner_last_answered_leader_at_its_priority_is_expected_to_renew() {
-        let renewals = ExpectedRenewals::default();
+        let renewals = ExpectedRenewals::new("leases", true);
         assert!(!renewals.expects(&request("a", 0)), "nothing answered yet");
         renewals.record(&request("a", 0), &answered(LeaseStatus::Leader, "a"));
         assert!(renewals.expects(&request("a", 0)));
@@ -166,7 +181,7 @@ mod tests {
 
     #[test]
     fn no_more_than_the_most_remembered_leases_are_kept() {
-        let renewals = ExpectedRenewals::default();
+        let renewals = ExpectedRenewals::new("leases", true);
         let lease =
             |n: usize| LeaseRequest::new(format!("job-{n}"), "a", 0, Duration::from_secs(30));
         for n in 0..=MOST_REMEMBERED {

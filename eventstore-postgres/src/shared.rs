@@ -43,6 +43,7 @@ impl Shared {
             prefix.name(lease_notification::CHANNEL_SUFFIX),
             prefix.name(append_notification::CHANNEL_SUFFIX),
         );
+        let renewals = ExpectedRenewals::new(&prefix.name("leases"), settings.session_defaults);
         Shared {
             pool,
             owns_pool,
@@ -50,7 +51,7 @@ impl Shared {
             settings,
             admission: Admission::new(),
             listener,
-            renewals: ExpectedRenewals::default(),
+            renewals,
         }
     }
 
