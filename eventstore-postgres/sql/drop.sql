@@ -1,6 +1,7 @@
 -- Drops every object of one eventstore-postgres storage (the prefix is written __prefix__).
 -- Used by the Recreate init mode, in the same transaction as schema.sql.
 DROP FUNCTION IF EXISTS __prefix__request_leases(text[], text[], bigint[], interval[], text);
+DROP FUNCTION IF EXISTS __prefix__request_plain_leases(text[], text[], bigint[], interval[], text);
 DROP FUNCTION IF EXISTS __prefix__request_lease(text, text, bigint, interval, text);
 DROP FUNCTION IF EXISTS __prefix__release_leases(text[], text, text);
 DROP FUNCTION IF EXISTS __prefix__release_lease(text, text, text);

@@ -18,6 +18,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON __prefix__lease_contenders TO __app_role
 -- The lease functions run with the caller's privileges (SECURITY INVOKER).
 GRANT EXECUTE ON FUNCTION __prefix__request_leases(text[], text[], bigint[], interval[], text)
     TO __app_role__;
+GRANT EXECUTE ON FUNCTION __prefix__request_plain_leases(text[], text[], bigint[], interval[],
+                                                         text)
+    TO __app_role__;
 GRANT EXECUTE ON FUNCTION __prefix__request_lease(text, text, bigint, interval, text)
     TO __app_role__;
 GRANT EXECUTE ON FUNCTION __prefix__release_lease(text, text, text) TO __app_role__;

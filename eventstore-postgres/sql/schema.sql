@@ -256,7 +256,10 @@ BEGIN
                            'owner', v_lease.owner);
             END IF;
             -- The lease row now stands for the caller as a contender. A change of holder
-            -- is rare: the moment to forget contenders long gone too.
+            -- is rare: the moment to forget contenders long gone too. The condition is
+            -- checked again on a row this waits for: a batch's plain refresh (sent without
+            -- the advisory lock) may make a lapsed contender live, and it then stays, for
+            -- the ceiling and the answer below, which read the rows left.
             v_ranked_as := NULL;
             FOR v_gone IN
                 DELETE FROM __prefix__lease_contenders AS c
@@ -568,6 +571,7 @@ BEGIN
                        coalesce(g.outranked, false) AS outranked,
                        g.ranked_as,
                        coalesce(g.lapsed, '{}') AS lapsed,
+                       coalesce(g.lapsed_priorities, '{}') AS lapsed_priorities,
                        coalesce(g.registered, false) AS registered,
                        l.contender_priority_ceiling AS ceiling_before,
                        coalesce(g.others_top, v_lowest) AS ceiling
@@ -583,6 +587,9 @@ BEGIN
                                  AS ranked_as,
                              array_agg(c.owner ORDER BY c.owner COLLATE "C")
                                  FILTER (WHERE c.heartbeat_at + c.ttl < v_now) AS lapsed,
+                             array_agg(c.priority ORDER BY c.owner COLLATE "C")
+                                 FILTER (WHERE c.heartbeat_at + c.ttl < v_now)
+                                 AS lapsed_priorities,
                              bool_or(c.owner = a.o) AS registered,
                              max(c.priority) FILTER (WHERE c.owner <> a.o
                                                      AND c.heartbeat_at + c.ttl >= v_now)
@@ -590,6 +597,32 @@ BEGIN
                         FROM __prefix__lease_contenders AS c
                        WHERE c.lease_name = a.n
                   ) AS g
+            ), forgotten AS (
+                -- A new holder's lease row stands for it as a contender; lapsed contenders
+                -- are forgotten when a lease changes hands or a standby asks. A standby's own
+                -- lapsed row is registered anew below instead. Deleted by key, and only
+                -- while still lapsed in the row's newest version: a batch's plain refresh
+                -- (sent without the advisory lock) may have renewed one since this
+                -- statement's snapshot, and it stays.
+                DELETE FROM __prefix__lease_contenders AS c
+                 USING decided AS d
+                 WHERE (d.kind = 'expired' AND (d.registered OR cardinality(d.lapsed) > 0)
+                        OR d.kind = 'standby' AND cardinality(d.lapsed) > 0)
+                   AND c.lease_name = d.n
+                   AND c.owner = ANY (CASE d.kind
+                                          WHEN 'expired' THEN d.lapsed || d.o
+                                          ELSE array_remove(d.lapsed, d.o) END)
+                   AND (d.kind = 'expired' AND c.owner = d.o OR c.heartbeat_at + c.ttl < v_now)
+                RETURNING d.i, c.owner, c.heartbeat_at + c.ttl >= v_now AS live
+            ), survivors AS (
+                -- The contenders a new holder found lapsed that were refreshed before they
+                -- could be forgotten: live after all, they count for its priority ceiling and
+                -- its answer.
+                SELECT d.i, s.owner, s.priority
+                  FROM decided AS d, unnest(d.lapsed, d.lapsed_priorities) AS s(owner, priority)
+                 WHERE d.kind = 'expired' AND s.owner <> d.o
+                   AND NOT EXISTS (SELECT 1 FROM forgotten AS f
+                                    WHERE f.i = d.i AND f.owner = s.owner)
             ), renewed AS (
                 -- Heartbeats never move back: a request by the same owner that started later
                 -- (a later now()) may have committed first, and its heartbeat stays.
@@ -604,7 +637,8 @@ BEGIN
                    SET owner = d.o, priority = d.p,
                        fencing_token = greatest(l.fencing_token, v_base) + 1,
                        acquired_at = v_now, heartbeat_at = v_now, ttl = d.t, released = false,
-                       contender_priority_ceiling = d.ceiling
+                       contender_priority_ceiling = greatest(d.ceiling, (
+                           SELECT max(s.priority) FROM survivors AS s WHERE s.i = d.i))
                   FROM decided AS d
                  WHERE d.kind = 'expired' AND l.lease_name = d.n
             ), created AS (
@@ -620,18 +654,6 @@ BEGIN
                    SET contender_priority_ceiling = d.p
                   FROM decided AS d
                  WHERE d.kind = 'standby' AND d.ceiling_before < d.p AND l.lease_name = d.n
-            ), forgotten AS (
-                -- A new holder's lease row stands for it as a contender; lapsed contenders
-                -- are forgotten when a lease changes hands or a standby asks. A standby's own
-                -- lapsed row is registered anew below instead. Deleted by key.
-                DELETE FROM __prefix__lease_contenders AS c
-                 USING decided AS d
-                 WHERE (d.kind = 'expired' AND (d.registered OR cardinality(d.lapsed) > 0)
-                        OR d.kind = 'standby' AND cardinality(d.lapsed) > 0)
-                   AND c.lease_name = d.n
-                   AND c.owner = ANY (CASE d.kind
-                                          WHEN 'expired' THEN d.lapsed || d.o
-                                          ELSE array_remove(d.lapsed, d.o) END)
             ), registered AS (
                 -- New, lapsed, under another priority or plainly refreshed: one upsert.
                 INSERT INTO __prefix__lease_contenders AS c
@@ -651,42 +673,53 @@ BEGIN
                        d.ranked_as IS DISTINCT FROM d.p AS joined
                   FROM decided AS d
             ), changes AS (
-                -- The notifications of each request, in the order request by request gives.
-                SELECT d.i, 1 AS step, json_build_object('lease', d.n, 'kind', 'contender_left',
+                -- The notifications of each request, in the order request by request gives:
+                -- of the lapsed contenders, those forgotten, and a standby's own.
+                SELECT d.i, 1 AS step, '' AS owner,
+                       json_build_object('lease', d.n, 'kind', 'contender_left',
                            'owner', d.holder) AS change
                   FROM answered AS d
                  WHERE d.kind = 'expired' AND NOT d.released
                 UNION ALL
-                SELECT d.i, 2, json_build_object('lease', d.n, 'kind', 'contender_left',
-                           'owner', gone)
-                  FROM answered AS d, unnest(d.lapsed) AS gone
-                 WHERE d.kind IN ('expired', 'standby')
+                SELECT d.i, 2, f.owner, json_build_object('lease', d.n,
+                           'kind', 'contender_left', 'owner', f.owner)
+                  FROM answered AS d JOIN forgotten AS f ON f.i = d.i
+                 WHERE NOT f.live
                 UNION ALL
-                SELECT d.i, 3, json_build_object('lease', d.n, 'kind', 'contender_joined',
+                SELECT d.i, 2, d.o, json_build_object('lease', d.n, 'kind', 'contender_left',
+                           'owner', d.o)
+                  FROM answered AS d
+                 WHERE d.kind = 'standby' AND d.o = ANY (d.lapsed)
+                UNION ALL
+                SELECT d.i, 3, '', json_build_object('lease', d.n, 'kind', 'contender_joined',
                            'owner', d.o, 'priority', d.p)
                   FROM answered AS d
                  WHERE d.kind = 'new' OR (d.kind IN ('expired', 'standby') AND d.joined)
                     OR (d.kind = 'holder' AND d.holder_priority <> d.p)
                 UNION ALL
-                SELECT d.i, 4, json_build_object('lease', d.n, 'kind', 'acquired',
+                SELECT d.i, 4, '', json_build_object('lease', d.n, 'kind', 'acquired',
                            'owner', d.o, 'token', d.granted,
                            'after_expiry', d.kind = 'expired' AND NOT d.released)
                   FROM answered AS d
                  WHERE d.kind IN ('new', 'expired')
                 UNION ALL
-                SELECT d.i, 5, json_build_object('lease', d.n, 'kind', 'step_down_requested',
+                SELECT d.i, 5, '', json_build_object('lease', d.n, 'kind', 'step_down_requested',
                            'holder', d.holder, 'token', d.token, 'contender', d.o)
                   FROM answered AS d
                  WHERE d.kind = 'standby' AND d.joined AND d.p > d.holder_priority
             )
             SELECT array_agg(d.i),
                    array_agg(CASE WHEN d.kind = 'standby' THEN 'standby'
-                                  WHEN d.outranked THEN 'step_down_requested'
+                                  WHEN d.outranked OR EXISTS (
+                                      SELECT 1 FROM survivors AS s
+                                       WHERE s.i = d.i AND s.priority > d.p)
+                                  THEN 'step_down_requested'
                                   ELSE 'leader' END),
                    array_agg(d.granted),
                    array_agg(CASE WHEN d.kind = 'standby' THEN d.holder ELSE d.o END),
                    array_agg(d.kind = 'expired' AND NOT d.released AND d.holder <> d.o),
-                   (SELECT array_agg(c.change ORDER BY c.i, c.step) FROM changes AS c)
+                   (SELECT array_agg(c.change ORDER BY c.i, c.step, c.owner COLLATE "C")
+                      FROM changes AS c)
               INTO v_indexes, v_statuses, v_tokens, v_owners, v_took_over, v_layer_changes
               FROM answered AS d;
             RETURN QUERY SELECT * FROM unnest(v_indexes, v_statuses, v_tokens, v_owners,
@@ -701,6 +734,76 @@ BEGIN
                          ELSE '{"kind": "missed"}' END)
            FROM unnest(v_changes) AS change;
     END IF;
+END
+$$;
+
+-- A batch's plain requests, answered without the leases' advisory locks: a holder renewing
+-- its live lease at the same priority (as the storage's plain renewal: not released, no
+-- contender can outrank it, its expiry not brought forward), and a standby refreshing its
+-- live registration at the same priority, its expiry not brought forward, while none of the
+-- lease's contenders has lapsed. Either only makes something live for longer, so every
+-- decision that found it live stays right; the functions above check a contender still
+-- lapsed on the row they write before they forget it, and lock a lease row they found
+-- expired before they take it. Returns, for each request it served, its place (from 1), the
+-- lease's token and holder, and whether it was a standby's; changes nothing else and
+-- notifies nothing. Under another isolation than READ COMMITTED, where a write could not
+-- check its conditions again on a row it waited for, it serves nothing (request_leases then
+-- refuses the batch). Planned like request_leases, for what a batch is.
+CREATE OR REPLACE FUNCTION __prefix__request_plain_leases(
+    p_names text[],
+    p_owners text[],
+    p_priorities bigint[],
+    p_ttls interval[],
+    p_lock_timeout text
+)
+RETURNS TABLE (lease_index integer, lease_token bigint, lease_owner text,
+               lease_standby boolean)
+LANGUAGE plpgsql VOLATILE
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET jit = off
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    RETURN QUERY
+    WITH asked AS (
+        SELECT r.i::integer AS i, r.n, r.o, r.p, r.t
+          FROM unnest(p_names, p_owners, p_priorities, p_ttls)
+               WITH ORDINALITY AS r(n, o, p, t, i)
+    ), live AS (
+        SELECT a.*, l.owner AS holder, l.fencing_token AS token
+          FROM asked AS a
+          CROSS JOIN LATERAL (
+              SELECT * FROM __prefix__leases AS l
+               WHERE l.lease_name = a.n AND l.heartbeat_at + l.ttl >= now()
+                 AND NOT l.released
+               LIMIT 1
+          ) AS l
+    ), renewed AS (
+        UPDATE __prefix__leases AS l
+           SET heartbeat_at = greatest(l.heartbeat_at, now()), ttl = k.t
+          FROM live AS k
+         WHERE k.holder = k.o AND l.lease_name = k.n AND l.owner = k.o AND l.priority = k.p
+           AND l.heartbeat_at + l.ttl >= now() AND NOT l.released
+           AND greatest(l.heartbeat_at, now()) + k.t >= l.heartbeat_at + l.ttl
+           AND l.contender_priority_ceiling <= k.p
+        RETURNING k.i, l.fencing_token, l.owner, false
+    ), refreshed AS (
+        UPDATE __prefix__lease_contenders AS c
+           SET heartbeat_at = greatest(c.heartbeat_at, now()), ttl = k.t
+          FROM live AS k
+         WHERE k.holder <> k.o AND c.lease_name = k.n AND c.owner = k.o AND c.priority = k.p
+           AND c.heartbeat_at + c.ttl >= now()
+           AND greatest(c.heartbeat_at, now()) + k.t >= c.heartbeat_at + c.ttl
+           AND NOT EXISTS (
+               SELECT 1 FROM __prefix__lease_contenders AS x
+                WHERE x.lease_name = k.n AND x.heartbeat_at + x.ttl < now())
+        RETURNING k.i, k.token, k.holder, true
+    )
+    SELECT * FROM renewed UNION ALL SELECT * FROM refreshed;
 END
 $$;
 
@@ -845,6 +948,7 @@ BEGIN
         '__prefix__token_base()',
         '__prefix__request_lease(text, text, bigint, interval, text)',
         '__prefix__request_leases(text[], text[], bigint[], interval[], text)',
+        '__prefix__request_plain_leases(text[], text[], bigint[], interval[], text)',
         '__prefix__release_lease(text, text, text)',
         '__prefix__release_leases(text[], text, text)',
         '__prefix__check_fence(text, bigint, text)'

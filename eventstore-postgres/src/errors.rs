@@ -8,6 +8,8 @@ use crate::connection_health::ConnectionHealth;
 
 /// SQLSTATE `lock_not_available`: `lock_timeout` ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// SQLSTATE `deadlock_detected`.
+const DEADLOCK_DETECTED: &str = "40P01";
 /// SQLSTATE `undefined_table`.
 const UNDEFINED_TABLE: &str = "42P01";
 /// SQLSTATE `undefined_function`.
@@ -25,6 +27,13 @@ pub(crate) struct Failing<'a> {
     pub(crate) acquire_timeout: Duration,
     /// Told of every driver error, to learn of broken connections.
     pub(crate) health: &'a ConnectionHealth,
+}
+
+/// Whether `error` says a statement gave up waiting for a lock: its lock timeout ran out, or
+/// it was chosen to end a deadlock. Either way the statement changed nothing.
+pub(crate) fn gave_up_waiting(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db)
+        if matches!(db.code().as_deref(), Some(LOCK_NOT_AVAILABLE | DEADLOCK_DETECTED)))
 }
 
 impl Failing<'_> {

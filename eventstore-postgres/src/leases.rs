@@ -2,8 +2,9 @@
 //!
 //! The rules live in the `request_leases` and `release_lease` functions the schema creates
 //! (`sql/schema.sql`), so that a whole batch is one statement in one short transaction; a
-//! renewal this storage expects is first tried as one `UPDATE` (see `renewals`). Nothing
-//! here reads or locks the events table.
+//! renewal this storage expects is first tried as one `UPDATE` (see `renewals`), and a batch's
+//! plain renewals and refreshes as one statement (see `plain_batch`). Nothing here reads or
+//! locks the events table.
 
 use std::time::Duration;
 
@@ -16,11 +17,14 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
+use crate::errors;
+use crate::plain_batch;
 use crate::renewals;
 use crate::shared::Shared;
 
-/// Answers `requests` (validated by the caller) in one call of `request_leases`, each with
-/// whether it took the lease over from an expired holder.
+/// Answers `requests` (validated by the caller), each with whether it took the lease over
+/// from an expired holder: first the plain ones in one statement (see `plain_batch`), then the
+/// rest in one call of `request_leases`.
 #[tracing::instrument(name = "request_leases", level = "debug", skip_all,
     fields(backend = "postgres", lease = %eventstore_api::telemetry::LeaseNames(requests), requests = requests.len()))]
 pub(crate) async fn request(
@@ -35,12 +39,88 @@ pub(crate) async fn request(
             .await
             .map(|outcome| vec![outcome]);
     }
+    let mut answers = serve_plain(shared, requests).await?;
+    let rest: Vec<usize> = (0..requests.len())
+        .filter(|&i| answers[i].is_none())
+        .collect();
+    if !rest.is_empty() {
+        let decided = decide(shared, rest.iter().map(|&i| &requests[i])).await?;
+        for (i, outcome) in rest.into_iter().zip(decided) {
+            answers[i] = Some(outcome);
+        }
+    }
+    Ok(answers.into_iter().flatten().collect())
+}
+
+/// The answers of the plain requests among `requests` (see `plain_batch`), in their places;
+/// none where a request was not plain, or when the call gave up waiting for a lock.
+async fn serve_plain(
+    shared: &Shared,
+    requests: &[LeaseRequest],
+) -> StorageResult<Vec<Option<LeaseOutcome>>> {
+    let mut answers = vec![None; requests.len()];
+    let candidates = plain_batch::candidates(requests);
+    if candidates.is_empty() {
+        return Ok(answers);
+    }
     let operation = "request leases";
     let failing = shared.settings.failing(operation);
-    let names: Vec<&str> = requests.iter().map(|r| r.lease_name.as_str()).collect();
-    let owners: Vec<&str> = requests.iter().map(|r| r.owner.as_str()).collect();
-    let priorities: Vec<i64> = requests.iter().map(|r| r.priority).collect();
-    let ttls: Vec<PgInterval> = requests.iter().map(|r| interval(r.ttl)).collect();
+    let asked = || candidates.iter().map(|&i| &requests[i]);
+    let names: Vec<&str> = asked().map(|r| r.lease_name.as_str()).collect();
+    let owners: Vec<&str> = asked().map(|r| r.owner.as_str()).collect();
+    let priorities: Vec<i64> = asked().map(|r| r.priority).collect();
+    let ttls: Vec<PgInterval> = asked().map(|r| interval(r.ttl)).collect();
+    let lock_wait = shared.settings.lock_timeout.min(plain_batch::LOCK_WAIT);
+    let mut connection = shared.connection_for(operation).await?;
+    let served = sqlx::query(&shared.plain_batch)
+        .bind(names)
+        .bind(owners)
+        .bind(priorities)
+        .bind(ttls)
+        .bind(format!("{}ms", lock_wait.as_millis().max(1)))
+        .persistent(shared.settings.prepared_statements)
+        .fetch_all(&mut *connection)
+        .await;
+    let rows = match served {
+        Ok(rows) => rows,
+        // Nothing changed; the connection's transaction, if any, rolls back as it is dropped.
+        Err(error) if errors::gave_up_waiting(&error) => return Ok(answers),
+        Err(error) => return Err(failing.map(error)),
+    };
+    shared.end(operation, connection).await?;
+    for row in &rows {
+        let (place, outcome) = decode_served(row).map_err(|e| failing.map(e))?;
+        let i = usize::try_from(place)
+            .ok()
+            .and_then(|place| candidates.get(place.checked_sub(1)?))
+            .ok_or_else(|| {
+                EventStorageError::backend(
+                    "request_plain_leases answered a request it was not sent",
+                    format!("place {place} of {}", candidates.len()),
+                )
+            })?;
+        answers[*i] = Some(outcome);
+    }
+    Ok(answers)
+}
+
+fn decode_served(row: &PgRow) -> Result<(i32, LeaseOutcome), sqlx::Error> {
+    let outcome = plain_batch::served(token(row.try_get(1)?)?, row.try_get(2)?, row.try_get(3)?);
+    Ok((row.try_get(0)?, outcome))
+}
+
+/// Answers `requests` in one call of `request_leases`, in their order.
+async fn decide<'a>(
+    shared: &Shared,
+    requests: impl ExactSizeIterator<Item = &'a LeaseRequest> + Clone,
+) -> StorageResult<Vec<LeaseOutcome>> {
+    let operation = "request leases";
+    let failing = shared.settings.failing(operation);
+    let count = requests.len();
+    let names: Vec<&str> = requests.clone().map(|r| r.lease_name.as_str()).collect();
+    let owners: Vec<&str> = requests.clone().map(|r| r.owner.as_str()).collect();
+    let priorities: Vec<i64> = requests.clone().map(|r| r.priority).collect();
+    let ttls: Vec<PgInterval> = requests.map(|r| interval(r.ttl)).collect();
     let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
         "SELECT r.lease_status, r.lease_token, r.lease_owner, r.lease_took_over \
@@ -58,10 +138,10 @@ pub(crate) async fn request(
     .await
     .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
-    if rows.len() != requests.len() {
+    if rows.len() != count {
         return Err(EventStorageError::backend(
             "request_leases answered a different number of requests than it was sent",
-            format!("{} requests, {} answers", requests.len(), rows.len()),
+            format!("{count} requests, {} answers", rows.len()),
         ));
     }
     rows.iter()

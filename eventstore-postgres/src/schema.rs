@@ -120,6 +120,10 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "request_leases",
         "text[], text[], bigint[], interval[], text",
     ),
+    (
+        "request_plain_leases",
+        "text[], text[], bigint[], interval[], text",
+    ),
     ("release_lease", "text, text, text"),
     ("release_leases", "text[], text, text"),
     ("check_fence", "text, bigint, text"),

@@ -9,6 +9,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::listener::Listener;
+use crate::plain_batch;
 use crate::prefix::TablePrefix;
 use crate::renewals::ExpectedRenewals;
 use crate::settings::Settings;
@@ -26,6 +27,8 @@ pub(crate) struct Shared {
     pub(crate) listener: Listener,
     /// Which leases a request renews in one statement.
     pub(crate) renewals: ExpectedRenewals,
+    /// The call that serves a batch's plain requests (see `plain_batch`).
+    pub(crate) plain_batch: String,
 }
 
 impl Shared {
@@ -44,6 +47,7 @@ impl Shared {
             prefix.name(append_notification::CHANNEL_SUFFIX),
         );
         let renewals = ExpectedRenewals::new(&prefix.name("leases"), settings.session_defaults);
+        let plain_batch = plain_batch::statement(&prefix.name("request_plain_leases"));
         Shared {
             pool,
             owns_pool,
@@ -52,6 +56,7 @@ impl Shared {
             admission: Admission::new(),
             listener,
             renewals,
+            plain_batch,
         }
     }
 

@@ -82,6 +82,16 @@ impl PostgresEventStorage {
         &self.shared.pool
     }
 
+    /// The call that serves a batch's plain renewals and refreshes before the rest goes to
+    /// `request_leases`. Its arguments are the requests' names, owners, priorities and ttls
+    /// as arrays and a lock timeout; it returns each served request's place (`lease_index`,
+    /// from 1), the lease's token and holder, and whether it was a standby
+    /// (`lease_standby`). For tests that run it beside the functions in one transaction.
+    #[doc(hidden)]
+    pub fn plain_batch_statement(&self) -> &str {
+        &self.shared.plain_batch
+    }
+
     /// Checks `fence` inside the caller's own transaction on this storage's database, and
     /// holds the lease's lock in shared mode until that transaction ends: no takeover can
     /// commit between this check and the caller's writes. A projector that writes its read

@@ -1,8 +1,9 @@
 //! A batch is decided set by set (`request_leases`), one request step by step
-//! (`request_lease`): both must give the same answers, leave the same rows and notify the
-//! same changes. Two stores start empty and get the same random traffic in one transaction
-//! per round (so both see the same `now()`): the first in batches, the second one request
-//! per call.
+//! (`request_lease`), and the storage sends a batch's plain requests first to a statement of
+//! their own (`plain_batch_statement`): all must give the same answers, leave the same rows
+//! and notify the same changes. Three stores start empty and get the same random traffic in
+//! one transaction per round (so all see the same `now()`): the first in batches, the second
+//! one request per call, the third in batches as the storage sends them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -118,6 +119,73 @@ async fn standby_refreshes(
     (row.get("plain"), row.get("beside_lapsed"))
 }
 
+/// `batch` as the storage sends it: the requests for leases it asks for once, in name order,
+/// to `statement` (the storage's plain batch), then the rest to `request_leases`; with how
+/// many the statement served.
+async fn call_plain_first(
+    connection: &mut PgConnection,
+    prefix: &str,
+    statement: &str,
+    batch: &[Asked],
+) -> (Vec<Answer>, usize) {
+    let mut asked = BTreeMap::new();
+    for a in batch {
+        *asked.entry(a.lease).or_insert(0) += 1;
+    }
+    let mut candidates: Vec<usize> = (0..batch.len())
+        .filter(|&i| asked[batch[i].lease] == 1)
+        .collect();
+    candidates.sort_by_key(|&i| batch[i].lease);
+    let pick = |f: fn(&Asked) -> i64| candidates.iter().map(|&i| f(&batch[i])).collect::<Vec<_>>();
+    let rows: Vec<PgRow> = sqlx::query(statement)
+        .bind(
+            candidates
+                .iter()
+                .map(|&i| batch[i].lease)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            candidates
+                .iter()
+                .map(|&i| batch[i].owner)
+                .collect::<Vec<_>>(),
+        )
+        .bind(pick(|a| a.priority))
+        .bind(
+            pick(|a| a.ttl_ms)
+                .into_iter()
+                .map(|ms| PgInterval {
+                    months: 0,
+                    days: 0,
+                    microseconds: ms * 1_000,
+                })
+                .collect::<Vec<_>>(),
+        )
+        .bind("10s")
+        .fetch_all(&mut *connection)
+        .await
+        .unwrap();
+    let mut answers: Vec<Option<Answer>> = vec![None; batch.len()];
+    for row in &rows {
+        let place: i32 = row.get(0);
+        let standby: bool = row.get(3);
+        let status = if standby { "standby" } else { "leader" };
+        answers[candidates[place as usize - 1]] =
+            Some((status.to_owned(), row.get(1), row.get(2), false));
+    }
+    let rest: Vec<usize> = (0..batch.len()).filter(|&i| answers[i].is_none()).collect();
+    if !rest.is_empty() {
+        let rest_batch: Vec<Asked> = rest.iter().map(|&i| batch[i].clone()).collect();
+        for (i, answer) in rest
+            .into_iter()
+            .zip(call(connection, prefix, &rest_batch).await)
+        {
+            answers[i] = Some(answer);
+        }
+    }
+    (answers.into_iter().flatten().collect(), rows.len())
+}
+
 /// One request through `request_lease`, the function a single request goes to.
 async fn call_one(connection: &mut PgConnection, prefix: &str, asked: &Asked) -> Answer {
     sqlx::query_as(&format!(
@@ -221,12 +289,20 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
     let Some(pool) = common::try_pool().await else {
         return;
     };
-    let (batched, single) = (common::unique_prefix(), common::unique_prefix());
+    let (batched, single, sent) = (
+        common::unique_prefix(),
+        common::unique_prefix(),
+        common::unique_prefix(),
+    );
     common::storage_on(&batched).await.close().await.unwrap();
     common::storage_on(&single).await.close().await.unwrap();
-    let (batched_channel, single_channel) = (
+    let sent_storage = common::storage_on(&sent).await;
+    let plain_statement = sent_storage.plain_batch_statement().to_owned();
+    sent_storage.close().await.unwrap();
+    let (batched_channel, single_channel, sent_channel) = (
         format!("{batched}lease_changes"),
         format!("{single}lease_changes"),
+        format!("{sent}lease_changes"),
     );
     let marker = format!("{batched}round_end");
     let mut listener = PgListener::connect(&common::direct_url()).await.unwrap();
@@ -234,6 +310,7 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
         .listen_all([
             batched_channel.as_str(),
             single_channel.as_str(),
+            sent_channel.as_str(),
             marker.as_str(),
         ])
         .await
@@ -244,7 +321,7 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut connection = pool.acquire().await.unwrap();
     let (mut duplicates, mut took_over, mut kinds) = (0, 0, BTreeMap::new());
-    let (mut plain_refreshes, mut refreshes_beside_lapsed) = (0, 0);
+    let (mut plain_refreshes, mut refreshes_beside_lapsed, mut served_plain) = (0, 0, 0);
     for round in 0..ROUNDS {
         let batch = random_batch(&mut rng);
         let releases: Vec<(&str, &str)> = (0..rng.gen_range(0..3))
@@ -265,33 +342,52 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
         for asked in &batch {
             one_by_one.push(call_one(&mut transaction, &single, asked).await);
         }
+        let (plain_first, served) =
+            call_plain_first(&mut transaction, &sent, &plain_statement, &batch).await;
+        served_plain += served;
         assert_eq!(
             from_batch, one_by_one,
             "round {round} (seed {seed}): answers to {batch:?}"
         );
+        assert_eq!(
+            plain_first, one_by_one,
+            "round {round} (seed {seed}): answers to {batch:?}, plain requests first"
+        );
         for (lease, owner) in &releases {
+            let released = release(&mut transaction, &single, lease, owner).await;
+            for other in [&batched, &sent] {
+                assert_eq!(
+                    release(&mut transaction, other, lease, owner).await,
+                    released,
+                    "round {round} (seed {seed}): releasing {lease} by {owner} on {other}"
+                );
+            }
+        }
+        let single_rows = rows(&mut transaction, &single).await;
+        for other in [&batched, &sent] {
             assert_eq!(
-                release(&mut transaction, &batched, lease, owner).await,
-                release(&mut transaction, &single, lease, owner).await,
-                "round {round} (seed {seed}): releasing {lease} by {owner}"
+                rows(&mut transaction, other).await,
+                single_rows,
+                "round {round} (seed {seed}): rows after {batch:?} on {other}"
             );
         }
-        assert_eq!(
-            rows(&mut transaction, &batched).await,
-            rows(&mut transaction, &single).await,
-            "round {round} (seed {seed}): rows after {batch:?}"
-        );
         transaction.commit().await.unwrap();
 
         let mut notified = drain(&mut listener, &mut connection, &marker).await;
-        let (from_batch_changes, one_by_one_changes) = (
+        let (from_batch_changes, one_by_one_changes, plain_first_changes) = (
             notified.remove(&batched_channel).unwrap_or_default(),
             notified.remove(&single_channel).unwrap_or_default(),
+            notified.remove(&sent_channel).unwrap_or_default(),
         );
         assert_eq!(
             by_lease(&from_batch_changes),
             by_lease(&one_by_one_changes),
             "round {round} (seed {seed}): notifications of {batch:?}"
+        );
+        assert_eq!(
+            by_lease(&plain_first_changes),
+            by_lease(&one_by_one_changes),
+            "round {round} (seed {seed}): notifications of {batch:?}, plain requests first"
         );
 
         let mut seen = std::collections::HashSet::new();
@@ -311,8 +407,10 @@ async fn a_batch_answers_writes_and_notifies_as_its_requests_one_by_one() {
     }
     println!(
         "{duplicates} repeated leases in batches, {took_over} takeovers, {plain_refreshes} \
-         plain standby refreshes, {refreshes_beside_lapsed} beside a lapsed contender, {kinds:?}"
+         plain standby refreshes, {refreshes_beside_lapsed} beside a lapsed contender, \
+         {served_plain} served by the plain batch, {kinds:?}"
     );
+    assert!(served_plain > 0, "the plain batch served no request");
     // The traffic covered what the two paths could disagree on.
     assert!(duplicates > 0, "no batch asked for a lease twice");
     assert!(took_over > 0, "no request took over an expired lease");

@@ -25,6 +25,7 @@ mod lease_contenders;
 mod least_privileges;
 mod lock_timeout;
 mod own_transaction_fence;
+mod plain_batch;
 mod plain_renewals;
 mod pooler;
 mod prefixes;

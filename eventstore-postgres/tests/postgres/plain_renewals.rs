@@ -43,7 +43,7 @@ async fn renew_across(decision: &str) -> Option<LeaseResponse> {
 
 /// A transaction holding the lock of `lease_name`'s row of `prefix`, as a decision on the
 /// lease or a renewal in flight does, until it ends.
-async fn lock_lease_row(
+pub(crate) async fn lock_lease_row(
     admin: &PgPool,
     prefix: &str,
     lease_name: &str,
@@ -60,7 +60,7 @@ async fn lock_lease_row(
 }
 
 /// Waits until a statement on `prefix`'s leases waits for a lock.
-async fn wait_for_a_lock_wait(admin: &PgPool, prefix: &str) {
+pub(crate) async fn wait_for_a_lock_wait(admin: &PgPool, prefix: &str) {
     common::eventually(
         "a lease request to wait for a lock",
         Duration::from_secs(10),
@@ -127,7 +127,7 @@ async fn renewing_across_answers(decision: &str, expected: (LeaseStatus, Fencing
 }
 
 /// An answer's status, token and holder, to compare in one assertion.
-fn summary(answer: &LeaseResponse) -> (LeaseStatus, FencingToken, &str) {
+pub(crate) fn summary(answer: &LeaseResponse) -> (LeaseStatus, FencingToken, &str) {
     (
         answer.status,
         answer.fencing_token,
