@@ -398,7 +398,8 @@ $$;
 -- One request goes to request_lease, step by step. A batch runs the rules set by set: the
 -- renewals and plain standby refreshes in one statement, the rest in another (for each
 -- layer, below). The answers, rows and notifications are the same either way: the tests
--- compare the two on random batches.
+-- compare the two on random batches. The storage sends a batch's plain requests to
+-- request_plain_leases first (below), and only the rest here.
 CREATE OR REPLACE FUNCTION __prefix__request_leases(
     p_names text[],
     p_owners text[],
