@@ -13,7 +13,7 @@ use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, Limi
 use futures_util::TryStreamExt;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::rows::{decode_event, EVENT_COLUMNS};
+use super::rows::{decode_read, read_columns};
 use crate::filter_sql::{push_after, push_before, push_filter, push_stream, VISIBILITY_BARRIER};
 use crate::shared::Shared;
 
@@ -101,7 +101,8 @@ impl Pages {
             .remaining
             .map_or(self.page_rows, |n| n.min(self.page_rows));
         let mut query = QueryBuilder::<Postgres>::new(format!(
-            "{head}SELECT {EVENT_COLUMNS} FROM {events} WHERE {VISIBILITY_BARRIER}",
+            "{head}SELECT {columns} FROM {events} WHERE {VISIBILITY_BARRIER}",
+            columns = read_columns(&self.stream),
             events = shared.prefix.name("events")
         ));
         push_stream(&mut query, &self.stream);
@@ -157,7 +158,7 @@ impl Pages {
                 .persistent(shared.settings.prepared_statements)
                 .fetch(connection);
             while let Some(row) = fetched.try_next().await.map_err(|e| failing.map(e))? {
-                events.push(decode_event(&row).map_err(|e| failing.map(e))?);
+                events.push(decode_read(&row, &self.stream).map_err(|e| failing.map(e))?);
             }
         }
         drop(query);
