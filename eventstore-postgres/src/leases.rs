@@ -14,8 +14,9 @@ use eventstore_api::{
     LeaseResponse, LeaseStatus, ReleaseOutcome, StorageResult,
 };
 use sqlx::postgres::types::PgInterval;
-use sqlx::postgres::PgRow;
-use sqlx::Row;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{Postgres, Row};
 
 use crate::errors;
 use crate::plain_batch;
@@ -44,7 +45,8 @@ pub(crate) async fn request(
         .filter(|&i| answers[i].is_none())
         .collect();
     if !rest.is_empty() {
-        let decided = decide(shared, rest.iter().map(|&i| &requests[i])).await?;
+        let asked: Vec<&LeaseRequest> = rest.iter().map(|&i| &requests[i]).collect();
+        let decided = decide(shared, &asked).await?;
         for (i, outcome) in rest.into_iter().zip(decided) {
             answers[i] = Some(outcome);
         }
@@ -65,18 +67,10 @@ async fn serve_plain(
     }
     let operation = "request leases";
     let failing = shared.settings.failing(operation);
-    let asked = || candidates.iter().map(|&i| &requests[i]);
-    let names: Vec<&str> = asked().map(|r| r.lease_name.as_str()).collect();
-    let owners: Vec<&str> = asked().map(|r| r.owner.as_str()).collect();
-    let priorities: Vec<i64> = asked().map(|r| r.priority).collect();
-    let ttls: Vec<PgInterval> = asked().map(|r| interval(r.ttl)).collect();
+    let asked: Vec<&LeaseRequest> = candidates.iter().map(|&i| &requests[i]).collect();
     let lock_wait = shared.settings.lock_timeout.min(plain_batch::LOCK_WAIT);
     let mut connection = shared.connection_for(operation).await?;
-    let served = sqlx::query(&shared.plain_batch)
-        .bind(names)
-        .bind(owners)
-        .bind(priorities)
-        .bind(ttls)
+    let served = bind_requests(sqlx::query(&shared.plain_batch), &asked)
         .bind(format!("{}ms", lock_wait.as_millis().max(1)))
         .persistent(shared.settings.prepared_statements)
         .fetch_all(&mut *connection)
@@ -110,33 +104,23 @@ fn decode_served(row: &PgRow) -> Result<(i32, LeaseOutcome), sqlx::Error> {
 }
 
 /// Answers `requests` in one call of `request_leases`, in their order.
-async fn decide<'a>(
-    shared: &Shared,
-    requests: impl ExactSizeIterator<Item = &'a LeaseRequest> + Clone,
-) -> StorageResult<Vec<LeaseOutcome>> {
+async fn decide(shared: &Shared, requests: &[&LeaseRequest]) -> StorageResult<Vec<LeaseOutcome>> {
     let operation = "request leases";
     let failing = shared.settings.failing(operation);
     let count = requests.len();
-    let names: Vec<&str> = requests.clone().map(|r| r.lease_name.as_str()).collect();
-    let owners: Vec<&str> = requests.clone().map(|r| r.owner.as_str()).collect();
-    let priorities: Vec<i64> = requests.clone().map(|r| r.priority).collect();
-    let ttls: Vec<PgInterval> = requests.map(|r| interval(r.ttl)).collect();
     let mut connection = shared.connection_for(operation).await?;
-    let rows = sqlx::query(&format!(
+    let call = format!(
         "SELECT r.lease_status, r.lease_token, r.lease_owner, r.lease_took_over \
          FROM {function}($1, $2, $3, $4, $5) AS r \
          ORDER BY r.lease_index",
         function = shared.prefix.name("request_leases")
-    ))
-    .bind(names)
-    .bind(owners)
-    .bind(priorities)
-    .bind(ttls)
-    .bind(shared.settings.lock_timeout_setting())
-    .persistent(shared.settings.prepared_statements)
-    .fetch_all(&mut *connection)
-    .await
-    .map_err(|e| failing.map(e))?;
+    );
+    let rows = bind_requests(sqlx::query(&call), requests)
+        .bind(shared.settings.lock_timeout_setting())
+        .persistent(shared.settings.prepared_statements)
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
     if rows.len() != count {
         return Err(EventStorageError::backend(
@@ -147,6 +131,29 @@ async fn decide<'a>(
     rows.iter()
         .map(|row| decode_outcome(row).map_err(|e| failing.map(e)))
         .collect()
+}
+
+/// `query` with `requests` bound as its first four arguments, the arrays the batch functions
+/// take: names, owners, priorities and ttls.
+fn bind_requests<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    requests: &[&'q LeaseRequest],
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(
+            requests
+                .iter()
+                .map(|r| r.lease_name.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            requests
+                .iter()
+                .map(|r| r.owner.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(requests.iter().map(|r| r.priority).collect::<Vec<_>>())
+        .bind(requests.iter().map(|r| interval(r.ttl)).collect::<Vec<_>>())
 }
 
 /// Answers one request: first as a plain renewal when this storage expects one (see

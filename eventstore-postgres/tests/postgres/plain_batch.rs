@@ -14,7 +14,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::common;
 use crate::lease_changes::next_change;
-use crate::plain_renewals::{lock_lease_row, summary, wait_for_a_lock_wait};
+use crate::plain_renewals::{ask_for_orders, lock_lease_row, summary, wait_for_a_lock_wait};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -132,7 +132,7 @@ async fn function_waiting(admin: &PgPool, prefix: &str) -> Option<()> {
 /// `orders` is held by `a` (priority 0) and contended by `c` (priority 5), both with a short
 /// ttl. A refresh of `c` starts while `c` is live (as the plain batch's does, without the
 /// lease's lock) and holds `c`'s row until both have lapsed on the database's clock; `b` then
-/// asks for `orders`, through `request_lease` or in a batch, and the refresh commits while
+/// asks for `orders` (see [`ask_for_orders`]), and the refresh commits while
 /// `b` waits for `c`'s row. Returns `b`'s answer, the changes of `orders` notified until `b`
 /// acquired it, whether `c` is still registered, and the lease's priority ceiling.
 async fn take_over_while_a_refresh_lands(
@@ -168,21 +168,7 @@ async fn take_over_while_a_refresh_lands(
         .await
         .unwrap();
 
-    let asking = tokio::spawn({
-        let storage = Arc::clone(&storage);
-        async move {
-            let request = LeaseRequest::new("orders", "b", 0, LONG);
-            if in_a_batch {
-                let other = LeaseRequest::new("invoices", "b", 0, LONG);
-                storage
-                    .request_leases(vec![other, request])
-                    .await
-                    .map(|mut answers| answers.remove(1))
-            } else {
-                storage.request_lease(request).await
-            }
-        }
-    });
+    let asking = ask_for_orders(&storage, "b", in_a_batch);
     wait_for_a_lock_wait(&admin, &prefix).await;
     refreshing.commit().await.unwrap();
     let answer = asking.await.unwrap().expect("b is answered");

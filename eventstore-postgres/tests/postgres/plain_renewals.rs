@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore_api::{
-    EventStorage, FencingToken, LeaseChangeKind, LeaseRequest, LeaseResponse, LeaseScope,
-    LeaseStatus,
+    EventStorage, EventStorageError, FencingToken, LeaseChangeKind, LeaseRequest, LeaseResponse,
+    LeaseScope, LeaseStatus,
 };
+use eventstore_postgres::PostgresEventStorage;
 use sqlx::{PgPool, Postgres, Transaction};
+use tokio::task::JoinHandle;
 
 use crate::common;
 use crate::lease_changes::next_change;
@@ -170,22 +172,7 @@ async fn ask_while_a_renewal_revives(
     .execute(&mut *renewing)
     .await
     .unwrap();
-    let asking = tokio::spawn({
-        let storage = Arc::clone(&storage);
-        let asker = asker.to_owned();
-        async move {
-            let request = LeaseRequest::new("orders", &asker, 0, Duration::from_secs(60));
-            if in_a_batch {
-                let other = LeaseRequest::new("invoices", &asker, 0, Duration::from_secs(60));
-                storage
-                    .request_leases(vec![other, request])
-                    .await
-                    .map(|mut answers| answers.remove(1))
-            } else {
-                storage.request_lease(request).await
-            }
-        }
-    });
+    let asking = ask_for_orders(&storage, asker, in_a_batch);
     wait_for_a_lock_wait(&admin, &prefix).await;
     renewing.commit().await.unwrap();
     let answer = asking.await.unwrap().expect("the asker is answered");
@@ -200,6 +187,28 @@ async fn ask_while_a_renewal_revives(
     }
     storage.close().await.unwrap();
     Some((answer, notified))
+}
+
+/// `asker` asks for `orders` (ttl 60 s) in a task of its own: through `request_lease`, or in
+/// a batch after a request for `invoices`. The task gives the answer for `orders`.
+pub(crate) fn ask_for_orders(
+    storage: &Arc<PostgresEventStorage>,
+    asker: &str,
+    in_a_batch: bool,
+) -> JoinHandle<Result<LeaseResponse, EventStorageError>> {
+    let storage = Arc::clone(storage);
+    let request = |lease: &str| LeaseRequest::new(lease, asker, 0, Duration::from_secs(60));
+    let (other, request) = (request("invoices"), request("orders"));
+    tokio::spawn(async move {
+        if in_a_batch {
+            storage
+                .request_leases(vec![other, request])
+                .await
+                .map(|mut answers| answers.remove(1))
+        } else {
+            storage.request_lease(request).await
+        }
+    })
 }
 
 /// `Some` once `orders` of `prefix` is past its expiry by the database's clock.
