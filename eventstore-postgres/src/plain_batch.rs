@@ -5,8 +5,8 @@
 //! priority while none of the lease's contenders has lapsed. Taking an advisory lock per lease
 //! costs a batch of a thousand about a seventh of its time when ten instances ask at once, so a
 //! batch is first sent to `request_plain_leases`, which serves exactly these requests, without
-//! those locks, in one statement. What it leaves unanswered goes to `request_leases` after it, which decides
-//! as always.
+//! those locks, in one statement. What it leaves unanswered goes to `request_leases` after it,
+//! which decides as always.
 //!
 //! Why the locks are not needed:
 //! - A renewal is the plain renewal of `renewals`, with its conditions: it only makes a live
@@ -49,11 +49,11 @@ pub(crate) fn candidates(requests: &[LeaseRequest]) -> Vec<usize> {
     once
 }
 
-/// The call of `request_plain_leases` of the storage whose function names start with
-/// `prefix` (the schema has the conditions; see the module). Its arguments are the requests'
-/// names, owners, priorities and ttls as arrays, and the lock timeout; it returns, for each
-/// request it served, its place in the arrays (from 1), the lease's token and holder, and
-/// whether it was a standby's refresh (else the holder's renewal).
+/// The call of `function`, the storage's `request_plain_leases` (the schema holds the
+/// conditions; see the module). Its arguments are the requests' names, owners, priorities and
+/// ttls as arrays, and the lock timeout; it returns, for each request it served, its place in
+/// the arrays (from 1), the lease's token and holder, and whether it was a standby's refresh
+/// (else the holder's renewal).
 pub(crate) fn statement(function: &str) -> String {
     format!(
         "SELECT lease_index, lease_token, lease_owner, lease_standby \
