@@ -166,13 +166,25 @@ pub async fn hold_lease_lock(
     prefix: &str,
     lease_name: &str,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    hold_lease_locks(pool, prefix, &[lease_name]).await
+}
+
+/// Takes the locks that serialize requests for each of `lease_names` of `prefix` in one
+/// transaction of its own, held until the returned transaction ends.
+pub async fn hold_lease_locks(
+    pool: &PgPool,
+    prefix: &str,
+    lease_names: &[&str],
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut transaction = pool.begin().await.expect("begin");
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))")
-        .bind(format!("{prefix}leases"))
-        .bind(lease_name)
-        .execute(&mut *transaction)
-        .await
-        .expect("taking the lease lock");
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(hashtext($1), hashtext(n)) FROM unnest($2::text[]) AS n",
+    )
+    .bind(format!("{prefix}leases"))
+    .bind(lease_names)
+    .execute(&mut *transaction)
+    .await
+    .expect("taking the lease locks");
     transaction
 }
 

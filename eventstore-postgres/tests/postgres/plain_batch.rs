@@ -10,33 +10,13 @@ use eventstore_api::{
     LeaseStatus,
 };
 use eventstore_postgres::PostgresEventStorage;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::PgPool;
 
 use crate::common;
 use crate::lease_changes::next_change;
 use crate::plain_renewals::{ask_for_orders, lock_lease_row, summary, wait_for_a_lock_wait};
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// A transaction holding the advisory locks of `lease_names` of `prefix`, as a decision on
-/// those leases holds them until it ends.
-async fn hold_lease_locks(
-    admin: &PgPool,
-    prefix: &str,
-    lease_names: &[&str],
-) -> Transaction<'static, Postgres> {
-    let mut transaction = admin.begin().await.unwrap();
-    sqlx::query(
-        "SELECT pg_advisory_xact_lock(hashtext($1 || 'leases'), hashtext(n)) \
-           FROM unnest($2::text[]) AS n",
-    )
-    .bind(prefix)
-    .bind(lease_names)
-    .execute(&mut *transaction)
-    .await
-    .unwrap();
-    transaction
-}
 
 /// A storage on a fresh prefix where `a` holds `orders` and stands by for `billing`, which
 /// `b` holds; `a`'s batch renewing the one and refreshing the other is all plain.
@@ -78,7 +58,7 @@ async fn plain_renewals_and_refreshes_in_a_batch_wait_for_no_lease_lock() {
     };
     let prefix = common::unique_prefix();
     let storage = holder_and_standby(&prefix).await;
-    let held = hold_lease_locks(&admin, &prefix, &["orders", "billing"]).await;
+    let held = common::hold_lease_locks(&admin, &prefix, &["orders", "billing"]).await;
     let answers = tokio::time::timeout(
         Duration::from_secs(5),
         storage.request_leases(plain_batch_of_a()),
