@@ -446,22 +446,34 @@ async fn a_torn_bookmark_write_keeps_the_bookmarks_before_it() {
         .await
         .unwrap();
     let journal = dir.path().join("bookmarks.log");
-    let before = std::fs::metadata(&journal).unwrap().len();
+    let before = std::fs::read(&journal).unwrap();
     storage
         .bookmark("reader", &second.reference, Tags::none())
         .await
         .unwrap();
     storage.close().await.unwrap();
     let full = std::fs::read(&journal).unwrap();
-    for cut in before..full.len() as u64 {
-        std::fs::write(&journal, &full[..cut as usize]).unwrap();
-        let reopened = FileEventStorage::open(dir.path()).await.unwrap();
-        assert_eq!(
-            reopened.get_bookmark("reader").await.unwrap(),
-            Some(first.reference),
-            "cut at byte {cut}"
-        );
-        reopened.close().await.unwrap();
+    // The second record went into the zeros ahead of the first: where the bytes differ.
+    let differs = |at: &usize| before.get(*at).copied().unwrap_or(0) != full[*at];
+    let start = (0..full.len()).find(differs).expect("the second record");
+    let end = (0..full.len()).rev().find(differs).unwrap() + 1;
+    assert!(end - start > 12, "a whole record: bytes {start}..{end}");
+    for cut in start..end {
+        // A crash leaves the record cut short, followed by the zeros ahead or by nothing.
+        let mut zeros_after = full[..cut].to_vec();
+        zeros_after.resize(full.len(), 0);
+        for torn in [&full[..cut], &zeros_after[..]] {
+            std::fs::write(&journal, torn).unwrap();
+            let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+            assert_eq!(
+                reopened.get_bookmark("reader").await.unwrap(),
+                Some(first.reference),
+                "cut at byte {cut} of {}, {} bytes in the file",
+                full.len(),
+                torn.len()
+            );
+            reopened.close().await.unwrap();
+        }
     }
 }
 
