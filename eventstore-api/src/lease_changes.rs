@@ -13,8 +13,10 @@
 //! [`Capability::LeaseChanges`]: crate::Capability::LeaseChanges
 //! [`EventStorage::request_lease`]: crate::EventStorage::request_lease
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+
+// Asked on every lease request: with no lease followed, a look-up returns before hashing.
+use hashbrown::HashMap;
 
 use tokio::sync::broadcast;
 

@@ -6,13 +6,13 @@
 //! reopen every lease starts above its persisted ceiling, higher than any token handed out
 //! before, while the holders themselves are forgotten.
 
-use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::in_process::LeaseTable;
 use eventstore_api::{FencingToken, LeaseOutcome, LeaseRequest, ReleaseOutcome};
+use hashbrown::HashMap;
 
 use crate::codec::{put_str, put_u64, Decoder};
 use crate::corruption::{Corruption, OpenFailure};
@@ -91,25 +91,25 @@ impl LeaseState {
         &self.table
     }
 
-    /// Whether answering `requests` might hand out a token above a durable ceiling, so that
-    /// [`LeaseState::reserve_for`] must write first.
-    pub(crate) fn needs_reservation(&self, requests: &[LeaseRequest]) -> bool {
-        self.highest_needed(requests)
-            .iter()
-            .any(|(name, needed)| *needed > self.ceiling(name))
+    /// The ceilings to make durable before answering `requests`: for each lease they name
+    /// whose highest possible token lies above its ceiling, a block of tokens beyond it. Empty
+    /// when the requests need no I/O.
+    pub(crate) fn reservation(&self, requests: &[LeaseRequest]) -> Reservation {
+        Reservation(
+            self.highest_needed(requests)
+                .into_iter()
+                .filter(|(name, needed)| *needed > self.ceiling(name))
+                .map(|(name, needed)| (name.to_owned(), needed + RESERVATION_BLOCK - 1))
+                .collect(),
+        )
     }
 
-    /// Makes the tokens `requests` might use durable, reserving a block beyond them.
+    /// Makes the ceilings of `reservation` durable.
     ///
     /// # Errors
     /// Writing or syncing the ceilings failed; no request may then be answered.
-    pub(crate) fn reserve_for(&mut self, requests: &[LeaseRequest]) -> io::Result<()> {
-        let raised: Vec<(String, u64)> = self
-            .highest_needed(requests)
-            .into_iter()
-            .filter(|(name, needed)| *needed > self.ceiling(name))
-            .map(|(name, needed)| (name.to_owned(), needed + RESERVATION_BLOCK - 1))
-            .collect();
+    pub(crate) fn reserve(&mut self, reservation: Reservation) -> io::Result<()> {
+        let Reservation(raised) = reservation;
         if raised.is_empty() {
             return Ok(());
         }
@@ -131,17 +131,17 @@ impl LeaseState {
         Ok(())
     }
 
-    /// Answers `requests` one by one, each at the time `now` gives. Call
-    /// [`LeaseState::reserve_for`] first whenever [`LeaseState::needs_reservation`] says so.
+    /// Answers `requests` one by one at `now`. Call [`LeaseState::reserve`] first with their
+    /// [`LeaseState::reservation`] unless it is empty.
     pub(crate) fn request_all(
         &mut self,
         requests: &[LeaseRequest],
-        mut now: impl FnMut() -> DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Vec<LeaseOutcome> {
-        debug_assert!(!self.needs_reservation(requests));
+        debug_assert!(self.reservation(requests).is_empty());
         requests
             .iter()
-            .map(|request| self.table.request_with_outcome(request, now()))
+            .map(|request| self.table.request_with_outcome(request, now))
             .collect()
     }
 
@@ -162,7 +162,7 @@ impl LeaseState {
     /// For each lease named in `requests`, the highest token they could be granted: each
     /// request for it could, at most, grant once.
     fn highest_needed<'a>(&self, requests: &'a [LeaseRequest]) -> HashMap<&'a str, u64> {
-        let mut needed: HashMap<&str, u64> = HashMap::new();
+        let mut needed: HashMap<&str, u64> = HashMap::with_capacity(requests.len());
         for request in requests {
             needed
                 .entry(&request.lease_name)
@@ -170,6 +170,17 @@ impl LeaseState {
                 .or_insert_with(|| self.table.next_token(&request.lease_name).0);
         }
         needed
+    }
+}
+
+/// Token ceilings to make durable before some requests are answered.
+#[derive(Debug)]
+pub(crate) struct Reservation(Vec<(String, u64)>);
+
+impl Reservation {
+    /// Whether nothing needs to be written.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -206,10 +217,9 @@ mod tests {
                 let request =
                     LeaseRequest::new("l", format!("o{owner}"), 0, Duration::from_secs(60));
                 let requests = [request];
-                if state.needs_reservation(&requests) {
-                    state.reserve_for(&requests).unwrap();
-                }
-                let response = state.request_all(&requests, Utc::now).remove(0).response;
+                let reservation = state.reservation(&requests);
+                state.reserve(reservation).unwrap();
+                let response = state.request_all(&requests, Utc::now()).remove(0).response;
                 if response.status.is_leader() {
                     assert!(response.fencing_token.0 > highest, "round {round}");
                     highest = response.fencing_token.0;

@@ -239,12 +239,13 @@ impl FileEventStorage {
     ) -> StorageResult<Vec<LeaseOutcome>> {
         let mut leases = self.leases().await?;
         let clock = Arc::clone(&self.inner.state.clock);
-        if !leases.needs_reservation(&requests) {
-            return Ok(leases.request_all(&requests, || clock.now()));
+        let reservation = leases.reservation(&requests);
+        if reservation.is_empty() {
+            return Ok(leases.request_all(&requests, clock.now()));
         }
         let dir = self.inner.dir.clone();
         tokio::task::spawn_blocking(move || {
-            leases.reserve_for(&requests).map_err(|error| {
+            leases.reserve(reservation).map_err(|error| {
                 EventStorageError::backend(
                     format!(
                         "cannot persist fencing tokens in the event store in {}",
@@ -253,7 +254,7 @@ impl FileEventStorage {
                     error,
                 )
             })?;
-            Ok(leases.request_all(&requests, || clock.now()))
+            Ok(leases.request_all(&requests, clock.now()))
         })
         .await
         .map_err(|error| EventStorageError::backend("answering lease requests failed", error))?

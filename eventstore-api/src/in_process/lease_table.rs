@@ -1,6 +1,5 @@
 //! The lease rules of the contract, for backends that keep leases in process memory.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +9,10 @@ use crate::{
     LeaseOutcome, LeaseRequest, LeaseResponse, LeaseStatus, ReleaseOutcome,
 };
 use chrono::{DateTime, Utc};
+// Keyed by names the caller chose: `hashbrown`'s `entry_ref` copies a name only when it is new
+// (a renewal allocates nothing), and its default hasher costs a fraction of SipHash on names.
+use hashbrown::hash_map::EntryRef;
+use hashbrown::HashMap;
 
 /// How far `release` backdates the heartbeat past the ttl, so that the released lease is
 /// expired at once on the storage's clock.
@@ -106,7 +109,10 @@ impl LeaseTable {
     ) -> LeaseOutcome {
         let followed = self.changes.is_followed(&request.lease_name);
         let mut changes = Vec::new();
-        let entry = self.leases.entry(request.lease_name.clone()).or_default();
+        let entry = self
+            .leases
+            .entry_ref(request.lease_name.as_str())
+            .or_default();
         // Contenders whose own ttl lapsed are gone; dropping them here keeps the map bounded.
         entry.contenders.retain(|owner, contender| {
             let live = contender.is_live_at(now);
@@ -117,23 +123,27 @@ impl LeaseTable {
             }
             live
         });
-        // Heartbeats never move back, even when a caller passes an earlier "now" than a
-        // request it applied before.
-        let heartbeat_at = entry
-            .contenders
-            .get(&request.owner)
-            .map_or(now, |contender| contender.heartbeat_at.max(now));
-        let previous_priority = entry
-            .contenders
-            .insert(
-                request.owner.clone(),
-                Contender {
-                    priority: request.priority,
-                    ttl: request.ttl,
+        let registration = Contender {
+            priority: request.priority,
+            ttl: request.ttl,
+            heartbeat_at: now,
+        };
+        let previous_priority = match entry.contenders.entry_ref(request.owner.as_str()) {
+            EntryRef::Occupied(mut known) => {
+                // Heartbeats never move back, even when a caller passes an earlier "now" than
+                // a request it applied before.
+                let heartbeat_at = known.get().heartbeat_at.max(now);
+                let previous = known.insert(Contender {
                     heartbeat_at,
-                },
-            )
-            .map(|contender| contender.priority);
+                    ..registration
+                });
+                Some(previous.priority)
+            }
+            EntryRef::Vacant(new) => {
+                new.insert(registration);
+                None
+            }
+        };
         let newly_ranked = previous_priority != Some(request.priority);
         if followed && newly_ranked {
             changes.push(LeaseChangeKind::ContenderJoined {
@@ -273,7 +283,7 @@ impl LeaseTable {
     /// Makes every later grant of `lease_name` get a token above `floor`, e.g. the highest
     /// token an earlier process of a persistent storage handed out.
     pub fn raise_floor(&mut self, lease_name: &str, floor: FencingToken) {
-        let entry = self.leases.entry(lease_name.to_owned()).or_default();
+        let entry = self.leases.entry_ref(lease_name).or_default();
         entry.floor = entry.floor.max(floor);
     }
 
