@@ -62,11 +62,16 @@ impl ExpectedRenewals {
     pub(crate) fn record(&self, request: &LeaseRequest, outcome: &LeaseOutcome) {
         if outcome.response.status == LeaseStatus::Leader {
             let mut leaders = self.leaders();
-            if leaders.len() < MOST_REMEMBERED || leaders.contains_key(&request.lease_name) {
-                leaders.insert(
-                    request.lease_name.clone(),
-                    (request.owner.clone(), request.priority),
-                );
+            let remembered = || (request.owner.clone(), request.priority);
+            let room = leaders.len() < MOST_REMEMBERED;
+            match leaders.get_mut(&request.lease_name) {
+                // A renewal: most often what is remembered already, which copies nothing.
+                Some(known) if known.0 == request.owner => known.1 = request.priority,
+                Some(known) => *known = remembered(),
+                None if room => {
+                    leaders.insert(request.lease_name.clone(), remembered());
+                }
+                None => {}
             }
         } else {
             self.forget(&request.lease_name, &request.owner);
