@@ -25,8 +25,8 @@
 //! |---|---|
 //! | `LOCK` | the pid of the process that has the directory open, locked exclusively |
 //! | `events-<first position>.log` | segments of the event log: one checksummed frame per batch; the last segment is zero-filled a few MiB ahead of its last frame |
-//! | `bookmarks.log` | a journal of bookmark changes, rewritten atomically when mostly superseded |
-//! | `lease-tokens.log` | the highest fencing token reserved per lease, never a holder |
+//! | `bookmarks.log` | a journal of bookmark changes, rewritten atomically when mostly superseded; zero-filled ahead of its last record like the last segment |
+//! | `lease-tokens.log` | the highest fencing token reserved per lease, never a holder; a journal like `bookmarks.log` |
 //!
 //! # Guarantees
 //!
