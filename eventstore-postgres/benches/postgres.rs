@@ -365,27 +365,34 @@ where
 }
 
 async fn sustained(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
-    let (mut floor, mut renewals) = (Vec::new(), Vec::new());
-    for _ in 0..ALTERNATIONS {
-        floor.push({
-            let (pool, prefix) = (pool.clone(), prefix.to_owned());
-            per_second(move |client| {
-                let (pool, prefix) = (pool.clone(), prefix.clone());
-                async move { floor_update(&pool, &prefix, client + 1).await }
-            })
-            .await
-        });
-        renewals.push({
+    let floor_rate = || {
+        let (pool, prefix) = (pool.clone(), prefix.to_owned());
+        per_second(move |client| {
+            let (pool, prefix) = (pool.clone(), prefix.clone());
+            async move { floor_update(&pool, &prefix, client + 1).await }
+        })
+    };
+    let renewal_rate = || {
+        let storage = storage.clone();
+        per_second(move |client| {
             let storage = storage.clone();
-            per_second(move |client| {
-                let storage = storage.clone();
-                async move {
-                    let request = LeaseRequest::new(format!("sustained-{client}"), "node", 0, TTL);
-                    storage.request_lease(request).await.unwrap();
-                }
-            })
-            .await
-        });
+            async move {
+                let request = LeaseRequest::new(format!("sustained-{client}"), "node", 0, TTL);
+                storage.request_lease(request).await.unwrap();
+            }
+        })
+    };
+    let (mut floor, mut renewals) = (Vec::new(), Vec::new());
+    for pair in 0..ALTERNATIONS {
+        // Which side goes first alternates, so that neither always meets what the other
+        // left behind (dirty pages, a checkpoint, autovacuum).
+        if pair % 2 == 0 {
+            floor.push(floor_rate().await);
+            renewals.push(renewal_rate().await);
+        } else {
+            renewals.push(renewal_rate().await);
+            floor.push(floor_rate().await);
+        }
     }
     let mean = |rates: &[f64]| rates.iter().sum::<f64>() / rates.len() as f64;
     let mut ratios: Vec<f64> = floor
