@@ -385,7 +385,7 @@ mod tests {
         assert_eq!(payloads(records), vec![b"small".to_vec()]);
         assert_eq!(length(), created, "opening keeps the zeros ahead");
         let large = vec![7u8; *PREALLOCATION.start() as usize];
-        journal.append(&[large.clone()]).unwrap();
+        journal.append(std::slice::from_ref(&large)).unwrap();
         let grown = length();
         assert!(
             grown >= journal.end + *PREALLOCATION.start(),
