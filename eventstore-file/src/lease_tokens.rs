@@ -5,17 +5,28 @@
 //! tokens is reserved by writing a new ceiling durably, so most grants need no I/O. After a
 //! reopen every lease starts above its persisted ceiling, higher than any token handed out
 //! before, while the holders themselves are forgotten.
+//!
+//! A batch that needs a reservation is answered while the new ceilings are written and synced
+//! on a blocking thread, and its answers leave only once they are durable. Should that write
+//! fail, the table has granted tokens that a restart could grant again, so from then on every
+//! lease operation is refused until the store is reopened, as the journal itself refuses every
+//! later change after a failure.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
 use eventstore_api::in_process::LeaseTable;
-use eventstore_api::{FencingToken, LeaseOutcome, LeaseRequest, ReleaseOutcome};
+use eventstore_api::lease_changes::LeaseChangeHub;
+use eventstore_api::{
+    EventStorageError, Fence, FencingToken, LeaseOutcome, LeaseRequest, ReleaseOutcome,
+};
 use hashbrown::HashMap;
 
 use crate::codec::{put_str, put_u64, Decoder};
 use crate::corruption::{Corruption, OpenFailure};
+use crate::file_failure::FileFailure;
 use crate::journal::Journal;
 
 /// The journal's file name inside the store's directory.
@@ -30,7 +41,18 @@ const RESERVATION_BLOCK: u64 = 100;
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     table: LeaseTable,
-    ceilings: HashMap<String, u64>,
+    /// Shared with the blocking thread that writes a reservation while the table answers.
+    ceilings: Arc<Mutex<TokenCeilings>>,
+    /// Why every lease operation is refused: tokens the table granted could not be made
+    /// durable.
+    failure: Option<FileFailure>,
+    tokens_file: PathBuf,
+}
+
+/// The highest token reserved per lease, and the journal that keeps them.
+#[derive(Debug)]
+struct TokenCeilings {
+    by_lease: HashMap<String, u64>,
     /// `None` for a read-only store, which grants no lease.
     journal: Option<Journal>,
 }
@@ -70,79 +92,124 @@ impl LeaseState {
         for (name, &ceiling) in &ceilings {
             table.raise_floor(name, FencingToken(ceiling));
         }
-        Ok(LeaseState {
-            table,
-            ceilings,
-            journal: Some(journal),
-        })
+        Ok(LeaseState::of(table, ceilings, Some(journal), path))
     }
 
     /// The state of a read-only store: no lease, and no token can be reserved.
     pub(crate) fn read_only() -> LeaseState {
+        LeaseState::of(LeaseTable::new(), HashMap::new(), None, PathBuf::new())
+    }
+
+    fn of(
+        table: LeaseTable,
+        by_lease: HashMap<String, u64>,
+        journal: Option<Journal>,
+        tokens_file: PathBuf,
+    ) -> LeaseState {
         LeaseState {
-            table: LeaseTable::new(),
-            ceilings: HashMap::new(),
-            journal: None,
+            table,
+            ceilings: Arc::new(Mutex::new(TokenCeilings { by_lease, journal })),
+            failure: None,
+            tokens_file,
         }
     }
 
-    /// The lease table, for reading and for fence checks.
-    pub(crate) fn table(&self) -> &LeaseTable {
-        &self.table
+    /// The lease table, for reading, unless a reservation failed (see the module).
+    ///
+    /// # Errors
+    /// A write of token ceilings failed earlier: refused until the store is reopened.
+    pub(crate) fn table(&self) -> Result<&LeaseTable, EventStorageError> {
+        match &self.failure {
+            None => Ok(&self.table),
+            Some(failure) => Err(EventStorageError::backend(
+                format!(
+                    "the event store refuses lease operations since fencing tokens it granted \
+                     could not be made durable ({failure}); reopen it to recover"
+                ),
+                failure.cause(),
+            )),
+        }
+    }
+
+    /// Checks `fence` against the lease it names at `now`.
+    ///
+    /// # Errors
+    /// [`EventStorageError::Fenced`] as [`LeaseTable::check_fence`] says, or the refusal of
+    /// [`LeaseState::table`].
+    pub(crate) fn check_fence(
+        &self,
+        fence: &Fence,
+        now: DateTime<Utc>,
+    ) -> Result<(), EventStorageError> {
+        self.table()?.check_fence(fence, now)
+    }
+
+    /// Where the table publishes its changes.
+    pub(crate) fn changes(&self) -> Arc<LeaseChangeHub> {
+        self.table.changes()
     }
 
     /// The ceilings to make durable before answering `requests`: for each lease they name
     /// whose highest possible token lies above its ceiling, a block of tokens beyond it. Empty
     /// when the requests need no I/O.
     pub(crate) fn reservation(&self, requests: &[LeaseRequest]) -> Reservation {
+        let ceilings = self.ceilings();
+        let ceiling = |name: &str| ceilings.by_lease.get(name).copied().unwrap_or(0);
         Reservation(
             self.highest_needed(requests)
                 .into_iter()
-                .filter(|(name, needed)| *needed > self.ceiling(name))
+                .filter(|(name, needed)| *needed > ceiling(name))
                 .map(|(name, needed)| (name.to_owned(), needed + RESERVATION_BLOCK - 1))
                 .collect(),
         )
     }
 
-    /// Makes the ceilings of `reservation` durable.
-    ///
-    /// # Errors
-    /// Writing or syncing the ceilings failed; no request may then be answered.
-    pub(crate) fn reserve(&mut self, reservation: Reservation) -> io::Result<()> {
-        let Reservation(raised) = reservation;
-        if raised.is_empty() {
-            return Ok(());
-        }
-        let records = raised
-            .iter()
-            .map(|(name, ceiling)| encode(name, *ceiling))
-            .collect::<io::Result<Vec<_>>>()?;
-        let Some(journal) = self.journal.as_mut() else {
-            return Err(io::Error::new(
-                io::ErrorKind::ReadOnlyFilesystem,
-                "the store is open read-only: no fencing token can be reserved",
-            ));
-        };
-        journal.append(&records)?;
-        self.ceilings.extend(raised);
-        if journal.wants_rewrite(self.ceilings.len()) {
-            journal.rewrite(&encode_all(&self.ceilings)?)?;
-        }
-        Ok(())
-    }
-
-    /// Answers `requests` one by one at `now`. Call [`LeaseState::reserve`] first with their
-    /// [`LeaseState::reservation`] unless it is empty.
+    /// Answers `requests` one by one at `now`, when their [`LeaseState::reservation`] is
+    /// empty (see [`LeaseState::reserve_and_request_all`] for when it is not).
     pub(crate) fn request_all(
         &mut self,
         requests: &[LeaseRequest],
         now: DateTime<Utc>,
     ) -> Vec<LeaseOutcome> {
         debug_assert!(self.reservation(requests).is_empty());
-        requests
-            .iter()
-            .map(|request| self.table.request_with_outcome(request, now))
-            .collect()
+        self.answer(requests, now)
+    }
+
+    /// Answers `requests` one by one at `now` while the ceilings of their `reservation` are
+    /// written and synced on a blocking thread; returns the answers once they are durable.
+    /// Run it to its end (in a task of its own): stopped half-way, the table would keep grants
+    /// whose tokens may never have been made durable.
+    ///
+    /// # Errors
+    /// The ceilings could not be made durable: nothing is answered, and every later lease
+    /// operation is refused (see the module).
+    pub(crate) async fn reserve_and_request_all(
+        &mut self,
+        reservation: Reservation,
+        requests: &[LeaseRequest],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<LeaseOutcome>, EventStorageError> {
+        let ceilings = Arc::clone(&self.ceilings);
+        let writing = tokio::task::spawn_blocking(move || {
+            ceilings
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .reserve(reservation)
+        });
+        let outcomes = self.answer(requests, now);
+        let written = writing
+            .await
+            .unwrap_or_else(|stopped| Err(io::Error::other(stopped.to_string())));
+        match written {
+            Ok(()) => Ok(outcomes),
+            Err(error) => {
+                let failure =
+                    FileFailure::new("make fencing tokens durable in", &self.tokens_file, error);
+                let answer = EventStorageError::backend(failure.to_string(), failure.cause());
+                self.failure = Some(failure);
+                Err(answer)
+            }
+        }
     }
 
     /// Applies `release_lease` at `now`.
@@ -155,8 +222,15 @@ impl LeaseState {
         self.table.release(lease_name, owner, now)
     }
 
-    fn ceiling(&self, lease_name: &str) -> u64 {
-        self.ceilings.get(lease_name).copied().unwrap_or(0)
+    fn answer(&mut self, requests: &[LeaseRequest], now: DateTime<Utc>) -> Vec<LeaseOutcome> {
+        requests
+            .iter()
+            .map(|request| self.table.request_with_outcome(request, now))
+            .collect()
+    }
+
+    fn ceilings(&self) -> MutexGuard<'_, TokenCeilings> {
+        self.ceilings.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// For each lease named in `requests`, the highest token they could be granted: each
@@ -170,6 +244,29 @@ impl LeaseState {
                 .or_insert_with(|| self.table.next_token(&request.lease_name).0);
         }
         needed
+    }
+}
+
+impl TokenCeilings {
+    /// Makes the ceilings of `reservation` durable.
+    fn reserve(&mut self, reservation: Reservation) -> io::Result<()> {
+        let Reservation(raised) = reservation;
+        let records = raised
+            .iter()
+            .map(|(name, ceiling)| encode(name, *ceiling))
+            .collect::<io::Result<Vec<_>>>()?;
+        let Some(journal) = self.journal.as_mut() else {
+            return Err(io::Error::new(
+                io::ErrorKind::ReadOnlyFilesystem,
+                "the store is open read-only: no fencing token can be reserved",
+            ));
+        };
+        journal.append(&records)?;
+        self.by_lease.extend(raised);
+        if journal.wants_rewrite(self.by_lease.len()) {
+            journal.rewrite(&encode_all(&self.by_lease)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -203,23 +300,37 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    #[test]
-    fn tokens_after_reopen_exceed_every_token_handed_out_before() {
+    /// Answers `requests` as the storage does: with the reservation they need, if any.
+    async fn ask(
+        state: &mut LeaseState,
+        requests: &[LeaseRequest],
+    ) -> Result<Vec<LeaseOutcome>, EventStorageError> {
+        let reservation = state.reservation(requests);
+        if reservation.is_empty() {
+            Ok(state.request_all(requests, Utc::now()))
+        } else {
+            state
+                .reserve_and_request_all(reservation, requests, Utc::now())
+                .await
+        }
+    }
+
+    #[tokio::test]
+    async fn tokens_after_reopen_exceed_every_token_handed_out_before() {
         let dir = tempfile::tempdir().unwrap();
         let mut highest = 0;
         for round in 0..3 {
             let mut state = LeaseState::open(dir.path()).unwrap();
             assert!(
-                state.table().leases().is_empty(),
+                state.table().unwrap().leases().is_empty(),
                 "round {round}: holders are forgotten"
             );
             for owner in 0..150 {
                 let request =
                     LeaseRequest::new("l", format!("o{owner}"), 0, Duration::from_secs(60));
-                let requests = [request];
-                let reservation = state.reservation(&requests);
-                state.reserve(reservation).unwrap();
-                let response = state.request_all(&requests, Utc::now()).remove(0).response;
+                let response = ask(&mut state, &[request]).await.unwrap()[0]
+                    .response
+                    .clone();
                 if response.status.is_leader() {
                     assert!(response.fencing_token.0 > highest, "round {round}");
                     highest = response.fencing_token.0;
@@ -228,5 +339,33 @@ mod tests {
             }
         }
         assert!(highest >= 450);
+    }
+
+    #[tokio::test]
+    async fn after_a_reservation_fails_every_lease_operation_is_refused() {
+        // No journal to write to: the reservation fails as a failed sync would.
+        let mut state = LeaseState::read_only();
+        let ttl = Duration::from_secs(60);
+        let first = [LeaseRequest::new("orders", "pod-a", 0, ttl)];
+        let error = ask(&mut state, &first).await.unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("cannot make fencing tokens durable"),
+            "{error}"
+        );
+        // The table granted the lease in memory; its token may not be durable, so nothing may
+        // renew it, read it or check a fence against it.
+        let refused = state.table().unwrap_err();
+        assert!(
+            refused.to_string().contains("reopen it to recover"),
+            "{refused}"
+        );
+        let fence = Fence::new("orders", FencingToken(1));
+        let fenced = state.check_fence(&fence, Utc::now()).unwrap_err();
+        assert!(
+            fenced.to_string().contains("reopen it to recover"),
+            "{fenced}"
+        );
     }
 }

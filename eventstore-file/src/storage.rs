@@ -226,10 +226,12 @@ impl FileEventStorage {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Locks the lease state, refusing when the storage is closed.
+    /// Locks the lease state, refusing when the storage is closed or the lease state was
+    /// lost (see `lease_tokens`).
     async fn leases(&self) -> StorageResult<tokio::sync::OwnedMutexGuard<LeaseState>> {
         let guard = Arc::clone(&self.inner.state.leases).lock_owned().await;
         self.admit(Operation::Read)?;
+        guard.table()?;
         Ok(guard)
     }
 
@@ -243,18 +245,12 @@ impl FileEventStorage {
         if reservation.is_empty() {
             return Ok(leases.request_all(&requests, clock.now()));
         }
-        let dir = self.inner.dir.clone();
-        tokio::task::spawn_blocking(move || {
-            leases.reserve(reservation).map_err(|error| {
-                EventStorageError::backend(
-                    format!(
-                        "cannot persist fencing tokens in the event store in {}",
-                        dir.display()
-                    ),
-                    error,
-                )
-            })?;
-            Ok(leases.request_all(&requests, clock.now()))
+        // A task of its own: a caller that stops waiting must not stop it between the table's
+        // grants and the end of their tokens' write.
+        tokio::spawn(async move {
+            leases
+                .reserve_and_request_all(reservation, &requests, clock.now())
+                .await
         })
         .await
         .map_err(|error| EventStorageError::backend("answering lease requests failed", error))?
@@ -575,14 +571,14 @@ impl EventStorage for FileEventStorage {
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.admit(Operation::Read)?;
         self.refuse_if_read_only("get_leases")?;
-        Ok(self.leases().await?.table().leases())
+        Ok(self.leases().await?.table()?.leases())
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_name))]
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
         self.admit(Operation::Contenders { lease_name })?;
         self.refuse_if_read_only("get_contenders")?;
-        Ok(self.leases().await?.table().contenders(lease_name))
+        Ok(self.leases().await?.table()?.contenders(lease_name))
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
@@ -601,7 +597,7 @@ impl EventStorage for FileEventStorage {
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         self.admit(Operation::Read)?;
         self.refuse_if_read_only("subscribe_lease_changes")?;
-        let changes = self.leases().await?.table().changes();
+        let changes = self.leases().await?.changes();
         Ok(changes.subscribe(&scope))
     }
 
@@ -661,7 +657,7 @@ impl EventStorage for FileEventStorage {
         // Under the lease lock, so that no lease operation runs on after the close.
         let leases = self.inner.state.leases.lock().await;
         if self.inner.admission.close() {
-            leases.table().changes().close();
+            leases.changes().close();
             self.inner.state.appends.close();
         }
         drop(leases);

@@ -175,11 +175,8 @@ impl Writer {
                 if let Some(fence) = command.fence() {
                     // Taken above whenever a command of the group carries a fence.
                     #[allow(clippy::expect_used)]
-                    let table = lease_guard
-                        .as_ref()
-                        .expect("locked for fenced groups")
-                        .table();
-                    if let Err(fenced) = table.check_fence(fence, self.shared.clock.now()) {
+                    let leases = lease_guard.as_ref().expect("locked for fenced groups");
+                    if let Err(fenced) = leases.check_fence(fence, self.shared.clock.now()) {
                         plan.held.push(command.hold(fenced));
                         continue;
                     }

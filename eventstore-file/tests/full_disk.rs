@@ -1,6 +1,7 @@
 //! A full disk, for real: the store fills a small tmpfs it mounts. The failed append and every
 //! later refusal name the cause (operation, file, OS error), reads keep working, nothing
-//! acknowledged is lost after a reopen, and appends work again once space is freed.
+//! acknowledged is lost after a reopen, and appends work again once space is freed. A lease
+//! batch whose fencing tokens cannot be made durable stops every lease call until a reopen.
 //!
 //! Mounting needs root (or `CAP_SYS_ADMIN`). Where the mount fails the test prints why and
 //! skips, except under `CI=true`, where it fails.
@@ -9,10 +10,11 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventId, EventStorage, EventStorageError,
-    EventStreamId, EventToStore, Limit,
+    EventStreamId, EventToStore, Fence, FencingToken, LeaseRequest, Limit,
 };
 use eventstore_file::FileEventStorage;
 use eventstore_tck::support::assert_chain_repeats_no_text;
@@ -221,4 +223,119 @@ async fn a_full_disk_is_named_loses_nothing_and_is_recovered_from_after_a_reopen
     assert_eq!(appended.len(), 8);
     assert_eq!(stored_ids(&reopened).await.len(), after.len() + 8);
     reopened.close().await.expect("close");
+}
+
+/// Fills the file system holding `dir` with a file there, up to the last byte it takes.
+fn fill(dir: &Path) -> PathBuf {
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).expect("creating the filler");
+    let chunk = vec![1_u8; 64 * 1024];
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) if error.raw_os_error() == Some(28) => break,
+            Err(error) => panic!("filling the disk: {error}"),
+        }
+    }
+    path
+}
+
+#[tokio::test]
+async fn a_lease_batch_whose_tokens_cannot_be_written_stops_every_lease_call_until_a_reopen() {
+    let mounted = match MountedTmpfs::mount() {
+        Ok(mounted) => mounted,
+        Err(why) if required() => panic!("a tmpfs is required under CI=true: {why}"),
+        Err(why) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipping: cannot mount a tmpfs to fill ({why}); run as root"
+            );
+            return;
+        }
+    };
+    let store: PathBuf = mounted.path().join("store");
+    let storage = FileEventStorage::open(&store).await.expect("open");
+    let ttl = Duration::from_secs(60);
+    let held = storage
+        .request_lease(LeaseRequest::new("held", "pod-a", 0, ttl))
+        .await
+        .expect("a lease granted while there is space");
+    assert_eq!(held.fencing_token, FencingToken(1));
+    let filler = fill(mounted.path());
+
+    // Ceilings for 4,000 new leases outgrow the zeros ahead in the token journal (64 KiB), so
+    // the file must grow, and cannot. The table answers while they are written, so it has
+    // granted these leases in memory when the write fails.
+    let batch: Vec<LeaseRequest> = (0..4_000)
+        .map(|n| LeaseRequest::new(format!("partition-{n:05}"), "pod-a", 0, ttl))
+        .collect();
+    let failed = storage
+        .request_leases(batch.clone())
+        .await
+        .expect_err("no space for the new ceilings");
+    let message = failed.to_string();
+    assert!(
+        matches!(failed, EventStorageError::Backend { .. }),
+        "{message}"
+    );
+    assert!(
+        message.contains("cannot make fencing tokens durable in")
+            && message.contains("lease-tokens.log")
+            && message.contains("no storage space"),
+        "the failure names what, where and why: {message}"
+    );
+
+    // From now on every lease call is refused, naming the cause: a token the table granted
+    // may not be durable, and a restart could grant it again.
+    let refusals = [
+        storage
+            .request_lease(LeaseRequest::new("held", "pod-a", 0, ttl))
+            .await
+            .map(drop),
+        storage
+            .request_leases(vec![LeaseRequest::new("partition-00000", "pod-a", 0, ttl)])
+            .await
+            .map(drop),
+        storage.get_leases().await.map(drop),
+        storage.release_lease("held", "pod-a").await,
+        storage
+            .append_fenced(
+                &Fence::new("held", held.fencing_token),
+                AppendCriteria::none(),
+                &stream(),
+                batch_of_one(),
+            )
+            .await
+            .map(drop),
+    ];
+    for (call, refused) in refusals.into_iter().enumerate() {
+        let error = refused.expect_err("refused after the failed write");
+        let text = error.to_string();
+        assert!(
+            text.contains("refuses lease operations") && text.contains("no storage space"),
+            "call {call}: {text}"
+        );
+    }
+    storage.close().await.expect("close");
+
+    // Space freed and reopened: leases work again, and every token is above the ones that
+    // were answered before (the holders themselves are forgotten).
+    std::fs::remove_file(filler).expect("freeing the disk");
+    let reopened = FileEventStorage::open(&store).await.expect("reopen");
+    let again = reopened
+        .request_lease(LeaseRequest::new("held", "pod-b", 0, ttl))
+        .await
+        .expect("leases work after the reopen");
+    assert!(again.fencing_token > held.fencing_token, "{again:?}");
+    let answers = reopened
+        .request_leases(batch)
+        .await
+        .expect("the batch again");
+    assert!(answers.iter().all(|answer| answer.status.is_leader()));
+    reopened.close().await.expect("close");
+}
+
+fn batch_of_one() -> Vec<EventToStore> {
+    vec![EventToStore::new("Fenced", json!({ "n": 1 }))]
 }
