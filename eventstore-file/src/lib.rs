@@ -50,8 +50,10 @@
 //!   but its fencing tokens continue above every token handed out before.
 //! - **Write failures.** If a write or sync fails, what reached the disk is unknown (and a later
 //!   sync that succeeds proves nothing about it): the storage refuses further appends and
-//!   bookmark changes, and the token journal further reservations, until the store is reopened
-//!   and recovery has read the disk. An append answered with such an error may or may not be
+//!   bookmark changes, until the store is reopened and recovery has read the disk. A failed
+//!   write of fencing-token ceilings stops every lease operation (requests, releases, lease
+//!   reads, fence checks) until the reopen: the batch that needed them was answered in memory
+//!   while they were written, so the table holds tokens a restart could grant again. An append answered with such an error may or may not be
 //!   stored. That error and every later refusal name the first failure: the operation, the
 //!   file and the kind of OS error (`cannot write events to /srv/events/events-….log (no
 //!   storage space)`), with the OS error itself as the source. Reads keep working meanwhile.
