@@ -57,6 +57,23 @@ impl MountedTmpfs {
         Ok(MountedTmpfs { dir })
     }
 
+    /// Mounts one, or says on stderr why not and gives `None`; under `CI=true` a tmpfs that
+    /// cannot be mounted fails the test.
+    fn mount_or_skip() -> Option<MountedTmpfs> {
+        match MountedTmpfs::mount() {
+            Ok(mounted) => Some(mounted),
+            Err(why) if required() => panic!("a tmpfs is required under CI=true: {why}"),
+            Err(why) => {
+                // Straight to stderr, past the test harness's capture, so that the skip shows.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "skipping: cannot mount a tmpfs to fill ({why}); run as root"
+                );
+                None
+            }
+        }
+    }
+
     fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -145,17 +162,8 @@ fn assert_names_the_full_disk(error: &EventStorageError, store: &Path, what: &st
 
 #[tokio::test]
 async fn a_full_disk_is_named_loses_nothing_and_is_recovered_from_after_a_reopen() {
-    let mounted = match MountedTmpfs::mount() {
-        Ok(mounted) => mounted,
-        Err(why) if required() => panic!("a tmpfs is required under CI=true: {why}"),
-        Err(why) => {
-            // Straight to stderr, past the test harness's capture, so that the skip shows.
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipping: cannot mount a tmpfs to fill ({why}); run as root"
-            );
-            return;
-        }
+    let Some(mounted) = MountedTmpfs::mount_or_skip() else {
+        return;
     };
     let store: PathBuf = mounted.path().join("store");
     let reserve = mounted.path().join("reserve");
@@ -243,16 +251,8 @@ fn fill(dir: &Path) -> PathBuf {
 
 #[tokio::test]
 async fn a_lease_batch_whose_tokens_cannot_be_written_stops_every_lease_call_until_a_reopen() {
-    let mounted = match MountedTmpfs::mount() {
-        Ok(mounted) => mounted,
-        Err(why) if required() => panic!("a tmpfs is required under CI=true: {why}"),
-        Err(why) => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipping: cannot mount a tmpfs to fill ({why}); run as root"
-            );
-            return;
-        }
+    let Some(mounted) = MountedTmpfs::mount_or_skip() else {
+        return;
     };
     let store: PathBuf = mounted.path().join("store");
     let storage = FileEventStorage::open(&store).await.expect("open");
