@@ -189,6 +189,12 @@ impl LeaseState {
         requests: &[LeaseRequest],
         now: DateTime<Utc>,
     ) -> Result<Vec<LeaseOutcome>, EventStorageError> {
+        // Lost until the write's outcome is known: should this future be dropped half-way (its
+        // runtime shutting down), the grants below must not be answered later.
+        self.failure = Some(self.lost(io::Error::new(
+            io::ErrorKind::Interrupted,
+            "the write was stopped before its outcome was known",
+        )));
         let ceilings = Arc::clone(&self.ceilings);
         let writing = tokio::task::spawn_blocking(move || {
             ceilings
@@ -201,15 +207,22 @@ impl LeaseState {
             .await
             .unwrap_or_else(|stopped| Err(io::Error::other(stopped.to_string())));
         match written {
-            Ok(()) => Ok(outcomes),
+            Ok(()) => {
+                self.failure = None;
+                Ok(outcomes)
+            }
             Err(error) => {
-                let failure =
-                    FileFailure::new("make fencing tokens durable in", &self.tokens_file, error);
+                let failure = self.lost(error);
                 let answer = EventStorageError::backend(failure.to_string(), failure.cause());
                 self.failure = Some(failure);
                 Err(answer)
             }
         }
+    }
+
+    /// The failure of a write of ceilings that failed with `error`.
+    fn lost(&self, error: io::Error) -> FileFailure {
+        FileFailure::new("make fencing tokens durable in", &self.tokens_file, error)
     }
 
     /// Applies `release_lease` at `now`.
@@ -339,6 +352,42 @@ mod tests {
             }
         }
         assert!(highest >= 450);
+    }
+
+    #[tokio::test]
+    // The ceilings are held across the one poll on purpose: the write must not start.
+    #[allow(clippy::await_holding_lock)]
+    async fn a_reservation_stopped_before_its_write_ended_refuses_every_lease_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = LeaseState::open(dir.path()).unwrap();
+        let requests = [LeaseRequest::new(
+            "orders",
+            "pod-a",
+            0,
+            Duration::from_secs(60),
+        )];
+        let reservation = state.reservation(&requests);
+        // Holding the ceilings keeps the write from starting, so the future is still waiting
+        // for it when it is dropped, as when its runtime shuts down.
+        let ceilings = Arc::clone(&state.ceilings);
+        let held = ceilings.lock().unwrap();
+        let answering = state.reserve_and_request_all(reservation, &requests, Utc::now());
+        // Polled once, then dropped.
+        let stopped = tokio::time::timeout(Duration::ZERO, answering).await;
+        assert!(stopped.is_err(), "the write cannot have ended");
+        drop(held);
+        let refused = state.table().unwrap_err();
+        assert!(
+            refused.to_string().contains("operation interrupted"),
+            "{refused}"
+        );
+        let cause = std::error::Error::source(&refused).map(ToString::to_string);
+        assert!(
+            cause
+                .as_deref()
+                .is_some_and(|cause| cause.contains("stopped before its outcome was known")),
+            "{cause:?}"
+        );
     }
 
     #[tokio::test]
