@@ -12,7 +12,7 @@ use eventstore_file::FileEventStorage;
 use eventstore_memory::MemoryEventStorage;
 
 mod common;
-use common::percentile;
+use common::{millis_to, percentile};
 
 const BATCH: usize = 1_000;
 const BATCHES: usize = 51;
@@ -40,7 +40,7 @@ async fn fresh(
 
 /// Milliseconds to the hundredth: the goal is 1 ms, so tenths say too little.
 fn millis(duration: Duration) -> String {
-    format!("{:.2} ms", duration.as_secs_f64() * 1000.0)
+    millis_to(duration, 2)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -58,5 +58,10 @@ pub(crate) fn percentile(samples: &[Duration], fraction: f64) -> Duration {
 }
 
 pub(crate) fn millis(duration: Duration) -> String {
-    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+    millis_to(duration, 1)
+}
+
+/// `duration` in milliseconds with `decimals` digits after the point.
+pub(crate) fn millis_to(duration: Duration, decimals: usize) -> String {
+    format!("{:.decimals$} ms", duration.as_secs_f64() * 1000.0)
 }
