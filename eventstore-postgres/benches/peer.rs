@@ -416,7 +416,7 @@ async fn main() {
 /// with the columns a read selects, left undecoded, beside the read itself; medians of 5.
 async fn raw_rows(ours: &PostgresEventStorage, tag: &str) {
     let sql = format!(
-        "SELECT position, tx::text AS tx_text, id, stream_context, stream_purpose, event_type, payload, \
+        "SELECT position, xid8send(tx) AS tx_bytes, id, stream_context, stream_purpose, event_type, payload, \
                 tags, idempotency_key, stored_at \
          FROM peer{tag}_events \
          WHERE tx < pg_snapshot_xmin(pg_current_snapshot()) \

@@ -99,7 +99,7 @@ pub(crate) async fn get(shared: &Shared, reader: &str) -> StorageResult<Option<E
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
     let row = sqlx::query(&format!(
-        "SELECT e.id, e.position, e.tx::text AS tx_text \
+        "SELECT e.id, e.position, xid8send(e.tx) AS tx_bytes \
          FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id WHERE b.reader = $1",
         bookmarks = shared.prefix.name("bookmarks"),
         events = shared.prefix.name("events"),
@@ -150,7 +150,7 @@ pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Bookmark>> {
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
     let rows = sqlx::query(&format!(
-        "SELECT b.reader, b.tags, b.updated_at, e.id, e.position, e.tx::text AS tx_text \
+        "SELECT b.reader, b.tags, b.updated_at, e.id, e.position, xid8send(e.tx) AS tx_bytes \
          FROM {bookmarks} AS b JOIN {events} AS e ON e.id = b.event_id \
          ORDER BY b.reader COLLATE \"C\"",
         bookmarks = shared.prefix.name("bookmarks"),

@@ -197,7 +197,7 @@ async fn check_criteria(
         return Ok(());
     }
     let mut query = QueryBuilder::<Postgres>::new(format!(
-        "SELECT position, tx::text AS tx_text, id FROM {events} WHERE true",
+        "SELECT position, xid8send(tx) AS tx_bytes, id FROM {events} WHERE true",
         events = shared.prefix.name("events")
     ));
     push_stream(&mut query, stream);
@@ -356,7 +356,7 @@ fn insert_sql(shared: &Shared) -> String {
     if !shared.settings.append_hints {
         return format!(
             "INSERT INTO {events} {columns} {values} \
-             RETURNING id, position, tx::text AS tx_text, stored_at, {visible_at_commit}"
+             RETURNING id, position, xid8send(tx) AS tx_bytes, stored_at, {visible_at_commit}"
         );
     }
     // The notifying CTE is materialized, so it runs once, and the one-row filter that reads
@@ -368,7 +368,7 @@ fn insert_sql(shared: &Shared) -> String {
          notified AS MATERIALIZED ( \
              SELECT pg_notify('{channel}', {payload}) \
              FROM (SELECT id, position, tx FROM inserted ORDER BY position DESC LIMIT 1) AS last) \
-         SELECT id, position, tx::text AS tx_text, stored_at, visible_at_commit \
+         SELECT id, position, xid8send(tx) AS tx_bytes, stored_at, visible_at_commit \
          FROM inserted WHERE (SELECT count(*) FROM notified) = 1",
         channel = shared.prefix.name(append_notification::CHANNEL_SUFFIX),
         payload = append_notification::payload_sql("$1", "$2", "last"),

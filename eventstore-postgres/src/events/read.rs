@@ -128,7 +128,7 @@ pub(crate) async fn head(
     stream: &EventStreamId,
 ) -> StorageResult<Option<EventReference>> {
     let mut query = QueryBuilder::<Postgres>::new(format!(
-        "SELECT position, tx::text AS tx_text, id FROM {events} WHERE {VISIBILITY_BARRIER}",
+        "SELECT position, xid8send(tx) AS tx_bytes, id FROM {events} WHERE {VISIBILITY_BARRIER}",
         events = shared.prefix.name("events")
     ));
     push_stream(&mut query, stream);

@@ -9,12 +9,12 @@ use crate::tags_column::TagsColumn;
 
 /// The columns [`decode_event`] reads, in the order it reads them by index.
 ///
-/// The transaction id is read as text under a name of its own: were the alias `tx`, an
-/// `ORDER BY tx` would sort by that text (PostgreSQL resolves ORDER BY names to output
-/// columns first), putting transaction 10 before transaction 9. As text rather than as
-/// `xid8`, it needs no look-up of a type the driver does not know, which would leave a
-/// prepared statement in the session.
-pub(crate) const EVENT_COLUMNS: &str = "position, tx::text AS tx_text, id, stream_context, \
+/// The transaction id is read as its binary form (`xid8send`, 8 bytes), under a name of its
+/// own: were the alias `tx`, an `ORDER BY tx` would sort by the output column, not the
+/// `xid8`. As `bytea` rather than as `xid8`, it needs no look-up of a type the driver does
+/// not know, which would leave a prepared statement in the session; and unlike `tx::text`,
+/// which cost the server a sixth of a read's rows, it is neither printed nor parsed.
+pub(crate) const EVENT_COLUMNS: &str = "position, xid8send(tx) AS tx_bytes, id, stream_context, \
      stream_purpose, event_type, payload, tags, idempotency_key, stored_at";
 
 /// Context and purpose of a stream validated as concrete.
@@ -25,25 +25,31 @@ pub(crate) fn concrete(stream: &EventStreamId) -> (&str, &str) {
     )
 }
 
-/// A reference from the `id`, `position` and `tx_text` (`tx::text`) columns.
+/// A reference from the `id`, `position` and `tx_bytes` (`xid8send(tx)`) columns.
 pub(crate) fn decode_reference(row: &PgRow) -> Result<EventReference, sqlx::Error> {
     let position: i64 = row.try_get("position")?;
-    let tx: String = row.try_get("tx_text")?;
     Ok(EventReference {
         id: EventId(row.try_get("id")?),
         position: u64::try_from(position)
             .map_err(|_| sqlx::Error::Decode(format!("negative position {position}").into()))?,
-        tx: tx.parse().map_err(|_| {
-            sqlx::Error::Decode(format!("transaction id {tx:?} is not a u64").into())
-        })?,
+        tx: decode_tx(row.try_get("tx_bytes")?)?,
     })
+}
+
+/// A transaction id from its binary form (`xid8send`): 8 bytes, the most significant first.
+fn decode_tx(bytes: &[u8]) -> Result<u64, sqlx::Error> {
+    <[u8; 8]>::try_from(bytes)
+        .map(u64::from_be_bytes)
+        .map_err(|_| {
+            sqlx::Error::Decode(format!("a transaction id of {} bytes, not 8", bytes.len()).into())
+        })
 }
 
 /// The columns a read of one concrete stream selects: those of [`EVENT_COLUMNS`] but the
 /// stream's, which every row would repeat. Sending them cost the server about a sixth of the
 /// rows' wire format (20,000 events read: 31–35 ms against 38–41 ms).
 const STREAM_READ_COLUMNS: &str =
-    "position, tx::text AS tx_text, id, event_type, payload, tags, idempotency_key, stored_at";
+    "position, xid8send(tx) AS tx_bytes, id, event_type, payload, tags, idempotency_key, stored_at";
 
 /// The columns a read of `stream` selects: see [`decode_read`].
 pub(crate) fn read_columns(stream: &EventStreamId) -> &'static str {
@@ -75,7 +81,7 @@ pub(crate) fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
     decode_after_stream(row, stream, 5)
 }
 
-/// An event of `stream` from a row that starts with `position`, `tx_text` and `id`, and has
+/// An event of `stream` from a row that starts with `position`, `tx_bytes` and `id`, and has
 /// the columns after the stream's from index `rest` on (`event_type` to `stored_at`).
 fn decode_after_stream(
     row: &PgRow,
@@ -83,10 +89,7 @@ fn decode_after_stream(
     rest: usize,
 ) -> Result<StoredEvent, sqlx::Error> {
     let position: i64 = row.try_get_unchecked(0)?;
-    let tx: &str = row.try_get_unchecked(1)?;
-    let tx = tx
-        .parse()
-        .map_err(|_| sqlx::Error::Decode(format!("transaction id {tx:?} is not a u64").into()))?;
+    let tx = decode_tx(row.try_get_unchecked(1)?)?;
     let TagsColumn(tags) = row.try_get_unchecked(rest + 2)?;
     Ok(StoredEvent {
         stream,
@@ -102,4 +105,21 @@ fn decode_after_stream(
         timestamp: row.try_get_unchecked(rest + 4)?,
         idempotency_key: row.try_get_unchecked(rest + 3)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_transaction_id_decodes_from_its_eight_bytes_most_significant_first() {
+        assert_eq!(decode_tx(&[0, 0, 0, 3, 0, 0, 0, 7]).unwrap(), (3 << 32) + 7);
+        assert_eq!(decode_tx(&[0xff; 8]).unwrap(), u64::MAX);
+    }
+
+    #[test]
+    fn a_transaction_id_of_another_length_is_refused_naming_its_length() {
+        let error = decode_tx(&[0, 0, 1]).unwrap_err().to_string();
+        assert!(error.contains("3 bytes, not 8"), "{error}");
+    }
 }

@@ -3,26 +3,28 @@
 //! (transaction 9,999,999 to 10,000,000) in their first weeks.
 
 use eventstore_api::{
-    AppendCriteria, Direction, EventFilter, EventStorage, EventStorageError, EventStreamId,
-    EventToStore, Limit, StoredEvent,
+    AppendCriteria, Direction, EventFilter, EventId, EventStorage, EventStorageError,
+    EventStreamId, EventToStore, Limit, StoredEvent,
 };
 use serde_json::json;
 use sqlx::PgPool;
+use uuid::Uuid;
 
 use crate::common;
 
 /// Stores an event of `orders/default` under the given transaction id, as a writer whose
-/// transaction had that id would have; both ids lie far below the visibility barrier.
-async fn store_with_tx(admin: &PgPool, prefix: &str, tx: u64, event_type: &str) {
-    sqlx::query(&format!(
+/// transaction had that id would have, and returns its id.
+async fn store_with_tx(admin: &PgPool, prefix: &str, tx: u64, event_type: &str) -> Uuid {
+    sqlx::query_scalar(&format!(
         "INSERT INTO {prefix}events (id, tx, stream_context, stream_purpose, event_type, payload, tags) \
-         VALUES (gen_random_uuid(), $1::text::xid8, 'orders', 'default', $2, '{{}}', '{{}}')"
+         VALUES (gen_random_uuid(), $1::text::xid8, 'orders', 'default', $2, '{{}}', '{{}}') \
+         RETURNING id"
     ))
     .bind(tx.to_string())
     .bind(event_type)
-    .execute(admin)
+    .fetch_one(admin)
     .await
-    .expect("storing an event under a chosen transaction id");
+    .expect("storing an event under a chosen transaction id")
 }
 
 fn types(events: &[StoredEvent]) -> Vec<&str> {
@@ -37,7 +39,8 @@ async fn transaction_ids_order_as_numbers_not_as_text() {
     let prefix = common::unique_prefix();
     let storage = common::storage_on(&prefix).await;
     let stream = EventStreamId::for_context("orders");
-    // Written in this order, so that positions disagree with the transaction order too.
+    // Written in this order, so that positions disagree with the transaction order too; both
+    // ids lie far below the visibility barrier.
     store_with_tx(&admin, &prefix, 10, "Second").await;
     store_with_tx(&admin, &prefix, 9, "First").await;
 
@@ -100,5 +103,34 @@ async fn transaction_ids_order_as_numbers_not_as_text() {
         }
         other => panic!("expected OptimisticLock, got {other:?}"),
     }
+    storage.close().await.unwrap();
+}
+
+/// A transaction id an epoch or more past the first 2^32 transactions reads back whole: the
+/// high half of the 64-bit id is the epoch, and reads take the id in its binary form.
+#[tokio::test]
+async fn a_transaction_id_of_a_later_epoch_reads_back_whole() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    let tx = (3_u64 << 32) + 7;
+    let id = store_with_tx(&admin, &prefix, tx, "Later").await;
+
+    let event = storage
+        .get_event_by_id(EventId(id))
+        .await
+        .unwrap()
+        .expect("the event stored");
+    assert_eq!(event.reference.tx, tx);
+    let as_the_server_prints_it: String = sqlx::query_scalar(&format!(
+        "SELECT tx::text FROM {prefix}events WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(event.reference.tx.to_string(), as_the_server_prints_it);
     storage.close().await.unwrap();
 }
