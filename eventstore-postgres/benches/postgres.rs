@@ -336,8 +336,46 @@ async fn batch_renewal(storage: &PostgresEventStorage) {
     );
 }
 
-/// Operations per second that `CLIENTS` tasks sustain for `SUSTAINED`.
-async fn per_second<F, Fut>(op: F) -> f64
+/// What `CLIENTS` tasks sustained for `SUSTAINED`: operations per second, and the CPU time
+/// each operation cost this process (the client) and the whole machine (client, server and
+/// kernel), in microseconds, where the system says (Linux).
+struct Sustained {
+    per_second: f64,
+    cpu_per_op: Option<(f64, f64)>,
+}
+
+/// CPU time used so far, in Linux's clock ticks of 10 ms (`USER_HZ`): by this process (user
+/// and system), and by the whole machine (user, system and interrupts: neither idle, nor
+/// waiting for I/O, nor taken by a hypervisor).
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command's closing parenthesis; utime and stime are the 12th and
+    // 13th of them.
+    let own: Vec<u64> = own
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let machine = std::fs::read_to_string("/proc/stat").ok()?;
+    let busy: u64 = machine
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(7) // user, nice, system, idle, iowait, irq, softirq
+        .enumerate()
+        .filter(|(state, _)| !matches!(state, 3 | 4)) // idle, iowait
+        .map(|(_, ticks)| ticks.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    Some((own.iter().sum(), busy))
+}
+
+/// What `CLIENTS` tasks, each running `op` in a loop, sustain for `SUSTAINED`.
+async fn per_second<F, Fut>(op: F) -> Sustained
 where
     F: Fn(usize) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = ()> + Send,
@@ -356,12 +394,23 @@ where
         })
         .collect();
     let start = Instant::now();
+    let cpu_before = cpu_ticks();
     tokio::time::sleep(SUSTAINED).await;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.unwrap();
     }
-    count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let operations = count.load(Ordering::Relaxed) as f64;
+    let micros_per_op = |ticks: u64| ticks as f64 * 10_000.0 / operations;
+    Sustained {
+        per_second: operations / start.elapsed().as_secs_f64(),
+        cpu_per_op: cpu_before.zip(cpu_ticks()).map(|(before, after)| {
+            (
+                micros_per_op(after.0 - before.0),
+                micros_per_op(after.1 - before.1),
+            )
+        }),
+    }
 }
 
 async fn sustained(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
@@ -394,31 +443,74 @@ async fn sustained(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) 
             floor.push(floor_rate().await);
         }
     }
-    let mean = |rates: &[f64]| rates.iter().sum::<f64>() / rates.len() as f64;
-    let mut ratios: Vec<f64> = floor
+    let mean =
+        |runs: &[Sustained]| runs.iter().map(|run| run.per_second).sum::<f64>() / runs.len() as f64;
+    let ratios: Vec<f64> = floor
         .iter()
         .zip(&renewals)
-        .map(|(floor, renewals)| renewals / floor)
+        .map(|(floor, renewals)| renewals.per_second / floor.per_second)
         .collect();
-    ratios.sort_by(f64::total_cmp);
-    let each: Vec<String> = ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
+    let mut sorted = ratios.clone();
+    sorted.sort_by(f64::total_cmp);
+    let each: Vec<String> = sorted.iter().map(|ratio| format!("{ratio:.2}")).collect();
+    let more_cpu = floor.iter().zip(&renewals).map(|(floor, renewals)| {
+        let (floor, renewals) = (floor.cpu_per_op?, renewals.cpu_per_op?);
+        Some((renewals.0 - floor.0, renewals.1 - floor.1))
+    });
     println!("## Sustained, {CLIENTS} clients, each on its own lease or row\n");
     println!(
         "{ALTERNATIONS} alternations of {} s each; the ratios of the pairs, in order: {}\n",
         SUSTAINED.as_secs(),
         each.join(", ")
     );
-    println!("| what | per second (mean) | / floor (median of the pairs) |");
-    println!("|---|---|---|");
     println!(
-        "| floor: one-row `UPDATE … RETURNING` commits | {:.0} | 1.00× |",
-        mean(&floor)
+        "| what | per second (mean) | / floor (median of the pairs) | client CPU per op | \
+         machine CPU per op |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| floor: one-row `UPDATE … RETURNING` commits | {:.0} | 1.00× | {} |",
+        mean(&floor),
+        cpu_cells(floor.iter().map(|run| run.cpu_per_op), "")
     );
     println!(
-        "| `request_lease` renewals | {:.0} | {:.2}× |\n",
+        "| `request_lease` renewals | {:.0} | {:.2}× | {} |",
         mean(&renewals),
-        ratios[ratios.len() / 2]
+        median(ratios),
+        cpu_cells(renewals.iter().map(|run| run.cpu_per_op), "")
     );
+    println!(
+        "| renewal − floor (median of the pairs) | | | {} |\n",
+        cpu_cells(more_cpu, "+")
+    );
+    println!(
+        "CPU per op: medians over the {ALTERNATIONS} runs of each side, from this process's and \
+         the machine's CPU time (`/proc`); with every core busy, the rates follow it.\n"
+    );
+}
+
+/// The median of `values`.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Two table cells, client then machine, with the medians of the CPU per operation of
+/// `runs` (each value prefixed by `sign` when not negative), or `n/a` where the system did
+/// not say.
+fn cpu_cells(runs: impl Iterator<Item = Option<(f64, f64)>>, sign: &str) -> String {
+    let Some(runs) = runs.collect::<Option<Vec<(f64, f64)>>>() else {
+        return "n/a | n/a".to_owned();
+    };
+    let cell = |micros: f64| {
+        let sign = if micros < 0.0 { "" } else { sign };
+        format!("{sign}{micros:.0} µs")
+    };
+    format!(
+        "{} | {}",
+        cell(median(runs.iter().map(|run| run.0).collect())),
+        cell(median(runs.iter().map(|run| run.1).collect()))
+    )
 }
 
 /// A typical event: a small payload and one tag out of fifty.
@@ -465,6 +557,7 @@ async fn appends(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
             async move { floor_insert(&pool, &prefix, client).await }
         })
         .await
+        .per_second
     };
     let append_rate = {
         let storage = storage.clone();
@@ -483,6 +576,7 @@ async fn appends(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
             }
         })
         .await
+        .per_second
     };
     println!("## Appends of one event\n");
     println!("| what | p50 | p99 | per second | / floor |");
