@@ -42,6 +42,11 @@ const TTL: Duration = Duration::from_millis(500);
 /// The ttl where a scenario measures that a handover took less than a ttl.
 const HANDOVER_TTL: Duration = Duration::from_secs(3);
 
+/// The ttl where a scenario expects a handover by step-down to give the next token: long
+/// enough that a stall of the machine does not lapse the leader's tenure and start another
+/// before the handover. A step-down needs no expiry, so the scenario is no slower for it.
+const STEP_DOWN_TTL: Duration = Duration::from_secs(3);
+
 /// The ttl of the elector whose storage hangs.
 const HANG_TTL: Duration = Duration::from_millis(600);
 
@@ -225,8 +230,10 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
     let projected = Projected::default();
     let old = Instance::start(&handles[0], 0, 0, TTL, &projected);
     let appended = append_numbers(storage, 0..8).await;
-    let old_token = wait_for_leader(&old.watch).await;
     projected.wait_for_all(storage, &appended).await;
+    // The token it holds as it crashes, read just before: a stall of the machine while it
+    // projected may have lapsed its first tenure and started another.
+    let old_token = wait_for_leader(&old.watch).await;
     let zombie_fence = Fence::new(LEASE, old_token);
     old.crash();
 
@@ -374,7 +381,7 @@ pub async fn higher_priority_instance_takes_over_by_step_down_with_no_event_lost
     };
     let storage = &handles[0];
     let projected = Projected::default();
-    let low = Instance::start(&handles[0], 0, 0, TTL, &projected);
+    let low = Instance::start(&handles[0], 0, 0, STEP_DOWN_TTL, &projected);
     let low_token = wait_for_leader(&low.watch).await;
 
     let producing = Arc::new(AtomicBool::new(true));
@@ -397,7 +404,7 @@ pub async fn higher_priority_instance_takes_over_by_step_down_with_no_event_lost
     })
     .await;
 
-    let high = Instance::start(&handles[1], 1, 10, TTL, &projected);
+    let high = Instance::start(&handles[1], 1, 10, STEP_DOWN_TTL, &projected);
     let high_token = wait_for_leader(&high.watch).await;
     assert_eq!(high_token, low_token.next(), "the next tenure");
     let expected = Leadership::Standby {
