@@ -445,14 +445,13 @@ async fn sustained(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) 
     }
     let mean =
         |runs: &[Sustained]| runs.iter().map(|run| run.per_second).sum::<f64>() / runs.len() as f64;
-    let ratios: Vec<f64> = floor
+    let mut ratios: Vec<f64> = floor
         .iter()
         .zip(&renewals)
         .map(|(floor, renewals)| renewals.per_second / floor.per_second)
         .collect();
-    let mut sorted = ratios.clone();
-    sorted.sort_by(f64::total_cmp);
-    let each: Vec<String> = sorted.iter().map(|ratio| format!("{ratio:.2}")).collect();
+    ratios.sort_by(f64::total_cmp);
+    let each: Vec<String> = ratios.iter().map(|ratio| format!("{ratio:.2}")).collect();
     let more_cpu = floor.iter().zip(&renewals).map(|(floor, renewals)| {
         let (floor, renewals) = (floor.cpu_per_op?, renewals.cpu_per_op?);
         Some((renewals.0 - floor.0, renewals.1 - floor.1))
@@ -476,7 +475,7 @@ async fn sustained(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) 
     println!(
         "| `request_lease` renewals | {:.0} | {:.2}× | {} |",
         mean(&renewals),
-        median(ratios),
+        ratios[ratios.len() / 2],
         cpu_cells(renewals.iter().map(|run| run.cpu_per_op), "")
     );
     println!(
@@ -809,13 +808,7 @@ async fn index_costs(url: &str, prefix: &str) {
     println!("## What each index costs appends in batches of 100 (medians of {ROUNDS})\n");
     println!("| index dropped | events per second | vs every index |");
     println!("|---|---|---|");
-    let medians: Vec<f64> = rates
-        .iter_mut()
-        .map(|r| {
-            r.sort_by(f64::total_cmp);
-            r[r.len() / 2]
-        })
-        .collect();
+    let medians: Vec<f64> = rates.into_iter().map(median).collect();
     for (dropped, rate) in variants.iter().zip(&medians) {
         println!(
             "| {} | {rate:.0} | {:.2}× |",
