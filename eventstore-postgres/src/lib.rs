@@ -66,6 +66,7 @@ mod isolation;
 mod lease_notification;
 mod leases;
 mod listener;
+mod own_appends;
 mod plain_batch;
 mod pooler_parameter;
 mod prefix;

@@ -9,6 +9,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::listener::Listener;
+use crate::own_appends::OwnAppends;
 use crate::plain_batch;
 use crate::prefix::TablePrefix;
 use crate::renewals::ExpectedRenewals;
@@ -29,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) renewals: ExpectedRenewals,
     /// The call that serves a batch's plain requests (see `plain_batch`).
     pub(crate) plain_batch: String,
+    /// The appends under way, so that an append can tell the barrier passed it.
+    pub(crate) own_appends: OwnAppends,
 }
 
 impl Shared {
@@ -57,6 +60,7 @@ impl Shared {
             listener,
             renewals,
             plain_batch,
+            own_appends: OwnAppends::default(),
         }
     }
 

@@ -48,6 +48,7 @@ async fn append_unmeasured(
     events: Vec<EventToStore>,
 ) -> StorageResult<Vec<StoredEvent>> {
     let operation = format!("append to stream {stream}");
+    let under_way = shared.own_appends.start();
     let reads_first = fence.is_some()
         || criteria.condition.is_some()
         || events.iter().any(|e| e.idempotency_key.is_some());
@@ -74,11 +75,14 @@ async fn append_unmeasured(
         shared.end(&operation, connection).await?;
         appended
     };
+    // Committed or rolled back by now: no longer running, whatever the caller sees next.
+    match appended.tx {
+        Some(tx) => under_way.ended(tx),
+        None => drop(under_way),
+    }
     let last_tx = appended.events.iter().map(|event| event.reference.tx).max();
     if let Some(last_tx) = last_tx {
-        if !appended.visible_at_commit {
-            visibility::wait_until_visible(shared, last_tx).await;
-        }
+        visibility::wait_until_visible(shared, last_tx, appended.older.as_deref()).await;
     }
     Ok(appended.events)
 }
@@ -87,9 +91,12 @@ async fn append_unmeasured(
 struct Appended {
     /// The stored events, in order.
     events: Vec<StoredEvent>,
-    /// Whether no transaction older than the append's own was running when it wrote: then
-    /// the visibility barrier passes the events the moment they commit, with no need to ask.
-    visible_at_commit: bool,
+    /// The append's own transaction, when it wrote.
+    tx: Option<u64>,
+    /// The transactions older than the append's own that may still have been running when
+    /// it wrote, when known: the visibility barrier passes the events once these end (at
+    /// once when there are none).
+    older: Option<Vec<u64>>,
 }
 
 impl Appended {
@@ -97,7 +104,8 @@ impl Appended {
     fn nothing() -> Self {
         Appended {
             events: Vec::new(),
-            visible_at_commit: true,
+            tx: None,
+            older: Some(Vec::new()),
         }
     }
 }
@@ -136,7 +144,8 @@ async fn append_in(
         // Stored by earlier transactions, which readers may not see yet: wait as for a write.
         return Ok(Appended {
             events: stored,
-            visible_at_commit: false,
+            tx: None,
+            older: None,
         });
     }
     check_criteria(shared, connection, criteria, stream, operation).await?;
@@ -295,15 +304,8 @@ async fn insert(
         .await
         .map_err(|e| failing.map(e))?;
 
-    // The statement's snapshot was taken before the insert gave the transaction its id, so
-    // its xmin equals that id only when no older transaction was running, nor started in
-    // between: nothing can then hold the barrier below these events once they commit.
-    let mut visible_at_commit = true;
     let mut by_id = HashMap::with_capacity(rows.len());
     for row in &rows {
-        visible_at_commit &= row
-            .try_get::<bool, _>("visible_at_commit")
-            .map_err(|e| failing.map(e))?;
         by_id.insert(
             row.try_get::<Uuid, _>("id").map_err(|e| failing.map(e))?,
             row,
@@ -329,10 +331,58 @@ async fn insert(
         });
     }
     stored.sort_by_key(|event| event.reference);
+    let tx = stored.first().map(|event| event.reference.tx);
+    let older = match (rows.first(), tx) {
+        (Some(row), Some(tx)) => older_transactions(row, tx).map_err(|e| failing.map(e))?,
+        _ => None,
+    };
     Ok(Appended {
         events: stored,
-        visible_at_commit,
+        tx,
+        older,
     })
+}
+
+/// The most transaction ids an append judges locally as having started between its
+/// snapshot and its own id; beyond it the server is asked.
+const MOST_STARTED_BETWEEN: u64 = 256;
+
+/// The transactions older than `tx` that may still have been running when the insert that
+/// returned `row` wrote (see [`older_than`]).
+fn older_transactions(
+    row: &sqlx::postgres::PgRow,
+    tx: u64,
+) -> Result<Option<Vec<u64>>, sqlx::Error> {
+    let id = |id: i64| {
+        u64::try_from(id)
+            .map_err(|_| sqlx::Error::Decode(format!("negative transaction id {id}").into()))
+    };
+    let xmax = id(row.try_get("snapshot_xmax")?)?;
+    let running = row
+        .try_get::<Vec<i64>, _>("snapshot_running")?
+        .into_iter()
+        .map(id)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(older_than(tx, xmax, &running))
+}
+
+/// The transactions older than `tx` that may still have been running when a snapshot whose
+/// first id not yet handed out was `xmax`, and that saw `running`, was taken before `tx` was
+/// handed out: those it saw running, and every id handed out between it and `tx`. `None`
+/// when more than [`MOST_STARTED_BETWEEN`] were handed out in between.
+fn older_than(tx: u64, xmax: u64, running: &[u64]) -> Option<Vec<u64>> {
+    if tx.saturating_sub(xmax) > MOST_STARTED_BETWEEN {
+        return None;
+    }
+    let mut older: Vec<u64> = running
+        .iter()
+        .copied()
+        .filter(|&id| id < tx)
+        .chain(xmax..tx)
+        .collect();
+    older.sort_unstable();
+    older.dedup();
+    Some(older)
 }
 
 /// The insert statement of [`insert`]: `$1`, `$2` the stream, `$3`…`$7` the events' columns,
@@ -352,11 +402,16 @@ fn insert_sql(shared: &Shared) -> String {
     );
     let columns =
         "(id, tx, stream_context, stream_purpose, event_type, payload, tags, idempotency_key)";
-    let visible_at_commit = "pg_snapshot_xmin(pg_current_snapshot()) = tx AS visible_at_commit";
+    // The statement's snapshot: the transactions running when it was taken (listed once, an
+    // init plan), and the first id not yet handed out then.
+    let snapshot = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax, \
+                    ARRAY(SELECT running::text::bigint \
+                          FROM pg_snapshot_xip(pg_current_snapshot()) AS running) \
+                        AS snapshot_running";
     if !shared.settings.append_hints {
         return format!(
             "INSERT INTO {events} {columns} {values} \
-             RETURNING id, position, xid8send(tx) AS tx_bytes, stored_at, {visible_at_commit}"
+             RETURNING id, position, xid8send(tx) AS tx_bytes, stored_at, {snapshot}"
         );
     }
     // The notifying CTE is materialized, so it runs once, and the one-row filter that reads
@@ -364,13 +419,44 @@ fn insert_sql(shared: &Shared) -> String {
     format!(
         "WITH inserted AS ( \
              INSERT INTO {events} {columns} {values} \
-             RETURNING id, position, tx, stored_at, {visible_at_commit}), \
+             RETURNING id, position, tx, stored_at, {snapshot}), \
          notified AS MATERIALIZED ( \
              SELECT pg_notify('{channel}', {payload}) \
              FROM (SELECT id, position, tx FROM inserted ORDER BY position DESC LIMIT 1) AS last) \
-         SELECT id, position, xid8send(tx) AS tx_bytes, stored_at, visible_at_commit \
+         SELECT id, position, xid8send(tx) AS tx_bytes, stored_at, snapshot_xmax, \
+                snapshot_running \
          FROM inserted WHERE (SELECT count(*) FROM notified) = 1",
         channel = shared.prefix.name(append_notification::CHANNEL_SUFFIX),
         payload = append_notification::payload_sql("$1", "$2", "last"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_insert_that_saw_nothing_older_running_has_nothing_to_wait_for() {
+        assert_eq!(older_than(100, 100, &[]), Some(vec![]));
+    }
+
+    #[test]
+    fn what_the_snapshot_saw_running_and_every_id_handed_out_after_it_are_older() {
+        assert_eq!(
+            older_than(100, 97, &[90, 95]),
+            Some(vec![90, 95, 97, 98, 99])
+        );
+    }
+
+    #[test]
+    fn the_own_transaction_and_later_ones_are_not_older() {
+        assert_eq!(older_than(100, 101, &[90, 100]), Some(vec![90]));
+    }
+
+    #[test]
+    fn too_many_ids_handed_out_in_between_are_left_to_the_server() {
+        let xmax = 1_000 - MOST_STARTED_BETWEEN - 1;
+        assert_eq!(older_than(1_000, xmax, &[]), None);
+        assert_eq!(older_than(1_000, xmax + 1, &[]).map(|o| o.len()), Some(256));
+    }
 }

@@ -2,11 +2,12 @@
 //!
 //! Reads stop below the oldest running transaction, so a committed append is not yet
 //! readable while a transaction older than its own is still running anywhere in the
-//! cluster. An append whose insert saw no such transaction is readable the moment it
-//! commits and asks nothing more (the insert reports this itself, see `append`). Only
-//! otherwise does it poll here, which costs one more round trip when the older writers
-//! have finished by then (the usual case among concurrent appends), and a bounded wait when
-//! one is still open.
+//! cluster. An append's insert reports which older transactions may have been running when
+//! it wrote (see `append`): with none, the append is readable the moment it commits and asks
+//! nothing more; when all of them are the storage's own appends, it waits for those to end
+//! ([`OwnAppends`](crate::own_appends::OwnAppends)). Only otherwise does it poll the server,
+//! which costs one more round trip when the older writers have finished by then, and a
+//! bounded wait when one is still open.
 
 use std::time::{Duration, Instant};
 
@@ -21,12 +22,19 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(20);
 
 /// Waits, up to the storage's visibility wait, until the barrier has passed transaction
 /// `tx`, so that any read that starts afterwards, from any process, sees what it appended.
-pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64) {
+/// `older` are the transactions older than `tx` that may have been running when it wrote,
+/// when known.
+pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64, older: Option<&[u64]>) {
     let wait = shared.settings.visibility_wait;
     if wait.is_zero() {
         return;
     }
     let deadline = Instant::now() + wait;
+    if let Some(older) = older {
+        if shared.own_appends.all_ended(older, deadline).await {
+            return;
+        }
+    }
     let mut pause = FIRST_PAUSE;
     loop {
         // Bounded as a whole: neither a pool without a free connection nor a server that
