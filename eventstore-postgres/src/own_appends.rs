@@ -146,12 +146,21 @@ impl Drop for UnderWay<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
+
+    use tokio::task::JoinHandle;
 
     use super::*;
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(5)
+    }
+
+    /// Asks in a task of its own whether `older` all ended.
+    fn ask(appends: &Arc<OwnAppends>, older: &'static [u64]) -> JoinHandle<bool> {
+        let appends = Arc::clone(appends);
+        tokio::spawn(async move { appends.all_ended(older, soon()).await })
     }
 
     #[tokio::test]
@@ -176,12 +185,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_append_under_way_is_awaited_until_it_ends() {
-        let appends = std::sync::Arc::new(OwnAppends::default());
+        let appends = Arc::new(OwnAppends::default());
         let under_way = appends.start();
-        let waiter = {
-            let appends = std::sync::Arc::clone(&appends);
-            tokio::spawn(async move { appends.all_ended(&[7, 8], soon()).await })
-        };
+        let waiter = ask(&appends, &[7, 8]);
         appends.start().ended(8);
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished(), "7 may still be the append under way");
@@ -191,24 +197,18 @@ mod tests {
 
     #[tokio::test]
     async fn an_append_that_failed_leaves_its_unknown_transaction_to_the_server() {
-        let appends = std::sync::Arc::new(OwnAppends::default());
+        let appends = Arc::new(OwnAppends::default());
         let under_way = appends.start();
-        let waiter = {
-            let appends = std::sync::Arc::clone(&appends);
-            tokio::spawn(async move { appends.all_ended(&[7], soon()).await })
-        };
+        let waiter = ask(&appends, &[7]);
         drop(under_way);
         assert!(!waiter.await.unwrap());
     }
 
     #[tokio::test]
     async fn appends_started_after_the_question_are_not_awaited() {
-        let appends = std::sync::Arc::new(OwnAppends::default());
+        let appends = Arc::new(OwnAppends::default());
         let earlier = appends.start();
-        let waiter = {
-            let appends = std::sync::Arc::clone(&appends);
-            tokio::spawn(async move { appends.all_ended(&[7], soon()).await })
-        };
+        let waiter = ask(&appends, &[7]);
         tokio::task::yield_now().await;
         let _later = appends.start();
         drop(earlier);
