@@ -19,6 +19,10 @@ use crate::shared::Shared;
 const FIRST_PAUSE: Duration = Duration::from_millis(1);
 /// The longest pause between polls, so that a long wait costs a few dozen polls a second.
 const LONGEST_PAUSE: Duration = Duration::from_millis(20);
+/// The longest wait for the storage's own appends before the server is asked: they commit
+/// within milliseconds, and one held up (by a lock, say) must not keep an append from
+/// learning from the server that the barrier passed it.
+const LONGEST_LOCAL_WAIT: Duration = LONGEST_PAUSE;
 
 /// Waits, up to the storage's visibility wait, until the barrier has passed transaction
 /// `tx`, so that any read that starts afterwards, from any process, sees what it appended.
@@ -31,7 +35,8 @@ pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64, older: Option<&
     }
     let deadline = Instant::now() + wait;
     if let Some(older) = older {
-        if shared.own_appends.all_ended(older, deadline).await {
+        let local_deadline = deadline.min(Instant::now() + LONGEST_LOCAL_WAIT);
+        if shared.own_appends.all_ended(older, local_deadline).await {
             return;
         }
     }
