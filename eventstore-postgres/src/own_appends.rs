@@ -80,6 +80,10 @@ impl OwnAppends {
     /// under way: true once every one of them is known to have ended, false as soon as that
     /// cannot be learned here (no append that started before this call is still under way).
     pub(crate) async fn all_ended(&self, older: &[u64], deadline: Instant) -> bool {
+        // The usual answer of a lone appender, without the lock.
+        if older.is_empty() {
+            return true;
+        }
         let started_before = self.state().next_ticket;
         loop {
             let ended = self.ended.notified();
