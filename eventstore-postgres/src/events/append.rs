@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use eventstore_api::idempotency::{self, Idempotency};
 use eventstore_api::{
-    AppendCriteria, EventId, EventStorageError, EventStreamId, EventToStore, Fence, StorageResult,
-    StoredEvent,
+    AppendCriteria, Direction, EventId, EventStorageError, EventStreamId, EventToStore, Fence,
+    StorageResult, StoredEvent,
 };
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
@@ -21,7 +21,7 @@ use super::rows::{concrete, decode_event, decode_reference, EVENT_COLUMNS};
 use super::visibility;
 use crate::append_notification;
 use crate::fencing;
-use crate::filter_sql::{push_after, push_filter, push_stream};
+use crate::filter_sql::{push_filter, push_order, push_stream_between};
 use crate::shared::Shared;
 use crate::tags_column;
 
@@ -211,12 +211,10 @@ async fn check_criteria(
         "SELECT position, xid8send(tx) AS tx_bytes, id FROM {events} WHERE true",
         events = shared.prefix.name("events")
     ));
-    push_stream(&mut query, stream);
+    push_stream_between(&mut query, stream, condition.expected_last.as_ref(), None);
     push_filter(&mut query, &condition.filter);
-    if let Some(last) = &condition.expected_last {
-        push_after(&mut query, last);
-    }
-    query.push(" ORDER BY tx, position LIMIT 1");
+    push_order(&mut query, stream, Direction::Forward);
+    query.push(" LIMIT 1");
     let conflicting = query
         .build()
         .persistent(shared.settings.prepared_statements)

@@ -14,7 +14,7 @@ use futures_util::TryStreamExt;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 use super::rows::{decode_read, read_columns};
-use crate::filter_sql::{push_after, push_before, push_filter, push_stream, VISIBILITY_BARRIER};
+use crate::filter_sql::{push_filter, push_order, push_stream_between, VISIBILITY_BARRIER};
 use crate::shared::Shared;
 
 /// The events one statement of a streamed read asks for, and the first page of any read:
@@ -105,18 +105,14 @@ impl Pages {
             columns = read_columns(&self.stream),
             events = shared.prefix.name("events")
         ));
-        push_stream(&mut query, &self.stream);
+        push_stream_between(
+            &mut query,
+            &self.stream,
+            self.after.as_ref(),
+            self.before.as_ref(),
+        );
         push_filter(&mut query, &self.filter);
-        if let Some(after) = &self.after {
-            push_after(&mut query, after);
-        }
-        if let Some(before) = &self.before {
-            push_before(&mut query, before);
-        }
-        query.push(match self.direction {
-            Direction::Forward => " ORDER BY tx, position",
-            Direction::Backward => " ORDER BY tx DESC, position DESC",
-        });
+        push_order(&mut query, &self.stream, self.direction);
         // A literal, not a parameter: a generic plan would have to guess a parameter's value,
         // and could guess a sort.
         query.push(format_args!(" LIMIT {rows}"));

@@ -11,7 +11,7 @@ use sqlx::{Postgres, QueryBuilder};
 
 pub(crate) use super::pages::Pages;
 use super::rows::{decode_event, decode_reference, EVENT_COLUMNS};
-use crate::filter_sql::{push_stream, VISIBILITY_BARRIER};
+use crate::filter_sql::{push_order, push_stream_between, VISIBILITY_BARRIER};
 use crate::shared::Shared;
 
 /// The matching events of the streams `stream` covers, strictly after `after`, below the
@@ -131,8 +131,9 @@ pub(crate) async fn head(
         "SELECT position, xid8send(tx) AS tx_bytes, id FROM {events} WHERE {VISIBILITY_BARRIER}",
         events = shared.prefix.name("events")
     ));
-    push_stream(&mut query, stream);
-    query.push(" ORDER BY tx DESC, position DESC LIMIT 1");
+    push_stream_between(&mut query, stream, None, None);
+    push_order(&mut query, stream, Direction::Backward);
+    query.push(" LIMIT 1");
     let operation = "read the head of a stream";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;

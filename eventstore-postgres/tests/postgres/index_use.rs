@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use eventstore_api::{
-    AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Limit, Tags,
+    AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStreamId,
+    EventToStore, Limit, Tags,
 };
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -357,5 +358,126 @@ async fn every_read_shape_walks_an_index_in_order_without_sorting_or_spilling() 
         failures.is_empty(),
         "reads that sort or spill:\n{}",
         failures.join("\n")
+    );
+}
+
+/// Events of the busy contexts that fill the table around the small stream.
+const BUSY_EVENTS: usize = 20_000;
+
+#[tokio::test]
+async fn a_small_stream_is_read_from_its_own_entries_even_under_a_generic_plan() {
+    if common::needs_direct_connection("its pool sets plan_cache_mode at connection") {
+        return;
+    }
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    common::storage_on(&prefix).await.close().await.unwrap();
+    // The small stream's 50 events come first; 20,000 of two busy contexts follow them,
+    // interleaved as a shared log holds them.
+    sqlx::query(&format!(
+        "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
+         SELECT gen_random_uuid(), 'small', 'default', 'Noted', json_build_object('n', g), '{{}}' \
+         FROM generate_series(1, 50) AS g"
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    for chunk in 0..4 {
+        sqlx::query(&format!(
+            "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
+             SELECT gen_random_uuid(), CASE WHEN g % 2 = 0 THEN 'alpha' ELSE 'omega' END, \
+                    'default', 'Noted', json_build_object('n', g), '{{}}' \
+             FROM generate_series(1, $1) AS g"
+        ))
+        .bind((BUSY_EVENTS / 4) as i32 + chunk)
+        .execute(&admin)
+        .await
+        .unwrap();
+    }
+    sqlx::query(&format!("ANALYZE {prefix}events"))
+        .execute(&admin)
+        .await
+        .unwrap();
+
+    // Every statement planned once for any stream, as PostgreSQL plans a prepared statement
+    // after its fifth run when that plan looks no dearer than the ones for its values.
+    let options: sqlx::postgres::PgConnectOptions = common::direct_url().parse().unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options.options([("plan_cache_mode", "force_generic_plan")]))
+        .await
+        .unwrap();
+    let storage = eventstore_postgres::PostgresEventStorage::builder()
+        .pool(pool.clone())
+        .prefix(&prefix)
+        .build()
+        .await
+        .unwrap();
+    let small = EventStreamId::for_context("small");
+    let read = |stream: EventStreamId, after: Option<EventReference>, limit, direction| {
+        let storage = storage.clone();
+        async move {
+            storage
+                .query(
+                    &EventFilter::match_all(),
+                    &stream,
+                    after.as_ref(),
+                    limit,
+                    direction,
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let forward = read(small.clone(), None, Limit::none(), Direction::Forward).await;
+    assert_eq!(forward.len(), 50);
+    let backward = read(small.clone(), None, Limit::none(), Direction::Backward).await;
+    assert_eq!(backward.len(), 50);
+    assert_eq!(backward.first(), forward.last());
+    let after = read(
+        small.clone(),
+        Some(forward[9].reference),
+        Limit::to(5),
+        Direction::Forward,
+    )
+    .await;
+    assert_eq!(after, forward[10..15]);
+    let any_purpose = read(
+        small.clone().any_purpose(),
+        None,
+        Limit::none(),
+        Direction::Forward,
+    );
+    assert_eq!(any_purpose.await, forward);
+    let head = storage.head(&small).await.unwrap();
+    assert_eq!(head, Some(forward[49].reference));
+    // A conditional append looks for a conflicting event after the one it expects.
+    storage
+        .append(
+            AppendCriteria::of(EventFilter::for_types(["Unseen"]), head),
+            &small,
+            vec![EventToStore::new("Noted", json!({ "n": 51 }))],
+        )
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+    pool.close().await;
+
+    let scans = common::eventually(
+        "the reads to show in the server's statistics",
+        Duration::from_secs(30),
+        || async {
+            let scans = scans(&admin, &prefix).await;
+            (scans.idx_scan >= 6).then_some(scans)
+        },
+    )
+    .await;
+    // Six statements over a stream of 50: walking the busy contexts' entries too would
+    // fetch 20,000 rows for each.
+    assert!(
+        scans.idx_tup_fetch < 2_000,
+        "reads of the small stream fetched the busy contexts' rows: {scans:?}"
     );
 }
