@@ -12,6 +12,9 @@
 //! (`prepared_statements(false)`, for a pooler in transaction mode), and through a PgBouncer
 //! too when `PGBOUNCER_URL` names one (`postgres://…:6432/test?pgbouncer=true`).
 //!
+//! `--only conditions` times conditional appends to a stream of 100,000 events, each
+//! condition a DCB tag or the stream's last event.
+//!
 //! `--only replay` (never part of a full run) writes a million events and replays them
 //! through `query_stream`, reporting the process's peak resident memory; `--only indexes`
 //! (neither) measures what each index of the events table costs appends in batches.
@@ -85,6 +88,9 @@ async fn main() {
     if runs("events") {
         appends(&storage, &pool, &prefix).await;
         events(&storage).await;
+    }
+    if runs("conditions") {
+        conditions(&storage, &pool, &prefix).await;
     }
     if runs("statements") {
         statement_modes(&storage, &url, &prefix).await;
@@ -538,6 +544,7 @@ async fn appends(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
     let stream = EventStreamId::for_context("single");
     let n = std::cell::Cell::new(0);
     let (floor, append) = beside_floor_op(
+        SAMPLES,
         || floor_insert(pool, prefix, n.get()),
         || {
             n.set(n.get() + 1);
@@ -600,21 +607,26 @@ async fn appends(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
     );
 }
 
-/// Latency percentiles of `SAMPLES` runs of `floor` and `op`, interleaved.
-async fn beside_floor_op<F, FFut, O, OFut, T>(mut floor: F, mut op: O) -> (Stats, Stats)
+/// Latency percentiles of `samples` runs of `floor` and `op`, interleaved, after a tenth as
+/// many to warm up.
+async fn beside_floor_op<F, FFut, O, OFut, T>(
+    samples: usize,
+    mut floor: F,
+    mut op: O,
+) -> (Stats, Stats)
 where
     F: FnMut() -> FFut,
     FFut: std::future::Future<Output = ()>,
     O: FnMut() -> OFut,
     OFut: std::future::Future<Output = Result<T, eventstore_api::EventStorageError>>,
 {
-    for _ in 0..SAMPLES / 10 {
+    for _ in 0..samples / 10 {
         floor().await;
         op().await.unwrap();
     }
-    let mut floor_times = Vec::with_capacity(SAMPLES);
-    let mut op_times = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
+    let mut floor_times = Vec::with_capacity(samples);
+    let mut op_times = Vec::with_capacity(samples);
+    for _ in 0..samples {
         let start = Instant::now();
         floor().await;
         floor_times.push(start.elapsed());
@@ -623,6 +635,116 @@ where
         op_times.push(start.elapsed());
     }
     (Stats::of(floor_times), Stats::of(op_times))
+}
+
+/// Events of the stream the conditional appends are checked against, each with an order of
+/// its own, as a DCB tag names one entity.
+const ORDERS: usize = 100_000;
+
+/// Conditional appends that each take fewer samples: a condition that reads the stream
+/// costs tens of milliseconds.
+const CONDITION_SAMPLES: usize = 200;
+
+/// Conditional appends of one event to a stream of `ORDERS` events, beside the floor: a new
+/// order (no event may carry its tag), an order untouched since long before the expected
+/// event, and the stream's expected last event.
+async fn conditions(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
+    let stream = EventStreamId::for_context("orders");
+    let placed = |order: String| {
+        EventToStore::new("Placed", json!({ "order": order }))
+            .with_tags(Tags::from_pairs([("order", order)]))
+    };
+    for first in (0..ORDERS).step_by(1_000) {
+        let batch = (first..first + 1_000)
+            .map(|n| placed(format!("o-{n}")))
+            .collect();
+        storage
+            .append(AppendCriteria::none(), &stream, batch)
+            .await
+            .unwrap();
+    }
+    sqlx::query(&format!("ANALYZE {prefix}events"))
+        .execute(pool)
+        .await
+        .unwrap();
+    let order = |name: String| EventFilter::for_tags(Tags::from_pairs([("order", name)]));
+    let early = storage
+        .query(
+            &EventFilter::match_all(),
+            &stream,
+            None,
+            Limit::to(10),
+            Direction::Forward,
+        )
+        .await
+        .unwrap()[9]
+        .reference;
+    let n = std::cell::Cell::new(0);
+    let next = || {
+        n.set(n.get() + 1);
+        n.get()
+    };
+    let new_order = beside_floor_op(
+        CONDITION_SAMPLES,
+        || floor_insert(pool, prefix, n.get()),
+        || {
+            let name = format!("new-{}", next());
+            storage.append(
+                AppendCriteria::of(order(name.clone()), None),
+                &stream,
+                vec![placed(name)],
+            )
+        },
+    )
+    .await;
+    let old_order = beside_floor_op(
+        CONDITION_SAMPLES,
+        || floor_insert(pool, prefix, n.get()),
+        || {
+            // Orders 1,000 and up, untouched since the first thousand events.
+            let name = format!("o-{}", 1_000 + next());
+            storage.append(
+                AppendCriteria::of(order(name), Some(early)),
+                &stream,
+                vec![EventToStore::new("Noted", json!({}))],
+            )
+        },
+    )
+    .await;
+    let head = std::cell::Cell::new(storage.head(&stream).await.unwrap());
+    let stream_version = beside_floor_op(
+        CONDITION_SAMPLES,
+        || floor_insert(pool, prefix, n.get()),
+        || async {
+            let appended = storage
+                .append(
+                    AppendCriteria::of(EventFilter::match_all(), head.get()),
+                    &stream,
+                    vec![EventToStore::new("Noted", json!({}))],
+                )
+                .await?;
+            head.set(appended.last().map(|event| event.reference));
+            Ok(())
+        },
+    )
+    .await;
+    println!("## Conditional appends of one event to a stream of {ORDERS} events\n");
+    println!("| condition | p50 | p99 | floor p50 | p50 / floor p50 |");
+    println!("|---|---|---|---|---|");
+    for (name, (floor, append)) in [
+        ("no event of a new order", new_order),
+        ("none of an old order since an early event", old_order),
+        ("nothing since the stream's last event", stream_version),
+    ] {
+        println!(
+            "| {name} | {} | {} | {} | {:.2}× |",
+            micros(append.p50),
+            micros(append.p99),
+            micros(floor.p50),
+            append.p50.as_secs_f64() / floor.p50.as_secs_f64()
+        );
+    }
+    println!();
 }
 
 async fn events(storage: &PostgresEventStorage) {

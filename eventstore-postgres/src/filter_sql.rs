@@ -54,6 +54,30 @@ pub(crate) fn push_stream_between(
     }
 }
 
+/// Appends ` AND <conditions>` that keep the events of the streams `stream` covers strictly
+/// after `after`, as plain comparisons of each column, whose share of the rows the planner
+/// estimates from the columns' statistics: for a statement that should read rows by
+/// whichever index finds fewest, not walk a stream in order (see [`push_stream_between`]).
+pub(crate) fn push_stream_plainly(
+    query: &mut QueryBuilder<'_, Postgres>,
+    stream: &EventStreamId,
+    after: Option<&EventReference>,
+) {
+    if let Some(context) = &stream.context {
+        query
+            .push(" AND stream_context = ")
+            .push_bind(context.clone());
+    }
+    if let Some(purpose) = &stream.purpose {
+        query
+            .push(" AND stream_purpose = ")
+            .push_bind(purpose.clone());
+    }
+    if let Some(after) = after {
+        push_bound(query, ">", after);
+    }
+}
+
 /// Appends the `ORDER BY` that returns the events of `stream` in `direction`: the order of
 /// the index [`push_stream_between`] confines the read to.
 pub(crate) fn push_order(

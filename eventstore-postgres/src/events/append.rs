@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use eventstore_api::idempotency::{self, Idempotency};
 use eventstore_api::{
-    AppendCriteria, Direction, EventId, EventStorageError, EventStreamId, EventToStore, Fence,
-    StorageResult, StoredEvent,
+    AppendCondition, AppendCriteria, Direction, EventId, EventStorageError, EventStreamId,
+    EventToStore, Fence, StorageResult, StoredEvent,
 };
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
@@ -21,7 +21,7 @@ use super::rows::{concrete, decode_event, decode_reference, EVENT_COLUMNS};
 use super::visibility;
 use crate::append_notification;
 use crate::fencing;
-use crate::filter_sql::{push_filter, push_order, push_stream_between};
+use crate::filter_sql::{push_filter, push_order, push_stream_between, push_stream_plainly};
 use crate::shared::Shared;
 use crate::tags_column;
 
@@ -207,14 +207,7 @@ async fn check_criteria(
     if condition.filter.items.is_empty() {
         return Ok(());
     }
-    let mut query = QueryBuilder::<Postgres>::new(format!(
-        "SELECT position, xid8send(tx) AS tx_bytes, id FROM {events} WHERE true",
-        events = shared.prefix.name("events")
-    ));
-    push_stream_between(&mut query, stream, condition.expected_last.as_ref(), None);
-    push_filter(&mut query, &condition.filter);
-    push_order(&mut query, stream, Direction::Forward);
-    query.push(" LIMIT 1");
+    let mut query = first_conflict(shared, condition, stream);
     let conflicting = query
         .build()
         .persistent(shared.settings.prepared_statements)
@@ -230,6 +223,46 @@ async fn check_criteria(
                 .map_err(|e| shared.settings.failing(operation).map(e))?,
         }),
     }
+}
+
+/// The statement that finds the first event of `stream` that `condition` conflicts with.
+///
+/// Any event after the expected one conflicts with a filter that matches all: the first is
+/// the next entry of the stream's index. A filter of types or tags is another matter. Asked
+/// for the first match, the planner walks the stream in order and counts on a match soon,
+/// because it guesses that a tag it has no statistics for is carried by one event in 200;
+/// but a tag nobody carries yet (every new entity's) or an entity untouched since long before
+/// the expected event made that walk read the whole stream, or all of it since that event.
+/// So the matches are found first, by the plan that reads fewest rows for all of them (the
+/// tags index for a rare tag, the stream's index from the expected event when few came
+/// after), and only then the first of them is picked, with the conditions written plainly
+/// so that the planner can weigh them.
+fn first_conflict<'a>(
+    shared: &Shared,
+    condition: &'a AppendCondition,
+    stream: &'a EventStreamId,
+) -> QueryBuilder<'a, Postgres> {
+    let events = shared.prefix.name("events");
+    let expected_last = condition.expected_last.as_ref();
+    if condition.filter.is_match_all() {
+        let mut query = QueryBuilder::new(format!(
+            "SELECT position, xid8send(tx) AS tx_bytes, id FROM {events} WHERE true"
+        ));
+        push_stream_between(&mut query, stream, expected_last, None);
+        push_filter(&mut query, &condition.filter);
+        push_order(&mut query, stream, Direction::Forward);
+        query.push(" LIMIT 1");
+        return query;
+    }
+    // `OFFSET 0` keeps the matches a query of their own, planned to return them all.
+    let mut query = QueryBuilder::new(format!(
+        "SELECT position, xid8send(tx) AS tx_bytes, id \
+         FROM (SELECT position, tx, id FROM {events} WHERE true"
+    ));
+    push_stream_plainly(&mut query, stream, expected_last);
+    push_filter(&mut query, &condition.filter);
+    query.push(" OFFSET 0) AS matching ORDER BY tx, position LIMIT 1");
+    query
 }
 
 /// How an append holds its stream's lock.

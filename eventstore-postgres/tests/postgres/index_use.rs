@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use eventstore_api::{
-    AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStreamId,
-    EventToStore, Limit, Tags,
+    AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
+    EventStreamId, EventToStore, Limit, Tags,
 };
 use serde_json::{json, Value};
 use sqlx::PgPool;
@@ -478,5 +478,110 @@ async fn a_small_stream_is_read_from_its_own_entries_even_under_a_generic_plan()
     assert!(
         scans.idx_tup_fetch < 2_000,
         "reads of the small stream fetched the busy contexts' rows: {scans:?}"
+    );
+}
+
+/// Events of the stream an append's condition looks through, each with a tag of its own.
+const TAGGED_EVENTS: usize = 20_000;
+
+#[tokio::test]
+async fn an_append_condition_on_a_rare_tag_reads_the_tags_index_not_the_stream() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    // An order per event, as a DCB tag names one entity, over 40 transactions.
+    for chunk in 0..40 {
+        sqlx::query(&format!(
+            "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
+             SELECT gen_random_uuid(), 'orders', 'default', 'Placed', json_build_object('n', g), \
+                    ARRAY['order:o-' || g] \
+             FROM generate_series($1::int + 1, $1::int + $2) AS g"
+        ))
+        .bind(chunk * (TAGGED_EVENTS / 40) as i32)
+        .bind((TAGGED_EVENTS / 40) as i32)
+        .execute(&admin)
+        .await
+        .unwrap();
+    }
+    analyze(&admin, &prefix).await;
+    let orders = EventStreamId::for_context("orders");
+    let early = storage
+        .query(
+            &EventFilter::match_all(),
+            &orders,
+            None,
+            Limit::to(10),
+            Direction::Forward,
+        )
+        .await
+        .unwrap();
+    let order = |name: &str| EventFilter::for_tags(Tags::from_pairs([("order", name)]));
+    let placed = |n: usize| vec![EventToStore::new("Placed", json!({ "n": n }))];
+    let changed = storage
+        .query(
+            &order("o-19000"),
+            &orders,
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await
+        .unwrap();
+
+    // A new order: no event may carry its tag yet.
+    storage
+        .append(AppendCriteria::of(order("new-1"), None), &orders, placed(1))
+        .await
+        .unwrap();
+    // An order last seen long ago: nothing of it since.
+    storage
+        .append(
+            AppendCriteria::of(order("o-5"), Some(early[9].reference)),
+            &orders,
+            placed(2),
+        )
+        .await
+        .unwrap();
+    // An order changed since: the conflict names its event.
+    let conflict = storage
+        .append(
+            AppendCriteria::of(order("o-19000"), Some(early[9].reference)),
+            &orders,
+            placed(3),
+        )
+        .await
+        .unwrap_err();
+    match conflict {
+        EventStorageError::OptimisticLock { conflicting, .. } => {
+            assert_eq!(conflicting, changed[0].reference);
+        }
+        other => panic!("expected an optimistic lock failure, got {other:?}"),
+    }
+    storage.close().await.unwrap();
+
+    let scans = common::eventually(
+        "the conditions to show in the server's statistics",
+        Duration::from_secs(30),
+        || async {
+            let scans = scans(&admin, &prefix).await;
+            // Two reads and three conditions, each by an index or by a scan of the table.
+            (scans.idx_scan >= 5 || scans.seq_tup_read > 0).then_some(scans)
+        },
+    )
+    .await;
+    assert_eq!(
+        scans.seq_tup_read, 0,
+        "a condition scanned the table: {scans:?}"
+    );
+    assert!(
+        scans.tags_idx_scan >= 4,
+        "a condition did not use the tags index: {scans:?}"
+    );
+    // The reads fetch 11 rows; walking the stream for an order's events fetches 20,000.
+    assert!(
+        scans.idx_tup_fetch < 1_000,
+        "the conditions fetched the stream's rows: {scans:?}"
     );
 }
