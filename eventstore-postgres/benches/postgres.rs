@@ -646,8 +646,8 @@ const ORDERS: usize = 100_000;
 const CONDITION_SAMPLES: usize = 200;
 
 /// Conditional appends of one event to a stream of `ORDERS` events, beside the floor: a new
-/// order (no event may carry its tag), an order untouched since long before the expected
-/// event, and the stream's expected last event.
+/// order (no event may carry its tag), an old order with nothing since its one event (the
+/// expected one, far behind the head), and the stream's expected last event.
 async fn conditions(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
     let stream = EventStreamId::for_context("orders");
     let placed = |order: String| {
@@ -668,17 +668,20 @@ async fn conditions(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str)
         .await
         .unwrap();
     let order = |name: String| EventFilter::for_tags(Tags::from_pairs([("order", name)]));
-    let early = storage
+    // The first orders' events: each order's only event, far behind the stream's head.
+    let first: Vec<EventReference> = storage
         .query(
             &EventFilter::match_all(),
             &stream,
             None,
-            Limit::to(10),
+            Limit::to(2 * CONDITION_SAMPLES as u64),
             Direction::Forward,
         )
         .await
-        .unwrap()[9]
-        .reference;
+        .unwrap()
+        .iter()
+        .map(|event| event.reference)
+        .collect();
     let n = std::cell::Cell::new(0);
     let next = || {
         n.set(n.get() + 1);
@@ -697,14 +700,16 @@ async fn conditions(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str)
         },
     )
     .await;
+    let old = std::cell::Cell::new(0);
     let old_order = beside_floor_op(
         CONDITION_SAMPLES,
         || floor_insert(pool, prefix, n.get()),
         || {
-            // Orders 1,000 and up, untouched since the first thousand events.
-            let name = format!("o-{}", 1_000 + next());
+            // Nothing of the order since its one event, the expected one.
+            let order_n = old.get();
+            old.set(order_n + 1);
             storage.append(
-                AppendCriteria::of(order(name), Some(early)),
+                AppendCriteria::of(order(format!("o-{order_n}")), Some(first[order_n])),
                 &stream,
                 vec![EventToStore::new("Noted", json!({}))],
             )
@@ -733,7 +738,7 @@ async fn conditions(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str)
     println!("|---|---|---|---|---|");
     for (name, (floor, append)) in [
         ("no event of a new order", new_order),
-        ("none of an old order since an early event", old_order),
+        ("nothing of an old order since its event", old_order),
         ("nothing since the stream's last event", stream_version),
     ] {
         println!(

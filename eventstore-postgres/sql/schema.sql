@@ -36,8 +36,14 @@ CREATE INDEX IF NOT EXISTS __prefix__events_context_idx
     ON __prefix__events (stream_context, tx, position, stream_purpose);
 CREATE INDEX IF NOT EXISTS __prefix__events_type_idx
     ON __prefix__events (event_type, tx, position);
+-- A GIN index gathers new entries in a pending list and merges them into its tree in batches,
+-- and every search reads the whole list. Near the default limit of 4 MB, looking up a tag few
+-- events carry (a DCB condition on a new entity) took 16 ms, against 0.05 ms once merged. At
+-- 128 kB a search reads little, and appends cost what they did. Set apart as well, for indexes
+-- created before.
 CREATE INDEX IF NOT EXISTS __prefix__events_tags_idx
-    ON __prefix__events USING gin (tags);
+    ON __prefix__events USING gin (tags) WITH (gin_pending_list_limit = 128);
+ALTER INDEX __prefix__events_tags_idx SET (gin_pending_list_limit = 128);
 CREATE UNIQUE INDEX IF NOT EXISTS __prefix__events_idempotency_idx
     ON __prefix__events (stream_context, stream_purpose, idempotency_key)
     WHERE idempotency_key IS NOT NULL;

@@ -98,18 +98,24 @@ const TABLES: &[(&str, &[ExpectedColumn])] = &[
     ),
 ];
 
-/// Every index (by suffix), the table it belongs to, and whether it must be unique.
-const INDEXES: &[(&str, &str, bool)] = &[
-    ("events_pkey", "events", true),
-    ("events_id_key", "events", true),
-    ("events_order_idx", "events", false),
-    ("events_context_idx", "events", false),
-    ("events_type_idx", "events", false),
-    ("events_tags_idx", "events", false),
-    ("events_idempotency_idx", "events", true),
-    ("bookmarks_pkey", "bookmarks", true),
-    ("leases_pkey", "leases", true),
-    ("lease_contenders_pkey", "lease_contenders", true),
+/// Every index (by suffix), the table it belongs to, whether it must be unique, and the
+/// storage options it must have (as `pg_class.reloptions` lists them).
+const INDEXES: &[(&str, &str, bool, &[&str])] = &[
+    ("events_pkey", "events", true, &[]),
+    ("events_id_key", "events", true, &[]),
+    ("events_order_idx", "events", false, &[]),
+    ("events_context_idx", "events", false, &[]),
+    ("events_type_idx", "events", false, &[]),
+    (
+        "events_tags_idx",
+        "events",
+        false,
+        &["gin_pending_list_limit=128"],
+    ),
+    ("events_idempotency_idx", "events", true, &[]),
+    ("bookmarks_pkey", "bookmarks", true, &[]),
+    ("leases_pkey", "leases", true, &[]),
+    ("lease_contenders_pkey", "lease_contenders", true, &[]),
 ];
 
 /// Every function (by suffix) with its argument types.
@@ -288,22 +294,24 @@ async fn validate_catalog(
         .iter()
         .map(|(index, ..)| prefix.name(index))
         .collect();
-    let indexes: Vec<(String, Option<String>, Option<bool>)> = sqlx::query_as(
-        "SELECT t.name, c.relname::text, i.indisunique \
+    let indexes: Vec<(String, Option<String>, Option<bool>, Vec<String>)> = sqlx::query_as(
+        "SELECT t.name, c.relname::text, i.indisunique, \
+                coalesce(ic.reloptions, '{}')::text[] \
          FROM unnest($1::text[]) AS t(name) \
          LEFT JOIN pg_index AS i ON i.indexrelid = to_regclass(t.name) \
-         LEFT JOIN pg_class AS c ON c.oid = i.indrelid",
+         LEFT JOIN pg_class AS c ON c.oid = i.indrelid \
+         LEFT JOIN pg_class AS ic ON ic.oid = i.indexrelid",
     )
     .bind(&index_names)
     .persistent(persistent)
     .fetch_all(&mut *connection)
     .await
     .map_err(failing)?;
-    for (&(_, table, unique), name) in INDEXES.iter().zip(&index_names) {
+    for (&(_, table, unique, expected_options), name) in INDEXES.iter().zip(&index_names) {
         let table = prefix.name(table);
         let object = format!("index {name}");
         match indexes.iter().find(|(n, ..)| n == name) {
-            Some((_, Some(on), Some(is_unique))) => {
+            Some((_, Some(on), Some(is_unique), options)) => {
                 if *on != table {
                     return Err(schema_error(
                         object,
@@ -317,6 +325,15 @@ async fn validate_catalog(
                             "is {}unique, expected otherwise",
                             if *is_unique { "" } else { "not " }
                         ),
+                    ));
+                }
+                if let Some(missing) = expected_options
+                    .iter()
+                    .find(|option| !options.iter().any(|set| set == *option))
+                {
+                    return Err(schema_error(
+                        object,
+                        format!("has options {options:?}, expected {missing}"),
                     ));
                 }
             }

@@ -106,7 +106,7 @@ async fn validate_names_each_kind_of_drift() {
     let Some(pool) = common::try_pool().await else {
         return;
     };
-    let drifts: [(&str, &str, &str); 7] = [
+    let drifts: [(&str, &str, &str); 8] = [
         (
             "CREATE OR REPLACE FUNCTION {p}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean \
              LANGUAGE sql AS $$ SELECT false $$",
@@ -117,6 +117,11 @@ async fn validate_names_each_kind_of_drift() {
             "DROP INDEX {p}events_tags_idx",
             "index {p}events_tags_idx",
             "missing",
+        ),
+        (
+            "ALTER INDEX {p}events_tags_idx RESET (gin_pending_list_limit)",
+            "index {p}events_tags_idx",
+            "expected gin_pending_list_limit=128",
         ),
         (
             "ALTER TABLE {p}events ALTER COLUMN payload TYPE text",
@@ -161,7 +166,7 @@ async fn ensure_repairs_what_is_missing_but_not_what_differs() {
     };
     let prefix = common::unique_prefix();
     create_schema(&prefix).await;
-    pool.execute(format!("DROP INDEX {prefix}events_context_idx; DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text); CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").as_str())
+    pool.execute(format!("DROP INDEX {prefix}events_context_idx; ALTER INDEX {prefix}events_tags_idx RESET (gin_pending_list_limit); DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text); CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").as_str())
         .await
         .unwrap();
     open(&prefix, DatabaseInitMode::Ensure)
