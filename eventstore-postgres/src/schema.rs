@@ -118,6 +118,16 @@ const INDEXES: &[(&str, &str, bool, &[&str])] = &[
     ("lease_contenders_pkey", "lease_contenders", true, &[]),
 ];
 
+/// An expected index as the catalog has it: the table it is on, whether it is unique and its
+/// storage options; the first two are missing when the index is.
+#[derive(sqlx::FromRow)]
+struct CatalogIndex {
+    name: String,
+    table_name: Option<String>,
+    is_unique: Option<bool>,
+    options: Vec<String>,
+}
+
 /// Every function (by suffix) with its argument types.
 const FUNCTIONS: &[(&str, &str)] = &[
     ("token_base", ""),
@@ -294,9 +304,9 @@ async fn validate_catalog(
         .iter()
         .map(|(index, ..)| prefix.name(index))
         .collect();
-    let indexes: Vec<(String, Option<String>, Option<bool>, Vec<String>)> = sqlx::query_as(
-        "SELECT t.name, c.relname::text, i.indisunique, \
-                coalesce(ic.reloptions, '{}')::text[] \
+    let indexes: Vec<CatalogIndex> = sqlx::query_as(
+        "SELECT t.name, c.relname::text AS table_name, i.indisunique AS is_unique, \
+                coalesce(ic.reloptions, '{}')::text[] AS options \
          FROM unnest($1::text[]) AS t(name) \
          LEFT JOIN pg_index AS i ON i.indexrelid = to_regclass(t.name) \
          LEFT JOIN pg_class AS c ON c.oid = i.indrelid \
@@ -310,8 +320,13 @@ async fn validate_catalog(
     for (&(_, table, unique, expected_options), name) in INDEXES.iter().zip(&index_names) {
         let table = prefix.name(table);
         let object = format!("index {name}");
-        match indexes.iter().find(|(n, ..)| n == name) {
-            Some((_, Some(on), Some(is_unique), options)) => {
+        match indexes.iter().find(|index| index.name == *name) {
+            Some(CatalogIndex {
+                table_name: Some(on),
+                is_unique: Some(is_unique),
+                options,
+                ..
+            }) => {
                 if *on != table {
                     return Err(schema_error(
                         object,
