@@ -100,11 +100,20 @@ impl Pages {
         let rows = self
             .remaining
             .map_or(self.page_rows, |n| n.min(self.page_rows));
-        let mut query = QueryBuilder::<Postgres>::new(format!(
-            "{head}SELECT {columns} FROM {events} WHERE {VISIBILITY_BARRIER}",
+        let select = format!(
+            "SELECT {columns} FROM {events} WHERE {VISIBILITY_BARRIER}",
             columns = read_columns(&self.stream),
             events = shared.prefix.name("events")
-        ));
+        );
+        // A few events of a filter are planned as a page of them: asked for only a few, the
+        // planner walks the stream in order, counting on matches soon, and for a tag few
+        // events carry it then reads the whole stream (see `first_conflict` in `append`).
+        let few = rows < PAGE_ROWS && !self.filter.is_match_all();
+        let mut query = QueryBuilder::<Postgres>::new(if few {
+            format!("{head}WITH page AS MATERIALIZED ({select}")
+        } else {
+            format!("{head}{select}")
+        });
         push_stream_between(
             &mut query,
             &self.stream,
@@ -115,6 +124,18 @@ impl Pages {
         push_order(&mut query, &self.stream, self.direction);
         // A literal, not a parameter: a generic plan would have to guess a parameter's value,
         // and could guess a sort.
+        if few {
+            // The transaction id's binary form sorts as the id does: 8 bytes, most
+            // significant first.
+            let descending = match self.direction {
+                Direction::Forward => "",
+                Direction::Backward => " DESC",
+            };
+            query.push(format_args!(
+                " LIMIT {PAGE_ROWS}) SELECT * FROM page \
+                 ORDER BY tx_bytes{descending}, position{descending}"
+            ));
+        }
         query.push(format_args!(" LIMIT {rows}"));
         (query, rows)
     }
