@@ -105,6 +105,14 @@ async fn main() {
     storage.close().await.unwrap();
 }
 
+/// Gathers the statistics of the events table, as autovacuum would have by then.
+async fn analyze_events(pool: &PgPool, prefix: &str) {
+    sqlx::query(&format!("ANALYZE {prefix}events"))
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
 /// Events a replay reads through the streaming read.
 const REPLAY_EVENTS: u64 = 1_000_000;
 
@@ -141,10 +149,7 @@ async fn replay(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
         .await
         .unwrap();
     }
-    sqlx::query(&format!("ANALYZE {prefix}events"))
-        .execute(pool)
-        .await
-        .unwrap();
+    analyze_events(pool, prefix).await;
     let (before, _) = resident_mib();
     let start = Instant::now();
     let mut events = storage.query_stream(
@@ -663,10 +668,7 @@ async fn conditions(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str)
             .await
             .unwrap();
     }
-    sqlx::query(&format!("ANALYZE {prefix}events"))
-        .execute(pool)
-        .await
-        .unwrap();
+    analyze_events(pool, prefix).await;
     let order = |name: String| EventFilter::for_tags(Tags::from_pairs([("order", name)]));
     // The first orders' events: each order's only event, far behind the stream's head.
     let first: Vec<EventReference> = storage
