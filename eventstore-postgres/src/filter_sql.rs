@@ -47,11 +47,7 @@ pub(crate) fn push_stream_between(
             }
         }
     }
-    if let Some(purpose) = &stream.purpose {
-        query
-            .push(" AND stream_purpose = ")
-            .push_bind(purpose.clone());
-    }
+    push_purpose(query, stream);
 }
 
 /// Appends ` AND <conditions>` that keep the events of the streams `stream` covers strictly
@@ -68,11 +64,7 @@ pub(crate) fn push_stream_plainly(
             .push(" AND stream_context = ")
             .push_bind(context.clone());
     }
-    if let Some(purpose) = &stream.purpose {
-        query
-            .push(" AND stream_purpose = ")
-            .push_bind(purpose.clone());
-    }
+    push_purpose(query, stream);
     if let Some(after) = after {
         push_bound(query, ">", after);
     }
@@ -89,16 +81,21 @@ pub(crate) fn push_order(
         Some(_) => &["stream_context", "tx", "position"],
         None => &["tx", "position"],
     };
-    let descending = match direction {
-        Direction::Forward => "",
-        Direction::Backward => " DESC",
-    };
+    let descending = descending(direction);
     query.push(" ORDER BY ");
     for (index, column) in columns.iter().enumerate() {
         if index > 0 {
             query.push(", ");
         }
         query.push(column).push(descending);
+    }
+}
+
+/// What follows each column of an `ORDER BY` that reads in `direction`.
+pub(crate) fn descending(direction: Direction) -> &'static str {
+    match direction {
+        Direction::Forward => "",
+        Direction::Backward => " DESC",
     }
 }
 
@@ -127,6 +124,15 @@ fn push_context_bound(
                 .push(format_args!(" AND stream_context {comparison}= "))
                 .push_bind(context.to_owned());
         }
+    }
+}
+
+/// Appends ` AND stream_purpose = <purpose>` when `stream` names one.
+fn push_purpose(query: &mut QueryBuilder<'_, Postgres>, stream: &EventStreamId) {
+    if let Some(purpose) = &stream.purpose {
+        query
+            .push(" AND stream_purpose = ")
+            .push_bind(purpose.clone());
     }
 }
 

@@ -14,7 +14,9 @@ use futures_util::TryStreamExt;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 use super::rows::{decode_read, read_columns};
-use crate::filter_sql::{push_filter, push_order, push_stream_between, VISIBILITY_BARRIER};
+use crate::filter_sql::{
+    descending, push_filter, push_order, push_stream_between, VISIBILITY_BARRIER,
+};
 use crate::shared::Shared;
 
 /// The events one statement of a streamed read asks for, and the first page of any read:
@@ -122,20 +124,17 @@ impl Pages {
         );
         push_filter(&mut query, &self.filter);
         push_order(&mut query, &self.stream, self.direction);
-        // A literal, not a parameter: a generic plan would have to guess a parameter's value,
-        // and could guess a sort.
         if few {
             // The transaction id's binary form sorts as the id does: 8 bytes, most
             // significant first.
-            let descending = match self.direction {
-                Direction::Forward => "",
-                Direction::Backward => " DESC",
-            };
+            let descending = descending(self.direction);
             query.push(format_args!(
                 " LIMIT {PAGE_ROWS}) SELECT * FROM page \
                  ORDER BY tx_bytes{descending}, position{descending}"
             ));
         }
+        // A literal, not a parameter: a generic plan would have to guess a parameter's value,
+        // and could guess a sort.
         query.push(format_args!(" LIMIT {rows}"));
         (query, rows)
     }

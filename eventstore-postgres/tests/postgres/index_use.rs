@@ -43,6 +43,32 @@ async fn scans(admin: &PgPool, prefix: &str) -> Scans {
     .expect("reading the table statistics")
 }
 
+/// Inserts `chunks` transactions of `per_chunk` events each into the prefix's events table,
+/// one for each `g` counting on from `first`: `columns` gives each event's stream context,
+/// purpose, type, payload and tags in terms of `g`.
+async fn insert_events(
+    admin: &PgPool,
+    prefix: &str,
+    columns: &str,
+    first: i32,
+    chunks: i32,
+    per_chunk: i32,
+) {
+    for chunk in 0..chunks {
+        sqlx::query(&format!(
+            "INSERT INTO {prefix}events \
+                 (id, stream_context, stream_purpose, event_type, payload, tags) \
+             SELECT gen_random_uuid(), {columns} \
+             FROM generate_series($1::int, $1::int + $2::int - 1) AS g"
+        ))
+        .bind(first + chunk * per_chunk)
+        .bind(per_chunk)
+        .execute(admin)
+        .await
+        .unwrap();
+    }
+}
+
 /// Gathers the statistics of the prefix's events table, as autovacuum would have by then.
 async fn analyze(admin: &PgPool, prefix: &str) {
     sqlx::query(&format!("ANALYZE {prefix}events"))
@@ -171,25 +197,21 @@ async fn every_read_shape_walks_an_index_in_order_without_sorting_or_spilling() 
     // Four streams' events interleaved over 40 transactions, as a shared log holds them:
     // sensors/default (half of them, two types, every one tagged run:r1 and with its order),
     // sensors/eu and billing/default (a quarter each).
-    for chunk in 0..40 {
-        sqlx::query(&format!(
-            "INSERT INTO {prefix}events \
-                 (id, stream_context, stream_purpose, event_type, payload, tags) \
-             SELECT gen_random_uuid(), \
-                    CASE WHEN g % 4 = 3 THEN 'billing' ELSE 'sensors' END, \
-                    CASE WHEN g % 4 = 2 THEN 'eu' ELSE 'default' END, \
-                    CASE WHEN g % 4 = 3 THEN 'Billed' WHEN g % 8 < 2 THEN 'Measured' \
-                         ELSE 'Calibrated' END, \
-                    json_build_object('n', g), \
-                    CASE WHEN g % 4 < 2 THEN ARRAY['run:r1', 'order:o-' || (g / 40)] \
-                         ELSE ARRAY['order:x-' || (g / 40)] END \
-             FROM generate_series($1::int, $1::int + 999) AS g"
-        ))
-        .bind(chunk * 1_000)
-        .execute(&admin)
-        .await
-        .unwrap();
-    }
+    insert_events(
+        &admin,
+        &prefix,
+        "CASE WHEN g % 4 = 3 THEN 'billing' ELSE 'sensors' END, \
+         CASE WHEN g % 4 = 2 THEN 'eu' ELSE 'default' END, \
+         CASE WHEN g % 4 = 3 THEN 'Billed' WHEN g % 8 < 2 THEN 'Measured' \
+              ELSE 'Calibrated' END, \
+         json_build_object('n', g), \
+         CASE WHEN g % 4 < 2 THEN ARRAY['run:r1', 'order:o-' || (g / 40)] \
+              ELSE ARRAY['order:x-' || (g / 40)] END",
+        0,
+        40,
+        1_000,
+    )
+    .await;
     analyze(&admin, &prefix).await;
 
     let sensors = EventStreamId::for_context("sensors");
@@ -378,26 +400,25 @@ async fn a_small_stream_is_read_from_its_own_entries_even_under_a_generic_plan()
     common::storage_on(&prefix).await.close().await.unwrap();
     // The small stream's 50 events come first; 20,000 of two busy contexts follow them,
     // interleaved as a shared log holds them.
-    sqlx::query(&format!(
-        "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
-         SELECT gen_random_uuid(), 'small', 'default', 'Noted', json_build_object('n', g), '{{}}' \
-         FROM generate_series(1, 50) AS g"
-    ))
-    .execute(&admin)
-    .await
-    .unwrap();
-    for _ in 0..4 {
-        sqlx::query(&format!(
-            "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
-             SELECT gen_random_uuid(), CASE WHEN g % 2 = 0 THEN 'alpha' ELSE 'omega' END, \
-                    'default', 'Noted', json_build_object('n', g), '{{}}' \
-             FROM generate_series(1, $1) AS g"
-        ))
-        .bind((BUSY_EVENTS / 4) as i32)
-        .execute(&admin)
-        .await
-        .unwrap();
-    }
+    insert_events(
+        &admin,
+        &prefix,
+        "'small', 'default', 'Noted', json_build_object('n', g), '{}'",
+        1,
+        1,
+        50,
+    )
+    .await;
+    insert_events(
+        &admin,
+        &prefix,
+        "CASE WHEN g % 2 = 0 THEN 'alpha' ELSE 'omega' END, \
+         'default', 'Noted', json_build_object('n', g), '{}'",
+        1,
+        4,
+        (BUSY_EVENTS / 4) as i32,
+    )
+    .await;
     analyze(&admin, &prefix).await;
 
     // Every statement planned once for any stream, as PostgreSQL plans a prepared statement
@@ -492,19 +513,15 @@ async fn conditions_and_short_reads_of_a_rare_tag_use_the_tags_index_not_the_str
     let prefix = common::unique_prefix();
     let storage = common::storage_on(&prefix).await;
     // An order per event, as a DCB tag names one entity, over 40 transactions.
-    for chunk in 0..40 {
-        sqlx::query(&format!(
-            "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
-             SELECT gen_random_uuid(), 'orders', 'default', 'Placed', json_build_object('n', g), \
-                    ARRAY['order:o-' || g] \
-             FROM generate_series($1::int + 1, $1::int + $2) AS g"
-        ))
-        .bind(chunk * (TAGGED_EVENTS / 40) as i32)
-        .bind((TAGGED_EVENTS / 40) as i32)
-        .execute(&admin)
-        .await
-        .unwrap();
-    }
+    insert_events(
+        &admin,
+        &prefix,
+        "'orders', 'default', 'Placed', json_build_object('n', g), ARRAY['order:o-' || g]",
+        1,
+        40,
+        (TAGGED_EVENTS / 40) as i32,
+    )
+    .await;
     analyze(&admin, &prefix).await;
     let orders = EventStreamId::for_context("orders");
     let early = storage
