@@ -42,10 +42,11 @@ const TTL: Duration = Duration::from_millis(500);
 /// The ttl where a scenario measures that a handover took less than a ttl.
 const HANDOVER_TTL: Duration = Duration::from_secs(3);
 
-/// The ttl where a scenario expects a handover by step-down to give the next token: long
-/// enough that a stall of the machine does not lapse the leader's tenure and start another
-/// before the handover. A step-down needs no expiry, so the scenario is no slower for it.
-const STEP_DOWN_TTL: Duration = Duration::from_secs(3);
+/// The ttl where a scenario expects a handover to give the next token: long enough that a
+/// stall of the machine does not lapse a tenure and start another before the handover is
+/// seen. A step-down needs no expiry, so that scenario is no slower for it; a crash is taken
+/// over once this ttl has passed.
+const NEXT_TOKEN_TTL: Duration = Duration::from_secs(3);
 
 /// The ttl of the elector whose storage hangs.
 const HANG_TTL: Duration = Duration::from_millis(600);
@@ -181,7 +182,7 @@ pub async fn planned_release_hands_over_and_the_projection_misses_nothing<F: Sto
 pub async fn crashed_leader_is_taken_over_and_the_projection_misses_nothing<F: StorageFactory>(
     factory: &F,
 ) {
-    let Some(mut started) = ThreeInstances::start(factory, TTL).await else {
+    let Some(mut started) = ThreeInstances::start(factory, NEXT_TOKEN_TTL).await else {
         return;
     };
     let storage = &started.storage;
@@ -381,7 +382,7 @@ pub async fn higher_priority_instance_takes_over_by_step_down_with_no_event_lost
     };
     let storage = &handles[0];
     let projected = Projected::default();
-    let low = Instance::start(&handles[0], 0, 0, STEP_DOWN_TTL, &projected);
+    let low = Instance::start(&handles[0], 0, 0, NEXT_TOKEN_TTL, &projected);
     let low_token = wait_for_leader(&low.watch).await;
 
     let producing = Arc::new(AtomicBool::new(true));
@@ -404,7 +405,7 @@ pub async fn higher_priority_instance_takes_over_by_step_down_with_no_event_lost
     })
     .await;
 
-    let high = Instance::start(&handles[1], 1, 10, STEP_DOWN_TTL, &projected);
+    let high = Instance::start(&handles[1], 1, 10, NEXT_TOKEN_TTL, &projected);
     let high_token = wait_for_leader(&high.watch).await;
     assert_eq!(high_token, low_token.next(), "the next tenure");
     let expected = Leadership::Standby {
