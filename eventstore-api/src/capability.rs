@@ -26,4 +26,9 @@ pub enum Capability {
     /// Hints pushed after appends: `subscribe_appends`. A hint only wakes a reader early;
     /// the read decides what is new.
     AppendHints,
+    /// `query_raw` hands out payloads as the JSON text the backend reads, with no
+    /// [`serde_json::Value`] built in between: cheaper than `query` for a caller that decodes
+    /// payloads into its own types, as the typed facade does. Without it, `query_raw` writes
+    /// `query`'s values out as text, and such a caller had better decode those values.
+    RawPayloads,
 }

@@ -120,3 +120,56 @@ pub struct StoredEvent {
     /// The idempotency key it was appended with.
     pub idempotency_key: Option<String>,
 }
+
+/// A stored event with its payload left as the JSON text the storage holds, for readers that
+/// decode payloads into their own types ([`EventStorage::query_raw`]): no
+/// [`serde_json::Value`] is built in between.
+///
+/// [`EventStorage::query_raw`]: crate::EventStorage::query_raw
+#[derive(Debug, Clone)]
+pub struct RawStoredEvent {
+    /// The stream the event was appended to.
+    pub stream: EventStreamId,
+    /// The event's type.
+    pub event_type: EventType,
+    /// The event's id and place in the storage's order.
+    pub reference: EventReference,
+    /// The event's data as JSON text.
+    pub payload: Box<serde_json::value::RawValue>,
+    /// The event's tags.
+    pub tags: Tags,
+    /// When the storage stored it, on the storage's clock.
+    pub timestamp: DateTime<Utc>,
+    /// The idempotency key it was appended with.
+    pub idempotency_key: Option<String>,
+}
+
+impl PartialEq for RawStoredEvent {
+    /// Equal when every field is, the payloads compared as text.
+    fn eq(&self, other: &Self) -> bool {
+        self.stream == other.stream
+            && self.event_type == other.event_type
+            && self.reference == other.reference
+            && self.payload.get() == other.payload.get()
+            && self.tags == other.tags
+            && self.timestamp == other.timestamp
+            && self.idempotency_key == other.idempotency_key
+    }
+}
+
+impl TryFrom<StoredEvent> for RawStoredEvent {
+    type Error = serde_json::Error;
+
+    /// The event with its payload written out as JSON text.
+    fn try_from(event: StoredEvent) -> Result<Self, Self::Error> {
+        Ok(RawStoredEvent {
+            payload: serde_json::value::to_raw_value(&event.payload)?,
+            stream: event.stream,
+            event_type: event.event_type,
+            reference: event.reference,
+            tags: event.tags,
+            timestamp: event.timestamp,
+            idempotency_key: event.idempotency_key,
+        })
+    }
+}

@@ -62,7 +62,7 @@ pub use append_hints::{AppendHint, AppendHints, AppendNotice};
 pub use bookmark::Bookmark;
 pub use capability::Capability;
 pub use error::EventStorageError;
-pub use event::{EventId, EventToStore, EventType, StoredEvent};
+pub use event::{EventId, EventToStore, EventType, RawStoredEvent, StoredEvent};
 pub use event_stream::EventStream;
 pub use filter::{AppendCondition, AppendCriteria, Direction, EventFilter, FilterItem, Limit};
 pub use lease::{

@@ -7,7 +7,7 @@ use crate::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorageError, EventStream, EventStreamId, EventToStore, Fence, Lease,
     LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
-    ReleaseOutcome, StoredEvent, Tags,
+    RawStoredEvent, ReleaseOutcome, StoredEvent, Tags,
 };
 
 /// Shorthand for the result every storage operation returns.
@@ -84,6 +84,29 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>>;
+
+    /// The events [`query`](EventStorage::query) returns for the same arguments, each with its
+    /// payload as JSON text: for a caller that decodes payloads into its own types. With
+    /// [`Capability::RawPayloads`] the text is what the backend read, no
+    /// [`serde_json::Value`] built in between; the default writes `query`'s values out.
+    ///
+    /// # Errors
+    /// As [`EventStorage::query`].
+    async fn query_raw(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<RawStoredEvent>> {
+        let events = self.query(filter, stream, after, limit, direction).await?;
+        events
+            .into_iter()
+            .map(RawStoredEvent::try_from)
+            .collect::<Result<_, _>>()
+            .map_err(|e| EventStorageError::backend("write a payload out as JSON text", e))
+    }
 
     /// The events [`query`](EventStorage::query) returns for the same arguments, as a
     /// stream that holds one page of them in memory at a time: for replaying a long history.
@@ -422,6 +445,18 @@ macro_rules! forward_event_storage {
             ) -> StorageResult<Vec<StoredEvent>> {
                 (**self)
                     .query(filter, stream, after, limit, direction)
+                    .await
+            }
+            async fn query_raw(
+                &self,
+                filter: &EventFilter,
+                stream: &EventStreamId,
+                after: Option<&EventReference>,
+                limit: Limit,
+                direction: Direction,
+            ) -> StorageResult<Vec<RawStoredEvent>> {
+                (**self)
+                    .query_raw(filter, stream, after, limit, direction)
                     .await
             }
             fn query_stream<'a>(

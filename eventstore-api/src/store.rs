@@ -34,10 +34,12 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{de::DeserializeOwned, Serialize};
+use serde_json::value::RawValue;
 
 use crate::{
-    AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
-    EventStreamId, EventToStore, Fence, Limit, StoredEvent, Tags,
+    AppendCriteria, Capability, Direction, EventFilter, EventReference, EventStorage,
+    EventStorageError, EventStreamId, EventToStore, Fence, Limit, RawStoredEvent, StoredEvent,
+    Tags,
 };
 
 /// An event type of a typed stream: how its values are stored and read back.
@@ -88,6 +90,18 @@ pub trait DomainEvent: Sized + Send + Sync {
     /// When the payload does not describe a value of this type.
     fn from_payload(event_type: &str, payload: serde_json::Value) -> serde_json::Result<Self>;
 
+    /// The value back from a stored payload of `event_type` given as JSON text. Typed reads
+    /// decode with it when the storage hands out payloads as text
+    /// ([`Capability::RawPayloads`](crate::Capability::RawPayloads)); the default parses the
+    /// text into a [`serde_json::Value`] for [`DomainEvent::from_payload`]. Override it to
+    /// deserialize the text directly, as [`NamedEvent`] types do.
+    ///
+    /// # Errors
+    /// When the payload does not describe a value of this type.
+    fn from_json(event_type: &str, payload: &RawValue) -> serde_json::Result<Self> {
+        Self::from_payload(event_type, serde_json::from_str(payload.get())?)
+    }
+
     /// The tags to store the event with, which queries and append criteria select it by.
     fn tags(&self) -> Tags {
         Tags::none()
@@ -120,6 +134,10 @@ impl<T: NamedEvent> DomainEvent for T {
 
     fn from_payload(_event_type: &str, payload: serde_json::Value) -> serde_json::Result<Self> {
         serde_json::from_value(payload)
+    }
+
+    fn from_json(_event_type: &str, payload: &RawValue) -> serde_json::Result<Self> {
+        serde_json::from_str(payload.get())
     }
 
     fn tags(&self) -> Tags {
@@ -183,6 +201,29 @@ impl<E: DomainEvent> Envelope<E> {
     pub fn decode(stored: StoredEvent) -> Result<Self, EventStoreError> {
         let event =
             E::from_payload(stored.event_type.as_str(), stored.payload).map_err(|source| {
+                EventStoreError::Decode {
+                    reference: stored.reference,
+                    event_type: stored.event_type.0.clone(),
+                    rust_type: std::any::type_name::<E>(),
+                    source,
+                }
+            })?;
+        Ok(Envelope {
+            event,
+            reference: stored.reference,
+            stream: stored.stream,
+            tags: stored.tags,
+            timestamp: stored.timestamp,
+        })
+    }
+
+    /// Decodes a stored event whose payload is JSON text, with [`DomainEvent::from_json`].
+    ///
+    /// # Errors
+    /// [`EventStoreError::Decode`] when the payload is not an `E`.
+    pub fn decode_raw(stored: RawStoredEvent) -> Result<Self, EventStoreError> {
+        let event =
+            E::from_json(stored.event_type.as_str(), &stored.payload).map_err(|source| {
                 EventStoreError::Decode {
                     reference: stored.reference,
                     event_type: stored.event_type.0.clone(),
@@ -351,6 +392,9 @@ impl<E: DomainEvent> TypedStream<E> {
 
     /// Events of this stream's types that match `filter`, strictly after `after`, oldest first.
     ///
+    /// Payloads are decoded from their JSON text ([`DomainEvent::from_json`]) when the storage
+    /// hands them out as text ([`Capability::RawPayloads`]), else from the storage's values.
+    ///
     /// # Errors
     /// The storage's errors of [`EventStorage::query`], and [`EventStoreError::Decode`].
     pub async fn query(
@@ -359,13 +403,25 @@ impl<E: DomainEvent> TypedStream<E> {
         after: Option<&EventReference>,
         limit: Limit,
     ) -> Result<Vec<Envelope<E>>, EventStoreError> {
+        let own = |event_type: &crate::EventType| E::event_types().contains(&event_type.as_str());
+        if self.storage.supports(Capability::RawPayloads) {
+            let stored = self
+                .storage
+                .query_raw(filter, &self.id, after, limit, Direction::Forward)
+                .await?;
+            return stored
+                .into_iter()
+                .filter(|event| own(&event.event_type))
+                .map(Envelope::decode_raw)
+                .collect();
+        }
         let stored = self
             .storage
             .query(filter, &self.id, after, limit, Direction::Forward)
             .await?;
         stored
             .into_iter()
-            .filter(|event| E::event_types().contains(&event.event_type.as_str()))
+            .filter(|event| own(&event.event_type))
             .map(Envelope::decode)
             .collect()
     }

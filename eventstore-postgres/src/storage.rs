@@ -10,7 +10,7 @@ use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStream, EventStreamId, EventToStore,
     Fence, Lease, LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse,
-    LeaseScope, Limit, ReleaseOutcome, StorageResult, StoredEvent, Tags,
+    LeaseScope, Limit, RawStoredEvent, ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
@@ -203,6 +203,7 @@ impl EventStorage for PostgresEventStorage {
             Capability::Lease | Capability::FencedWrites | Capability::LeaseOutcomes => true,
             Capability::LeaseChanges => settings.push,
             Capability::AppendHints => settings.append_hints && settings.push,
+            Capability::RawPayloads => true,
             _ => false,
         }
     }
@@ -234,6 +235,19 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
+        let shared = self.admit(Operation::Query { stream })?;
+        let read = || events::query(shared, filter, stream, after, limit, direction);
+        shared.settings.health.read(read).await
+    }
+
+    async fn query_raw(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<RawStoredEvent>> {
         let shared = self.admit(Operation::Query { stream })?;
         let read = || events::query(shared, filter, stream, after, limit, direction);
         shared.settings.health.read(read).await

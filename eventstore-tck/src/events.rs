@@ -1711,11 +1711,20 @@ pub async fn backward_queries_return_newest_first_and_limit_from_the_newest<F: S
         ["billing", "e4"], "query rule: a backward read of several streams returns the newest event of any stream first");
 }
 
-/// `query_stream` yields exactly what `query` returns for the same arguments, across more
-/// than one page (the default pages hold 1,000 events), in both directions, with `after`,
-/// `limit`, `until` and filters; invalid input is its first and only item.
-pub async fn query_stream_yields_what_query_returns<F: StorageFactory>(factory: &F) {
-    let storage = factory.create().await;
+/// One way of calling `query`: what it is called, then its arguments.
+type QueryShape = (
+    &'static str,
+    EventFilter,
+    EventStreamId,
+    Option<EventReference>,
+    Limit,
+    Direction,
+);
+
+/// Fills `storage` with 2,500 events in `orders` (more than two default pages) and five in
+/// `billing`, and returns the reads to compare across them: both directions, with `after`,
+/// `limit`, `until` and filters.
+async fn paged_reads<S: EventStorage + ?Sized>(storage: &S) -> Vec<QueryShape> {
     for batch in 0..5 {
         let events = (0..500)
             .map(|n| {
@@ -1725,16 +1734,16 @@ pub async fn query_stream_yields_what_query_returns<F: StorageFactory>(factory: 
                     .with_tags(tags(&[("order", &format!("o-{}", n % 7))]))
             })
             .collect();
-        append(&storage, &orders(), events).await;
+        append(storage, &orders(), events).await;
         append(
-            &storage,
+            storage,
             &billing(),
             vec![labelled("Even", &format!("b{batch}"))],
         )
         .await;
     }
     let all = query(
-        &storage,
+        storage,
         &EventFilter::match_all(),
         &orders(),
         None,
@@ -1744,7 +1753,7 @@ pub async fn query_stream_yields_what_query_returns<F: StorageFactory>(factory: 
     .await;
     let middle = Some(all[1_234].reference);
     let order_3 = EventFilter::for_tags(tags(&[("order", "o-3")]));
-    let shapes = [
+    vec![
         (
             "forward",
             EventFilter::match_all(),
@@ -1841,7 +1850,15 @@ pub async fn query_stream_yields_what_query_returns<F: StorageFactory>(factory: 
             Limit::none(),
             Direction::Forward,
         ),
-    ];
+    ]
+}
+
+/// `query_stream` yields exactly what `query` returns for the same arguments, across more
+/// than one page (the default pages hold 1,000 events), in both directions, with `after`,
+/// `limit`, `until` and filters; invalid input is its first and only item.
+pub async fn query_stream_yields_what_query_returns<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let shapes = paged_reads(&storage).await;
     for (shape, filter, stream, after, limit, direction) in shapes {
         let expected = query(&storage, &filter, &stream, after.as_ref(), limit, direction).await;
         let streamed: Vec<StoredEvent> = storage
@@ -1868,6 +1885,65 @@ pub async fn query_stream_yields_what_query_returns<F: StorageFactory>(factory: 
         invalid.next().await.is_none(),
         "invalid input ends the stream"
     );
+}
+
+/// `query_raw` returns exactly the events `query` returns for the same arguments, each
+/// payload as JSON text that parses to `query`'s value, whether the backend reads payloads
+/// as text ([`Capability::RawPayloads`](eventstore_api::Capability::RawPayloads)) or writes `query`'s values out; invalid input is
+/// refused alike.
+pub async fn query_raw_returns_what_query_returns_with_payloads_as_text<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    append(
+        &storage,
+        &orders(),
+        vec![EventToStore::new(
+            "Nested",
+            json!({ "text": "ü \"quoted\"", "list": [1, 2.5, null, true], "big": u64::MAX, "empty": {} }),
+        )
+        .with_tags(tags(&[("order", "o-nested")]))
+        .with_idempotency_key("nested-1")],
+    )
+    .await;
+    for (shape, filter, stream, after, limit, direction) in paged_reads(&storage).await {
+        let expected = query(&storage, &filter, &stream, after.as_ref(), limit, direction).await;
+        let raw = storage
+            .query_raw(&filter, &stream, after.as_ref(), limit, direction)
+            .await
+            .unwrap_or_else(|err| panic!("query_raw ({shape}) failed: {err}"));
+        let parsed: Vec<StoredEvent> = raw
+            .into_iter()
+            .map(|event| StoredEvent {
+                payload: serde_json::from_str(event.payload.get()).unwrap_or_else(|err| {
+                    panic!(
+                        "query_raw ({shape}): payload {} is not JSON: {err}",
+                        event.payload
+                    )
+                }),
+                stream: event.stream,
+                event_type: event.event_type,
+                reference: event.reference,
+                tags: event.tags,
+                timestamp: event.timestamp,
+                idempotency_key: event.idempotency_key,
+            })
+            .collect();
+        assert!(
+            parsed == expected,
+            "query_raw rule ({shape}): the events query returns, payloads as their text"
+        );
+    }
+    let invalid = storage
+        .query_raw(
+            &EventFilter::match_all(),
+            &EventStreamId::new("", "default"),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await;
+    assert_invalid_input(invalid, "query_raw of an empty context", "validate_stream");
 }
 
 // ---------------------------------------------------------------------------------------

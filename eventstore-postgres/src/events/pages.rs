@@ -11,9 +11,10 @@
 
 use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, Limit, StoredEvent};
 use futures_util::TryStreamExt;
+use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::rows::{decode_read, read_columns};
+use super::rows::{decode_reference, read_columns, ReadEvent};
 use crate::filter_sql::{
     descending, push_filter, push_order, push_stream_between, VISIBILITY_BARRIER,
 };
@@ -154,12 +155,12 @@ impl Pages {
 
     /// Reads the next page on `connection` onto the end of `events`, each row decoded as it
     /// arrives and dropped at once, so that neither the rows nor a page are held twice.
-    pub(crate) async fn next_into(
+    pub(crate) async fn next_into<E: ReadEvent>(
         &mut self,
         shared: &Shared,
         connection: &mut PgConnection,
         operation: &str,
-        events: &mut Vec<StoredEvent>,
+        events: &mut Vec<E>,
     ) -> eventstore_api::StorageResult<()> {
         if self.done {
             return Ok(());
@@ -174,27 +175,78 @@ impl Pages {
                 .persistent(shared.settings.prepared_statements)
                 .fetch(connection);
             while let Some(row) = fetched.try_next().await.map_err(|e| failing.map(e))? {
-                events.push(decode_read(&row, &self.stream).map_err(|e| failing.map(e))?);
+                events.push(E::decode(&row, &self.stream).map_err(|e| failing.map(e))?);
             }
         }
         drop(query);
-        self.advance(&events[start..], rows);
+        let page = &events[start..];
+        self.advance(page.len(), page.last().map(E::reference), rows);
         Ok(())
     }
 
-    /// Moves past `page`, which a statement asking for `rows` events returned.
-    fn advance(&mut self, page: &[StoredEvent], rows: u64) {
-        let count = page.len() as u64;
+    /// Reads the next page's rows on `connection` without decoding them, and moves past
+    /// them: the next statement can then be sent while these rows are decoded (see
+    /// [`decode_rows`]). Empty once the read is over.
+    pub(crate) async fn next_rows(
+        &mut self,
+        shared: &Shared,
+        connection: &mut PgConnection,
+        operation: &str,
+    ) -> eventstore_api::StorageResult<Vec<PgRow>> {
+        if self.done {
+            return Ok(Vec::new());
+        }
+        let failing = shared.settings.failing(operation);
+        let (mut query, rows) = self.statement(shared, "");
+        let page = query
+            .build()
+            .persistent(shared.settings.prepared_statements)
+            .fetch_all(connection)
+            .await
+            .map_err(|e| failing.map(e))?;
+        drop(query);
+        let last = page
+            .last()
+            .map(decode_reference)
+            .transpose()
+            .map_err(|e| failing.map(e))?;
+        self.advance(page.len(), last, rows);
+        Ok(page)
+    }
+
+    /// The stream this read covers, which [`decode_rows`] decodes its rows for.
+    pub(crate) fn stream(&self) -> &EventStreamId {
+        &self.stream
+    }
+
+    /// Moves past a page of `count` events ending with `last`, which a statement asking for
+    /// `rows` events returned.
+    fn advance(&mut self, count: usize, last: Option<EventReference>, rows: u64) {
+        let count = count as u64;
         self.remaining = self.remaining.map(|n| n.saturating_sub(count));
         self.done = count < rows || self.remaining == Some(0);
         if self.growing {
             self.page_rows = (self.page_rows * 2).min(LARGEST_PAGE_ROWS);
         }
-        if let Some(last) = page.last() {
+        if let Some(last) = last {
             match self.direction {
-                Direction::Forward => self.after = Some(last.reference),
-                Direction::Backward => self.before = Some(last.reference),
+                Direction::Forward => self.after = Some(last),
+                Direction::Backward => self.before = Some(last),
             }
         }
     }
+}
+
+/// Decodes the rows of a page of a read of `stream` (from [`Pages::next_rows`]) onto the end
+/// of `events`, dropping each row once decoded.
+pub(crate) fn decode_rows<E: ReadEvent>(
+    rows: Vec<PgRow>,
+    stream: &EventStreamId,
+    events: &mut Vec<E>,
+) -> Result<(), sqlx::Error> {
+    events.reserve(rows.len());
+    for row in rows {
+        events.push(E::decode(&row, stream)?);
+    }
+    Ok(())
 }

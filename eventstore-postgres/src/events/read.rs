@@ -9,35 +9,47 @@ use eventstore_api::{
 use futures_util::{stream, StreamExt, TryStreamExt};
 use sqlx::{Postgres, QueryBuilder};
 
+use super::pages::decode_rows;
 pub(crate) use super::pages::Pages;
-use super::rows::{decode_event, decode_reference, EVENT_COLUMNS};
+use super::rows::{decode_event, decode_reference, ReadEvent, EVENT_COLUMNS};
 use crate::filter_sql::{push_order, push_stream_between, VISIBILITY_BARRIER};
 use crate::shared::Shared;
 
 /// The matching events of the streams `stream` covers, strictly after `after`, below the
 /// visibility barrier: page after page on one connection (see [`Pages`]).
+///
+/// Each page's statement is sent before the page before it is decoded, so that the server
+/// finds and sends the next rows while the client decodes: read one after the other, the
+/// server waited idle for every next statement, and the client for every first row.
 #[tracing::instrument(name = "query", level = "debug", skip_all,
     fields(backend = "postgres", stream = %stream, limit = ?limit.0, ?direction))]
-pub(crate) async fn query(
+pub(crate) async fn query<E: ReadEvent>(
     shared: &Shared,
     filter: &EventFilter,
     stream: &EventStreamId,
     after: Option<&EventReference>,
     limit: Limit,
     direction: Direction,
-) -> StorageResult<Vec<StoredEvent>> {
+) -> StorageResult<Vec<E>> {
     let mut pages = Pages::new(filter, stream, after, limit, direction).growing();
     if pages.is_done() {
         return Ok(Vec::new());
     }
     let operation = "query events";
+    let failing = shared.settings.failing(operation);
+    let stream = pages.stream().clone();
     let mut connection = shared.connection_for(operation).await?;
     let mut events = Vec::new();
+    let mut rows = pages.next_rows(shared, &mut connection, operation).await?;
     while !pages.is_done() {
-        pages
-            .next_into(shared, &mut connection, operation, &mut events)
-            .await?;
+        // The decoding never yields: it runs while the next statement waits for its rows.
+        let decode = async { decode_rows(rows, &stream, &mut events) };
+        let (next, decoded) =
+            tokio::join!(pages.next_rows(shared, &mut connection, operation), decode);
+        decoded.map_err(|e| failing.map(e))?;
+        rows = next?;
     }
+    decode_rows(rows, &stream, &mut events).map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
     Ok(events)
 }

@@ -1,9 +1,13 @@
 //! Events as rows of the events table: the columns a read selects, how a row decodes, and
 //! the stream columns of an append.
 
-use eventstore_api::{EventId, EventReference, EventStreamId, StoredEvent};
-use sqlx::postgres::PgRow;
-use sqlx::Row;
+use chrono::{DateTime, Utc};
+use eventstore_api::{
+    EventId, EventReference, EventStreamId, EventType, RawStoredEvent, StoredEvent, Tags,
+};
+use serde_json::value::RawValue;
+use sqlx::postgres::{PgRow, PgValueFormat};
+use sqlx::{Row, TypeInfo, ValueRef};
 
 use crate::tags_column::TagsColumn;
 
@@ -61,11 +65,55 @@ pub(crate) fn read_columns(stream: &EventStreamId) -> &'static str {
     }
 }
 
+/// What a read hands out for each row: a [`StoredEvent`], or a [`RawStoredEvent`] whose
+/// payload stays the JSON text the row carries.
+pub(crate) trait ReadEvent: Sized {
+    /// The event from a row a read of `stream` returned, with the [`read_columns`] of
+    /// `stream`: a concrete stream's events carry that stream, the others their own.
+    fn decode(row: &PgRow, stream: &EventStreamId) -> Result<Self, sqlx::Error>;
+
+    /// Where the event stands in the storage's order.
+    fn reference(&self) -> EventReference;
+}
+
+impl ReadEvent for StoredEvent {
+    fn decode(row: &PgRow, stream: &EventStreamId) -> Result<Self, sqlx::Error> {
+        decode_read(row, stream)
+    }
+
+    fn reference(&self) -> EventReference {
+        self.reference
+    }
+}
+
+impl ReadEvent for RawStoredEvent {
+    fn decode(row: &PgRow, stream: &EventStreamId) -> Result<Self, sqlx::Error> {
+        let event = if stream.is_concrete() {
+            decode_after_stream(row, stream.clone(), 3, raw_payload)?
+        } else {
+            decode_with_stream(row, raw_payload)?
+        };
+        Ok(RawStoredEvent {
+            stream: event.stream,
+            event_type: event.event_type,
+            reference: event.reference,
+            payload: event.payload,
+            tags: event.tags,
+            timestamp: event.timestamp,
+            idempotency_key: event.idempotency_key,
+        })
+    }
+
+    fn reference(&self) -> EventReference {
+        self.reference
+    }
+}
+
 /// An event from a row a read of `stream` returned, with the [`read_columns`] of `stream`: a
 /// concrete stream's events carry that stream, the others their own.
 pub(crate) fn decode_read(row: &PgRow, stream: &EventStreamId) -> Result<StoredEvent, sqlx::Error> {
     if stream.is_concrete() {
-        decode_after_stream(row, stream.clone(), 3)
+        decode_after_stream(row, stream.clone(), 3, value_payload).map(EventRow::into_stored)
     } else {
         decode_event(row)
     }
@@ -75,24 +123,84 @@ pub(crate) fn decode_read(row: &PgRow, stream: &EventStreamId) -> Result<StoredE
 /// value decoded from the row's bytes once. The columns' types are not checked again for
 /// every row: the statement names them, and opening the storage checked the table's.
 pub(crate) fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
+    decode_with_stream(row, value_payload).map(EventRow::into_stored)
+}
+
+/// An event's fields as a row gives them, its payload decoded into `P`.
+struct EventRow<P> {
+    stream: EventStreamId,
+    event_type: EventType,
+    reference: EventReference,
+    payload: P,
+    tags: Tags,
+    timestamp: DateTime<Utc>,
+    idempotency_key: Option<String>,
+}
+
+impl EventRow<serde_json::Value> {
+    fn into_stored(self) -> StoredEvent {
+        StoredEvent {
+            stream: self.stream,
+            event_type: self.event_type,
+            reference: self.reference,
+            payload: self.payload,
+            tags: self.tags,
+            timestamp: self.timestamp,
+            idempotency_key: self.idempotency_key,
+        }
+    }
+}
+
+/// The payload column parsed into a [`serde_json::Value`].
+fn value_payload(row: &PgRow, index: usize) -> Result<serde_json::Value, sqlx::Error> {
+    row.try_get_unchecked(index)
+}
+
+/// The payload column as its JSON text, unparsed but checked. A `jsonb` column (of a table
+/// made before payloads became `json`) sends a format version byte before the text.
+fn raw_payload(row: &PgRow, index: usize) -> Result<Box<RawValue>, sqlx::Error> {
+    let value = row.try_get_raw(index)?;
+    let binary_jsonb =
+        value.format() == PgValueFormat::Binary && value.type_info().name() == "JSONB";
+    let bytes = value.as_bytes().map_err(sqlx::Error::Decode)?;
+    let text = match (binary_jsonb, bytes.split_first()) {
+        (true, Some((1, text))) => text,
+        (true, _) => {
+            return Err(sqlx::Error::Decode(
+                "a jsonb payload of an unknown format version".into(),
+            ))
+        }
+        (false, _) => bytes,
+    };
+    let text = std::str::from_utf8(text).map_err(|e| sqlx::Error::Decode(e.into()))?;
+    RawValue::from_string(text.to_owned()).map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
+/// An event from a row with the [`EVENT_COLUMNS`], its payload decoded by `payload`.
+fn decode_with_stream<P>(
+    row: &PgRow,
+    payload: fn(&PgRow, usize) -> Result<P, sqlx::Error>,
+) -> Result<EventRow<P>, sqlx::Error> {
     let stream = EventStreamId::new(
         row.try_get_unchecked::<String, _>(3)?,
         row.try_get_unchecked::<String, _>(4)?,
     );
-    decode_after_stream(row, stream, 5)
+    decode_after_stream(row, stream, 5, payload)
 }
 
 /// An event of `stream` from a row that starts with `position`, `tx_bytes` and `id`, and has
-/// the columns after the stream's from index `rest` on (`event_type` to `stored_at`).
-fn decode_after_stream(
+/// the columns after the stream's from index `rest` on (`event_type` to `stored_at`), its
+/// payload decoded by `payload`.
+fn decode_after_stream<P>(
     row: &PgRow,
     stream: EventStreamId,
     rest: usize,
-) -> Result<StoredEvent, sqlx::Error> {
+    payload: fn(&PgRow, usize) -> Result<P, sqlx::Error>,
+) -> Result<EventRow<P>, sqlx::Error> {
     let position: i64 = row.try_get_unchecked(0)?;
     let tx = decode_tx(row.try_get_unchecked(1)?)?;
     let TagsColumn(tags) = row.try_get_unchecked(rest + 2)?;
-    Ok(StoredEvent {
+    Ok(EventRow {
         stream,
         event_type: row.try_get_unchecked::<String, _>(rest)?.into(),
         reference: EventReference {
@@ -101,7 +209,7 @@ fn decode_after_stream(
                 .map_err(|_| sqlx::Error::Decode(format!("negative position {position}").into()))?,
             tx,
         },
-        payload: row.try_get_unchecked(rest + 1)?,
+        payload: payload(row, rest + 1)?,
         tags,
         timestamp: row.try_get_unchecked(rest + 4)?,
         idempotency_key: row.try_get_unchecked(rest + 3)?,

@@ -2,7 +2,7 @@
 //! separate pools, killed connections, the visibility barrier, lease change notifications,
 //! append hints, fencing tokens that survive a server restart, electors that outlive a
 //! failing push channel, electors under chaos (killed connections, a crash), pinned
-//! search_path, and what a pooler in transaction mode needs.
+//! search_path, what a pooler in transaction mode needs, and typed reads from payloads as text.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -37,3 +37,4 @@ mod session_locks;
 mod step_down_ceiling;
 mod streaming_read;
 mod throwaway_cluster;
+mod typed_reads;
