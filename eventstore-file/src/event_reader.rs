@@ -5,10 +5,8 @@ use std::fs::File;
 use std::io;
 use std::sync::Arc;
 
-use eventstore_api::StoredEvent;
-
 use crate::codec::DecodeError;
-use crate::event_record::EventFields;
+use crate::event_record::{EventFields, FromFields};
 use crate::index::Location;
 use crate::positioned_io::read_exact_at;
 
@@ -45,9 +43,9 @@ pub(crate) enum ReadFailure {
 ///
 /// # Errors
 /// A read failed or its bytes did not decode.
-pub(crate) fn read_events(
+pub(crate) fn read_events<E: FromFields>(
     locations: &[(Arc<File>, Location)],
-) -> Result<Vec<StoredEvent>, ReadFailure> {
+) -> Result<Vec<E>, ReadFailure> {
     let mut events = Vec::with_capacity(locations.len());
     let mut buffer = Vec::new();
     let mut start = 0;
@@ -82,7 +80,7 @@ pub(crate) fn read_events(
                 source,
             };
             let event = EventFields::decode(bytes)
-                .and_then(EventFields::into_stored)
+                .and_then(E::from_fields)
                 .map_err(decode_failure)?;
             events.push(event);
         }

@@ -15,8 +15,10 @@ use std::io;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::{
-    EventId, EventReference, EventStorageError, EventStreamId, EventType, StoredEvent, Tag, Tags,
+    EventId, EventReference, EventStorageError, EventStreamId, EventType, RawStoredEvent,
+    StoredEvent, Tag, Tags,
 };
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
@@ -185,24 +187,52 @@ impl<'a> EventFields<'a> {
             .map(|&(key, value)| Tag::new(key, value))
             .collect()
     }
+}
 
-    /// The whole event, payload parsed.
+/// An event as a read hands it out, made from its stored fields: a [`StoredEvent`], or a
+/// [`RawStoredEvent`] whose payload stays the stored JSON text.
+pub(crate) trait FromFields: Sized {
+    /// The event of `fields`.
     ///
     /// # Errors
     /// The payload is not JSON.
-    pub(crate) fn into_stored(self) -> Result<StoredEvent, DecodeError> {
-        let payload = serde_json::from_slice(self.payload)
-            .map_err(|error| DecodeError(format!("the payload is not JSON: {error}")))?;
+    fn from_fields(fields: EventFields<'_>) -> Result<Self, DecodeError>;
+}
+
+impl FromFields for StoredEvent {
+    fn from_fields(fields: EventFields<'_>) -> Result<Self, DecodeError> {
+        let payload = serde_json::from_slice(fields.payload).map_err(not_json)?;
         Ok(StoredEvent {
-            stream: self.stream(),
-            event_type: EventType::from(self.event_type),
-            reference: EventReference::at(self.id, self.position),
-            tags: self.tag_set(),
-            timestamp: self.timestamp,
-            idempotency_key: self.idempotency_key.map(str::to_owned),
+            stream: fields.stream(),
+            event_type: EventType::from(fields.event_type),
+            reference: EventReference::at(fields.id, fields.position),
+            tags: fields.tag_set(),
+            timestamp: fields.timestamp,
+            idempotency_key: fields.idempotency_key.map(str::to_owned),
             payload,
         })
     }
+}
+
+impl FromFields for RawStoredEvent {
+    fn from_fields(fields: EventFields<'_>) -> Result<Self, DecodeError> {
+        let text = std::str::from_utf8(fields.payload)
+            .map_err(|error| DecodeError(format!("the payload is not UTF-8: {error}")))?;
+        let payload = RawValue::from_string(text.to_owned()).map_err(not_json)?;
+        Ok(RawStoredEvent {
+            stream: fields.stream(),
+            event_type: EventType::from(fields.event_type),
+            reference: EventReference::at(fields.id, fields.position),
+            tags: fields.tag_set(),
+            timestamp: fields.timestamp,
+            idempotency_key: fields.idempotency_key.map(str::to_owned),
+            payload,
+        })
+    }
+}
+
+fn not_json(error: serde_json::Error) -> DecodeError {
+    DecodeError(format!("the payload is not JSON: {error}"))
 }
 
 #[cfg(test)]
@@ -240,7 +270,7 @@ mod tests {
             assert_eq!(bytes.len(), *length as usize);
             let alone = &encoded.frame[*frame_offset as usize..][..*length as usize];
             assert_eq!(
-                &EventFields::decode(alone).unwrap().into_stored().unwrap(),
+                &StoredEvent::from_fields(EventFields::decode(alone).unwrap()).unwrap(),
                 expected
             );
         }

@@ -16,7 +16,7 @@ use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
     LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
-    ReleaseOutcome, StorageResult, StoredEvent, Tags,
+    RawStoredEvent, ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 use tokio::sync::oneshot;
 
@@ -24,6 +24,7 @@ use crate::command::{Command, Reply};
 use crate::corruption::OpenFailure;
 use crate::directory::{create_dir_durably, DirectoryLock};
 use crate::event_reader::read_events;
+use crate::event_record::FromFields;
 use crate::index::Location;
 use crate::lease_tokens::LeaseState;
 use crate::options::FileStorageOptions;
@@ -187,11 +188,11 @@ impl FileEventStorage {
     }
 
     /// Reads the events at `locations` off the request path's thread.
-    async fn fetch(
+    async fn fetch<E: FromFields + Send + 'static>(
         &self,
         mut locations: Vec<(Arc<File>, Location)>,
         direction: Direction,
-    ) -> StorageResult<Vec<StoredEvent>> {
+    ) -> StorageResult<Vec<E>> {
         if locations.is_empty() {
             return Ok(Vec::new());
         }
@@ -387,15 +388,17 @@ impl EventStorage for FileEventStorage {
     }
 
     fn supports(&self, capability: Capability) -> bool {
-        !self.inner.read_only
-            && matches!(
-                capability,
-                Capability::Lease
-                    | Capability::FencedWrites
-                    | Capability::LeaseChanges
-                    | Capability::LeaseOutcomes
-                    | Capability::AppendHints
-            )
+        // Payloads are stored as JSON text, which reads hand out as it is, read-only or not.
+        capability == Capability::RawPayloads
+            || !self.inner.read_only
+                && matches!(
+                    capability,
+                    Capability::Lease
+                        | Capability::FencedWrites
+                        | Capability::LeaseChanges
+                        | Capability::LeaseOutcomes
+                        | Capability::AppendHints
+                )
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, events = events.len()))]
@@ -433,6 +436,20 @@ impl EventStorage for FileEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
+        self.admit(Operation::Query { stream })?;
+        let locations = self.index().select(filter, stream, after, limit, direction);
+        self.fetch(locations, direction).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, limit = ?limit.0, ?direction))]
+    async fn query_raw(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<RawStoredEvent>> {
         self.admit(Operation::Query { stream })?;
         let locations = self.index().select(filter, stream, after, limit, direction);
         self.fetch(locations, direction).await

@@ -316,7 +316,7 @@ impl Writer {
         }
         if !in_log.is_empty() {
             in_log.sort_by_key(|(_, location)| (location.segment, location.offset));
-            let read = read_events(&in_log).map_err(|failure| {
+            let read = read_events::<StoredEvent>(&in_log).map_err(|failure| {
                 EventStorageError::backend(
                     format!(
                         "cannot read the events stored under the batch's idempotency keys in {}",

@@ -183,6 +183,13 @@
 //!   both in the same step as the answer: `eventstore_api::in_process::LeaseTable` returns
 //!   them from `request_with_outcome` and `release`. Without the capability, both return
 //!   `Unsupported`, and electors count no takeovers.
+//! - **`Capability::RawPayloads`**: `query_raw` hands out payloads as the JSON text the
+//!   backend read, which typed streams decode from directly. Declare it when your backend
+//!   stores payloads as text and overrides `query_raw` to return that text; the default
+//!   writes `query`'s values out, correct but no cheaper. Nothing a caller can observe
+//!   depends on it, so no scenario needs it and `tck_tests!` does not take it: every backend
+//!   runs the scenario that holds `query_raw` to `query`
+//!   ([`query_raw_returns_what_query_returns_with_payloads_as_text`](crate::events::query_raw_returns_what_query_returns_with_payloads_as_text)).
 //!
 //! Give [`tck_tests!`](crate::tck_tests) the capabilities `supports` answers true for. The
 //! test of a scenario that needs one you do not declare (its documentation says which, on a
