@@ -255,6 +255,22 @@ pub fn encode<E: DomainEvent>(event: &E) -> Result<EventToStore, EventStoreError
     Ok(EventToStore::new(event.event_type(), payload).with_tags(event.tags()))
 }
 
+/// The events of `stored` whose type `E` reads, decoded in order into a vector sized once
+/// (collected through a filter, it would grow by doubling, copying every event each time).
+fn decode_own<S, E: DomainEvent>(
+    stored: Vec<S>,
+    event_type: impl Fn(&S) -> &crate::EventType,
+    decode: impl Fn(S) -> Result<Envelope<E>, EventStoreError>,
+) -> Result<Vec<Envelope<E>>, EventStoreError> {
+    let mut envelopes = Vec::with_capacity(stored.len());
+    for event in stored {
+        if E::event_types().contains(&event_type(&event).as_str()) {
+            envelopes.push(decode(event)?);
+        }
+    }
+    Ok(envelopes)
+}
+
 /// The typed entry point over a storage: hands out typed streams.
 #[derive(Debug, Clone)]
 pub struct EventStore {
@@ -403,27 +419,18 @@ impl<E: DomainEvent> TypedStream<E> {
         after: Option<&EventReference>,
         limit: Limit,
     ) -> Result<Vec<Envelope<E>>, EventStoreError> {
-        let own = |event_type: &crate::EventType| E::event_types().contains(&event_type.as_str());
         if self.storage.supports(Capability::RawPayloads) {
             let stored = self
                 .storage
                 .query_raw(filter, &self.id, after, limit, Direction::Forward)
                 .await?;
-            return stored
-                .into_iter()
-                .filter(|event| own(&event.event_type))
-                .map(Envelope::decode_raw)
-                .collect();
+            return decode_own(stored, |event| &event.event_type, Envelope::decode_raw);
         }
         let stored = self
             .storage
             .query(filter, &self.id, after, limit, Direction::Forward)
             .await?;
-        stored
-            .into_iter()
-            .filter(|event| own(&event.event_type))
-            .map(Envelope::decode)
-            .collect()
+        decode_own(stored, |event| &event.event_type, Envelope::decode)
     }
 
     /// Every event of this stream's types, oldest first.

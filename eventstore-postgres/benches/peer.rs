@@ -13,15 +13,20 @@
 //! Appends are unconditional on both sides (`AppendCriteria::none()`, and the peer's
 //! `append_without_validation`). "One stream" is our stream `bench/default`, and the peer's
 //! stream of `Measured` events; "by tag" is our tag `run:r1`, the peer's domain id
-//! `run_id = 'r1'`. Every event read is decoded whole by both.
+//! `run_id = 'r1'`. Every event read is decoded whole by both. "As typed events" is our
+//! typed stream of the facade, whose events decode from their payloads' text as the peer's
+//! do; the peer reads its stream as always.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use disintegrate::{EventStore as _, StreamItem};
 use disintegrate_postgres::PgEventStore;
 use disintegrate_serde::serde::json::Json;
+use eventstore_api::store::NamedEvent;
 use eventstore_api::{
-    AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Limit, Tags,
+    AppendCriteria, Direction, EventFilter, EventStorage, EventStore, EventStreamId, EventToStore,
+    Limit, Tags,
 };
 use eventstore_postgres::PostgresEventStorage;
 use futures_util::StreamExt;
@@ -56,6 +61,18 @@ enum PeerEvent {
 }
 
 type Peer = PgEventStore<PeerEvent, Json<PeerEvent>>;
+
+/// Our events of the read stream as a typed stream of the facade reads them: the fields of
+/// the peer's `Measured` but its domain id, which ours carries as a tag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Measured {
+    n: i64,
+    label: String,
+}
+
+impl NamedEvent for Measured {
+    const EVENT_TYPE: &'static str = "Measured";
+}
 
 /// The peer's schema, from its own SQL files; `0xFFFFFFFF` is written `4294967295`.
 const PEER_SCHEMA: &[&str] = &[
@@ -126,6 +143,7 @@ struct Round {
     batch_rate: f64,
     read_stream_rate: f64,
     read_tag_rate: f64,
+    read_typed_rate: f64,
 }
 
 fn label(n: usize) -> String {
@@ -242,6 +260,20 @@ impl Stores {
         }
     }
 
+    /// Reads the read stream whole into typed events: ours through a typed stream of the
+    /// facade, the peer as its read always does; returns how many events.
+    async fn read_typed(&self, side: Side) -> usize {
+        match side {
+            Side::Ours => EventStore::new(Arc::new(self.ours.clone()))
+                .stream::<Measured>(EventStreamId::for_context("bench"))
+                .read_all()
+                .await
+                .unwrap()
+                .len(),
+            Side::Peer => self.read(Side::Peer, false).await,
+        }
+    }
+
     async fn round(&self, side: Side, round: usize) -> Round {
         let base = round * 1_000_000;
         let mut latencies = Vec::with_capacity(SINGLE_APPENDS);
@@ -281,6 +313,13 @@ impl Stores {
         let read = self.read(side, true).await;
         assert_eq!(read, READ_EVENTS, "{side:?} read the tag");
         let read_tag_rate = rate(read, start);
+        let start = Instant::now();
+        let read = self.read_typed(side).await;
+        assert_eq!(
+            read, READ_EVENTS,
+            "{side:?} read the stream as typed events"
+        );
+        let read_typed_rate = rate(read, start);
         Round {
             single_p50: latencies[latencies.len() / 2],
             single_rate,
@@ -288,6 +327,7 @@ impl Stores {
             batch_rate,
             read_stream_rate,
             read_tag_rate,
+            read_typed_rate,
         }
     }
 }
@@ -396,7 +436,7 @@ async fn main() {
         p50(&peer).as_secs_f64() * 1e6,
         p50(&ours).as_secs_f64() / p50(&peer).as_secs_f64()
     );
-    let rows: [(&str, Figure); 5] = [
+    let rows: [(&str, Figure); 6] = [
         ("single append, 1 client, events/s", |r| r.single_rate),
         ("8 clients × single appends, events/s", |r| r.clients_rate),
         ("appends in batches of 100, events/s", |r| r.batch_rate),
@@ -404,6 +444,9 @@ async fn main() {
             r.read_stream_rate
         }),
         ("read the same 20,000 by tag, events/s", |r| r.read_tag_rate),
+        ("read the same 20,000 as typed events, events/s", |r| {
+            r.read_typed_rate
+        }),
     ];
     for (what, field) in rows {
         let (a, b) = (median(&ours, field), median(&peer, field));
