@@ -199,22 +199,16 @@ impl<E: DomainEvent> Envelope<E> {
     /// # Errors
     /// [`EventStoreError::Decode`] when the payload is not an `E`.
     pub fn decode(stored: StoredEvent) -> Result<Self, EventStoreError> {
-        let event =
-            E::from_payload(stored.event_type.as_str(), stored.payload).map_err(|source| {
-                EventStoreError::Decode {
-                    reference: stored.reference,
-                    event_type: stored.event_type.0.clone(),
-                    rust_type: std::any::type_name::<E>(),
-                    source,
-                }
-            })?;
-        Ok(Envelope {
-            event,
-            reference: stored.reference,
-            stream: stored.stream,
-            tags: stored.tags,
-            timestamp: stored.timestamp,
-        })
+        let decoded = E::from_payload(stored.event_type.as_str(), stored.payload);
+        let StoredEvent {
+            stream,
+            event_type,
+            reference,
+            tags,
+            timestamp,
+            ..
+        } = stored;
+        Self::wrap(decoded, &event_type, reference, stream, tags, timestamp)
     }
 
     /// Decodes a stored event whose payload is JSON text, with [`DomainEvent::from_json`].
@@ -222,21 +216,39 @@ impl<E: DomainEvent> Envelope<E> {
     /// # Errors
     /// [`EventStoreError::Decode`] when the payload is not an `E`.
     pub fn decode_raw(stored: RawStoredEvent) -> Result<Self, EventStoreError> {
-        let event =
-            E::from_json(stored.event_type.as_str(), &stored.payload).map_err(|source| {
-                EventStoreError::Decode {
-                    reference: stored.reference,
-                    event_type: stored.event_type.0.clone(),
-                    rust_type: std::any::type_name::<E>(),
-                    source,
-                }
-            })?;
+        let decoded = E::from_json(stored.event_type.as_str(), &stored.payload);
+        let RawStoredEvent {
+            stream,
+            event_type,
+            reference,
+            tags,
+            timestamp,
+            ..
+        } = stored;
+        Self::wrap(decoded, &event_type, reference, stream, tags, timestamp)
+    }
+
+    /// The envelope of what decoding an event of `event_type` at `reference` gave.
+    fn wrap(
+        decoded: serde_json::Result<E>,
+        event_type: &crate::EventType,
+        reference: EventReference,
+        stream: EventStreamId,
+        tags: Tags,
+        timestamp: DateTime<Utc>,
+    ) -> Result<Self, EventStoreError> {
+        let event = decoded.map_err(|source| EventStoreError::Decode {
+            reference,
+            event_type: event_type.0.clone(),
+            rust_type: std::any::type_name::<E>(),
+            source,
+        })?;
         Ok(Envelope {
             event,
-            reference: stored.reference,
-            stream: stored.stream,
-            tags: stored.tags,
-            timestamp: stored.timestamp,
+            reference,
+            stream,
+            tags,
+            timestamp,
         })
     }
 }

@@ -188,6 +188,20 @@ impl FileEventStorage {
     }
 
     /// Reads the events at `locations` off the request path's thread.
+    /// The events `query` selects, each made into an `E`.
+    async fn select<E: FromFields + Send + 'static>(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<E>> {
+        self.admit(Operation::Query { stream })?;
+        let locations = self.index().select(filter, stream, after, limit, direction);
+        self.fetch(locations, direction).await
+    }
+
     async fn fetch<E: FromFields + Send + 'static>(
         &self,
         mut locations: Vec<(Arc<File>, Location)>,
@@ -436,9 +450,7 @@ impl EventStorage for FileEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        self.admit(Operation::Query { stream })?;
-        let locations = self.index().select(filter, stream, after, limit, direction);
-        self.fetch(locations, direction).await
+        self.select(filter, stream, after, limit, direction).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, limit = ?limit.0, ?direction))]
@@ -450,9 +462,7 @@ impl EventStorage for FileEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<RawStoredEvent>> {
-        self.admit(Operation::Query { stream })?;
-        let locations = self.index().select(filter, stream, after, limit, direction);
-        self.fetch(locations, direction).await
+        self.select(filter, stream, after, limit, direction).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", id = %id.0))]

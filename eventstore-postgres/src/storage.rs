@@ -189,6 +189,21 @@ impl PostgresEventStorage {
         self.shared.admission.admit(operation)?;
         Ok(&self.shared)
     }
+
+    /// The events `query` reads, each decoded as an `E`; a read whose connection broke is
+    /// run once more.
+    async fn read<E: events::ReadEvent>(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<E>> {
+        let shared = self.admit(Operation::Query { stream })?;
+        let read = || events::query(shared, filter, stream, after, limit, direction);
+        shared.settings.health.read(read).await
+    }
 }
 
 #[async_trait]
@@ -235,9 +250,7 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        let shared = self.admit(Operation::Query { stream })?;
-        let read = || events::query(shared, filter, stream, after, limit, direction);
-        shared.settings.health.read(read).await
+        self.read(filter, stream, after, limit, direction).await
     }
 
     async fn query_raw(
@@ -248,9 +261,7 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<RawStoredEvent>> {
-        let shared = self.admit(Operation::Query { stream })?;
-        let read = || events::query(shared, filter, stream, after, limit, direction);
-        shared.settings.health.read(read).await
+        self.read(filter, stream, after, limit, direction).await
     }
 
     /// Streams natively: keyset pages of at most 1,000 events, each on a connection taken

@@ -10,4 +10,4 @@ mod visibility;
 
 pub(crate) use append::append;
 pub(crate) use read::{explain_query, get_by_id, head, query, query_stream, Pages};
-pub(crate) use rows::decode_reference;
+pub(crate) use rows::{decode_reference, ReadEvent};
