@@ -126,7 +126,7 @@ pub struct StoredEvent {
 /// [`serde_json::Value`] is built in between.
 ///
 /// [`EventStorage::query_raw`]: crate::EventStorage::query_raw
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RawStoredEvent {
     /// The stream the event was appended to.
     pub stream: EventStreamId,
@@ -171,5 +171,59 @@ impl TryFrom<StoredEvent> for RawStoredEvent {
             timestamp: event.timestamp,
             idempotency_key: event.idempotency_key,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stored() -> StoredEvent {
+        StoredEvent {
+            stream: EventStreamId::for_context("orders"),
+            event_type: "Placed".into(),
+            reference: EventReference::at(EventId::new(), 7),
+            payload: json!({ "order": "o-1", "lines": [1, 2.5, null], "note": "ü \"q\"" }),
+            tags: Tags::from_pairs([("order", "o-1")]),
+            timestamp: Utc::now(),
+            idempotency_key: Some("k-1".into()),
+        }
+    }
+
+    #[test]
+    fn a_stored_event_written_as_text_keeps_every_field_and_its_payload_parses_back() {
+        let event = stored();
+        let raw = RawStoredEvent::try_from(event.clone()).unwrap();
+        let payload: serde_json::Value = serde_json::from_str(raw.payload.get()).unwrap();
+        assert_eq!(payload, event.payload);
+        assert_eq!(
+            (&raw.stream, &raw.event_type, raw.reference, &raw.tags),
+            (
+                &event.stream,
+                &event.event_type,
+                event.reference,
+                &event.tags
+            )
+        );
+        assert_eq!(
+            (raw.timestamp, &raw.idempotency_key),
+            (event.timestamp, &event.idempotency_key)
+        );
+    }
+
+    #[test]
+    fn raw_events_serialize_their_payload_inline_and_compare_by_its_text() {
+        let raw = RawStoredEvent::try_from(stored()).unwrap();
+        let document = serde_json::to_value(&raw).unwrap();
+        assert_eq!(
+            document["payload"]["order"], "o-1",
+            "inline JSON, not a string"
+        );
+        let back: RawStoredEvent = serde_json::from_value(document).unwrap();
+        assert_eq!(back, raw);
+        let mut other = raw.clone();
+        other.payload = serde_json::value::RawValue::from_string("{}".to_owned()).unwrap();
+        assert_ne!(other, raw, "a different payload text is a different event");
     }
 }
