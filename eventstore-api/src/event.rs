@@ -157,6 +157,24 @@ impl PartialEq for RawStoredEvent {
     }
 }
 
+impl RawStoredEvent {
+    /// This event with its payload parsed: the [`StoredEvent`] `query` returns for it.
+    ///
+    /// # Errors
+    /// The payload text is not JSON (it always is, coming from a storage).
+    pub fn parse(self) -> serde_json::Result<StoredEvent> {
+        Ok(StoredEvent {
+            payload: serde_json::from_str(self.payload.get())?,
+            stream: self.stream,
+            event_type: self.event_type,
+            reference: self.reference,
+            tags: self.tags,
+            timestamp: self.timestamp,
+            idempotency_key: self.idempotency_key,
+        })
+    }
+}
+
 impl TryFrom<StoredEvent> for RawStoredEvent {
     type Error = serde_json::Error;
 
@@ -210,6 +228,7 @@ mod tests {
             (raw.timestamp, &raw.idempotency_key),
             (event.timestamp, &event.idempotency_key)
         );
+        assert_eq!(raw.parse().unwrap(), event, "parsed back, the event itself");
     }
 
     #[test]

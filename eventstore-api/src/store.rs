@@ -200,15 +200,14 @@ impl<E: DomainEvent> Envelope<E> {
     /// [`EventStoreError::Decode`] when the payload is not an `E`.
     pub fn decode(stored: StoredEvent) -> Result<Self, EventStoreError> {
         let decoded = E::from_payload(stored.event_type.as_str(), stored.payload);
-        let StoredEvent {
-            stream,
-            event_type,
-            reference,
-            tags,
-            timestamp,
-            ..
-        } = stored;
-        Self::wrap(decoded, &event_type, reference, stream, tags, timestamp)
+        Self::wrap(
+            decoded,
+            &stored.event_type,
+            stored.reference,
+            stored.stream,
+            stored.tags,
+            stored.timestamp,
+        )
     }
 
     /// Decodes a stored event whose payload is JSON text, with [`DomainEvent::from_json`].
@@ -217,15 +216,14 @@ impl<E: DomainEvent> Envelope<E> {
     /// [`EventStoreError::Decode`] when the payload is not an `E`.
     pub fn decode_raw(stored: RawStoredEvent) -> Result<Self, EventStoreError> {
         let decoded = E::from_json(stored.event_type.as_str(), &stored.payload);
-        let RawStoredEvent {
-            stream,
-            event_type,
-            reference,
-            tags,
-            timestamp,
-            ..
-        } = stored;
-        Self::wrap(decoded, &event_type, reference, stream, tags, timestamp)
+        Self::wrap(
+            decoded,
+            &stored.event_type,
+            stored.reference,
+            stored.stream,
+            stored.tags,
+            stored.timestamp,
+        )
     }
 
     /// The envelope of what decoding an event of `event_type` at `reference` gave.

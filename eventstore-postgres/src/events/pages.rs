@@ -14,7 +14,7 @@ use futures_util::TryStreamExt;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::rows::{decode_reference, read_columns, ReadEvent};
+use super::rows::{decode_read, decode_reference, read_columns, ReadEvent};
 use crate::filter_sql::{
     descending, push_filter, push_order, push_stream_between, VISIBILITY_BARRIER,
 };
@@ -140,48 +140,33 @@ impl Pages {
         (query, rows)
     }
 
-    /// Reads the next page on `connection`: empty once the read is over.
+    /// Reads the next page on `connection`, each row decoded as it arrives and dropped at
+    /// once, so that neither the rows nor the page are held twice: empty once the read is
+    /// over.
     pub(crate) async fn next(
         &mut self,
         shared: &Shared,
         connection: &mut PgConnection,
         operation: &str,
     ) -> eventstore_api::StorageResult<Vec<StoredEvent>> {
-        let mut page = Vec::new();
-        self.next_into(shared, connection, operation, &mut page)
-            .await?;
-        Ok(page)
-    }
-
-    /// Reads the next page on `connection` onto the end of `events`, each row decoded as it
-    /// arrives and dropped at once, so that neither the rows nor a page are held twice.
-    pub(crate) async fn next_into<E: ReadEvent>(
-        &mut self,
-        shared: &Shared,
-        connection: &mut PgConnection,
-        operation: &str,
-        events: &mut Vec<E>,
-    ) -> eventstore_api::StorageResult<()> {
         if self.done {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let failing = shared.settings.failing(operation);
-        let start = events.len();
         let (mut query, rows) = self.statement(shared, "");
-        events.reserve(usize::try_from(rows).unwrap_or(0));
+        let mut page = Vec::with_capacity(usize::try_from(rows).unwrap_or(0));
         {
             let mut fetched = query
                 .build()
                 .persistent(shared.settings.prepared_statements)
                 .fetch(connection);
             while let Some(row) = fetched.try_next().await.map_err(|e| failing.map(e))? {
-                events.push(E::decode(&row, &self.stream).map_err(|e| failing.map(e))?);
+                page.push(decode_read(&row, &self.stream).map_err(|e| failing.map(e))?);
             }
         }
         drop(query);
-        let page = &events[start..];
-        self.advance(page.len(), page.last().map(E::reference), rows);
-        Ok(())
+        self.advance(page.len(), page.last().map(|event| event.reference), rows);
+        Ok(page)
     }
 
     /// Reads the next page's rows on `connection` without decoding them, and moves past

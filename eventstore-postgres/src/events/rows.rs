@@ -71,18 +71,11 @@ pub(crate) trait ReadEvent: Sized {
     /// The event from a row a read of `stream` returned, with the [`read_columns`] of
     /// `stream`: a concrete stream's events carry that stream, the others their own.
     fn decode(row: &PgRow, stream: &EventStreamId) -> Result<Self, sqlx::Error>;
-
-    /// Where the event stands in the storage's order.
-    fn reference(&self) -> EventReference;
 }
 
 impl ReadEvent for StoredEvent {
     fn decode(row: &PgRow, stream: &EventStreamId) -> Result<Self, sqlx::Error> {
         decode_read(row, stream)
-    }
-
-    fn reference(&self) -> EventReference {
-        self.reference
     }
 }
 
@@ -102,10 +95,6 @@ impl ReadEvent for RawStoredEvent {
             timestamp: event.timestamp,
             idempotency_key: event.idempotency_key,
         })
-    }
-
-    fn reference(&self) -> EventReference {
-        self.reference
     }
 }
 
