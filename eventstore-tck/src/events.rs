@@ -186,9 +186,11 @@ fn assert_optimistic_lock<T: Debug>(
 // ---------------------------------------------------------------------------------------
 
 /// Every field of an appended event comes back as written: type, payload, tags, stream and
-/// idempotency key, from `append`, `query` and `get_event_by_id` alike.
+/// idempotency key, from `append`, `query` and `get_event_by_id` alike; in one batch, events
+/// without tags keep none, first, between and last.
 pub async fn appended_events_round_trip_every_field<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
+    let drafted = EventToStore::new("OrderDrafted", json!({ "order": "o-1" }));
     let placed = EventToStore::new(
         "OrderPlaced",
         json!({
@@ -203,7 +205,8 @@ pub async fn appended_events_round_trip_every_field<F: StorageFactory>(factory: 
     .with_tags(tags(&[("order", "o-1"), ("customer", "c-7")]))
     .with_idempotency_key("place-o-1");
     let paid = EventToStore::new("OrderPaid", json!(12.5)).with_tags(tags(&[("order", "o-1")]));
-    let sent = vec![placed, paid];
+    let noted = EventToStore::new("OrderNoted", json!("leave at the door"));
+    let sent = vec![drafted, placed, noted.clone(), paid, noted];
 
     let stored = append(&storage, &orders(), sent.clone()).await;
 
