@@ -11,16 +11,23 @@
 -- Payloads are json, not jsonb: nothing queries into them, and a read sends json's stored
 -- text as it is, where jsonb would be turned back into text for every event of every read
 -- (a quarter of a small event's cost on the server). Tables created with jsonb keep working.
+--
+-- Streams, types, tags and idempotency keys are identifiers, compared byte by byte (collation
+-- "C"), as lease names are: every append adds them to four indexes, and under the database's
+-- collation each comparison on the way calls into the collation library (batches of 100 took
+-- 6% longer on C.UTF-8, 11% on ICU's en-US). Reads only ask whether they are equal (a
+-- context's range starts and ends at the context), which a database's default collation
+-- answers as "C" does, so tables created before keep theirs and their indexes.
 CREATE TABLE IF NOT EXISTS __prefix__events (
     position        bigserial   NOT NULL,
     tx              xid8        NOT NULL DEFAULT pg_current_xact_id(),
     id              uuid        NOT NULL,
-    stream_context  text        NOT NULL,
-    stream_purpose  text        NOT NULL,
-    event_type      text        NOT NULL,
+    stream_context  text COLLATE "C" NOT NULL,
+    stream_purpose  text COLLATE "C" NOT NULL,
+    event_type      text COLLATE "C" NOT NULL,
     payload         json        NOT NULL,
-    tags            text[]      NOT NULL,
-    idempotency_key text,
+    tags            text[] COLLATE "C" NOT NULL,
+    idempotency_key text COLLATE "C",
     stored_at       timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT __prefix__events_pkey PRIMARY KEY (position),
     CONSTRAINT __prefix__events_id_key UNIQUE (id)

@@ -318,6 +318,106 @@ async fn an_events_table_with_jsonb_payloads_keeps_working() {
     storage.close().await.unwrap();
 }
 
+/// The identifier columns of the events table, whose collation [`event_key_collations`] reads.
+const EVENT_KEYS: [&str; 5] = [
+    "stream_context",
+    "stream_purpose",
+    "event_type",
+    "tags",
+    "idempotency_key",
+];
+
+/// The collation of each of the events table's [`EVENT_KEYS`], in that order.
+async fn event_key_collations(pool: &PgPool, prefix: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.collname::text FROM unnest($2::text[]) WITH ORDINALITY AS k(column_name, n) \
+         JOIN pg_attribute AS a ON a.attrelid = to_regclass($1) AND a.attname = k.column_name \
+         JOIN pg_collation AS c ON c.oid = a.attcollation ORDER BY k.n",
+    )
+    .bind(format!("{prefix}events"))
+    .bind(EVENT_KEYS)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The events of `stream` with the `order:o-1` tag, by label.
+async fn labels_of_order_one(
+    storage: &eventstore_postgres::PostgresEventStorage,
+    stream: &EventStreamId,
+) -> Vec<Value> {
+    let filter = EventFilter::for_tags(eventstore_api::Tags::from_pairs([("order", "o-1")]));
+    storage
+        .query(&filter, stream, None, Limit::none(), Direction::Forward)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|event| event.payload["label"].clone())
+        .collect()
+}
+
+/// New events tables compare streams, types, tags and keys byte by byte; a table made before,
+/// under the database's collation, is left as it is by the shipped DDL and keeps working.
+#[tokio::test]
+async fn new_events_tables_compare_identifiers_byte_by_byte_and_older_ones_keep_working() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let stream = EventStreamId::for_context("orders");
+    let event = |label: &str, order: &str| {
+        EventToStore::new("Placed", json!({ "label": label }))
+            .with_tags(eventstore_api::Tags::from_pairs([("order", order)]))
+    };
+    let storage = ensured(&prefix).await;
+    assert_eq!(event_key_collations(&pool, &prefix).await, ["C"; 5]);
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![event("first", "o-1"), event("other", "o-2")],
+        )
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+
+    let columns = EVENT_KEYS
+        .iter()
+        .map(|column| {
+            let kind = if *column == "tags" { "text[]" } else { "text" };
+            format!("ALTER COLUMN {column} TYPE {kind} COLLATE \"default\"")
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    pool.execute(format!("ALTER TABLE {prefix}events {columns}").as_str())
+        .await
+        .unwrap();
+    apply_shipped_ddl(&pool, &prefix).await;
+    assert_eq!(
+        event_key_collations(&pool, &prefix).await,
+        ["default"; 5],
+        "the DDL leaves an older table's collation and indexes as they are"
+    );
+
+    let storage = open(&prefix, DatabaseInitMode::Validate)
+        .await
+        .expect("an older table passes validation");
+    assert_eq!(labels_of_order_one(&storage, &stream).await, ["first"]);
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream,
+            vec![event("second", "o-1"), event("another", "o-3")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        labels_of_order_one(&storage, &stream).await,
+        ["first", "second"]
+    );
+    storage.close().await.unwrap();
+}
+
 /// The collation of each lease table's `lease_name` and `owner` columns, in that order.
 async fn lease_key_collations(pool: &PgPool, prefix: &str) -> Vec<String> {
     sqlx::query_scalar(
