@@ -134,3 +134,60 @@ async fn a_transaction_id_of_a_later_epoch_reads_back_whole() {
     assert_eq!(event.reference.tx.to_string(), as_the_server_prints_it);
     storage.close().await.unwrap();
 }
+
+/// A long read decodes a page while the next one is read: a row that cannot be decoded in a
+/// later page fails the whole read with an error naming the operation, and the store reads on.
+#[tokio::test]
+async fn a_corrupt_row_in_a_later_page_fails_the_read_and_the_store_reads_on() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    let stream = EventStreamId::for_context("orders");
+    for chunk in 0..5 {
+        let events = (0..1_000)
+            .map(|n| EventToStore::new("Placed", json!({ "n": chunk * 1_000 + n })))
+            .collect();
+        storage
+            .append(AppendCriteria::none(), &stream, events)
+            .await
+            .unwrap();
+    }
+    // The 4,001st event: in the third page (1,000, 2,000, then 2,000 events).
+    sqlx::query(&format!(
+        "UPDATE {prefix}events SET tags = '{{\"no colon\"}}' \
+         WHERE position = (SELECT position FROM {prefix}events ORDER BY position OFFSET 4000 LIMIT 1)"
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    let read = |limit| {
+        let (storage, stream) = (&storage, &stream);
+        async move {
+            storage
+                .query(
+                    &EventFilter::match_all(),
+                    stream,
+                    None,
+                    limit,
+                    Direction::Forward,
+                )
+                .await
+        }
+    };
+    match read(Limit::none()).await {
+        Err(EventStorageError::Backend { message, .. }) => {
+            assert!(message.contains("query events"), "{message}")
+        }
+        other => panic!("expected a Backend error, got {:?}", other.map(|e| e.len())),
+    }
+    let first = read(Limit::to(4_000)).await.unwrap();
+    assert_eq!(
+        first.len(),
+        4_000,
+        "the events before the corrupt one read on"
+    );
+    assert_eq!(first[3_999].payload, json!({ "n": 3_999 }));
+    storage.close().await.unwrap();
+}

@@ -72,7 +72,8 @@ async fn typed_streams_read_back_what_they_wrote_from_the_payloads_text() {
     let store = EventStore::new(Arc::new(storage.clone()));
 
     let shipments = store.stream::<Shipped>(EventStreamId::for_context("shipping"));
-    let written: Vec<Shipped> = (0..2_500)
+    // Five pages: 1,000 events, then 2,000 each.
+    let written: Vec<Shipped> = (0..7_500)
         .map(|n| Shipped {
             order: format!("o-{}", n % 5),
             parcels: vec![n, n + 1],
