@@ -360,9 +360,9 @@ async fn insert(
     })
 }
 
-/// Binds the columns of `events`, with `ids`, as `$3` on of [`insert_sql`]: one event's as
-/// values (`$3`…`$7`), a batch's as arrays (`$3`…`$9`). Payloads go as text, cast to `json` in
-/// the statement: bound as `jsonb` they would be parsed into `jsonb` first.
+/// Binds the columns of `events`, with `ids`, as the parameters of [`insert_sql`] from `$3`:
+/// one event's as values (`$3`…`$7`), a batch's as arrays (`$3`…`$9`). Payloads go as text,
+/// cast to `json` in the statement: bound as `jsonb` they would be parsed into `jsonb` first.
 ///
 /// A batch's tags go as one array of all of them (`$6`) and each event's first and last
 /// index in it (`$7`, `$8`): arrays of arrays must not be ragged, and tags sent as one `jsonb`
