@@ -92,7 +92,7 @@ pub trait DomainEvent: Sized + Send + Sync {
 
     /// The value back from a stored payload of `event_type` given as JSON text. Typed reads
     /// decode with it when the storage hands out payloads as text
-    /// ([`Capability::RawPayloads`](crate::Capability::RawPayloads)); the default parses the
+    /// ([`Capability::RawPayloads`]); the default parses the
     /// text into a [`serde_json::Value`] for [`DomainEvent::from_payload`]. Override it to
     /// deserialize the text directly, as [`NamedEvent`] types do.
     ///

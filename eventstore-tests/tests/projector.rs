@@ -1,6 +1,6 @@
 //! Projectors on the in-memory backend: batches and bookmarks, resuming, bookmark reading,
-//! cancelled batches, stopping between batches, stale fences, refused settings, and a
-//! position kept in the projection's own store.
+//! cancelled batches, stopping between batches, stale fences, refused settings, a position
+//! kept in the projection's own store, and the next batch read while one is projected.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -322,4 +322,140 @@ async fn runs_that_seek_to_the_position_of_the_own_store_count_each_event_once()
         projector.run().await.unwrap();
     }
     assert_eq!(store.lock().unwrap().count, 3, "each event counted once");
+}
+
+/// The in-memory backend, telling when it is asked for its second batch of events.
+#[derive(Debug, Default)]
+struct ObservedReads {
+    inner: MemoryEventStorage,
+    queries: std::sync::atomic::AtomicUsize,
+    second_query: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl EventStorage for ObservedReads {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn supports(&self, capability: eventstore_api::Capability) -> bool {
+        self.inner.supports(capability)
+    }
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> eventstore_api::StorageResult<Vec<StoredEvent>> {
+        self.inner.append(criteria, stream, events).await
+    }
+    async fn query(
+        &self,
+        filter: &eventstore_api::EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: eventstore_api::Limit,
+        direction: eventstore_api::Direction,
+    ) -> eventstore_api::StorageResult<Vec<StoredEvent>> {
+        let asked = self
+            .queries
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        if asked == 2 {
+            self.second_query.notify_one();
+        }
+        self.inner
+            .query(filter, stream, after, limit, direction)
+            .await
+    }
+    async fn get_event_by_id(
+        &self,
+        id: eventstore_api::EventId,
+    ) -> eventstore_api::StorageResult<Option<StoredEvent>> {
+        self.inner.get_event_by_id(id).await
+    }
+    async fn head(
+        &self,
+        stream: &EventStreamId,
+    ) -> eventstore_api::StorageResult<Option<EventReference>> {
+        self.inner.head(stream).await
+    }
+    async fn bookmark(
+        &self,
+        reader: &str,
+        position: &EventReference,
+        tags: eventstore_api::Tags,
+    ) -> eventstore_api::StorageResult<()> {
+        self.inner.bookmark(reader, position, tags).await
+    }
+    async fn get_bookmark(
+        &self,
+        reader: &str,
+    ) -> eventstore_api::StorageResult<Option<EventReference>> {
+        self.inner.get_bookmark(reader).await
+    }
+    async fn remove_bookmark(&self, reader: &str) -> eventstore_api::StorageResult<()> {
+        self.inner.remove_bookmark(reader).await
+    }
+    async fn get_bookmarks(&self) -> eventstore_api::StorageResult<Vec<eventstore_api::Bookmark>> {
+        self.inner.get_bookmarks().await
+    }
+    async fn close(&self) -> eventstore_api::StorageResult<()> {
+        self.inner.close().await
+    }
+}
+
+/// Finishes its first batch only once the storage has been asked for the second one, as a
+/// projection that commits to a database of its own waits for it.
+struct WaitsForTheNextRead {
+    storage: Arc<ObservedReads>,
+    batches: usize,
+    handled: Vec<u64>,
+}
+
+#[async_trait]
+impl Projection for WaitsForTheNextRead {
+    async fn handle(&mut self, event: &StoredEvent) -> Result<(), ProjectionError> {
+        self.handled.push(event.payload["n"].as_u64().expect("n"));
+        Ok(())
+    }
+
+    async fn after_batch(&mut self, _last: &EventReference) -> Result<(), ProjectionError> {
+        self.batches += 1;
+        if self.batches == 1 {
+            let asked = self.storage.second_query.notified();
+            tokio::time::timeout(Duration::from_secs(10), asked)
+                .await
+                .map_err(|_| "the next batch was not read while this one was projected")?;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_next_batch_is_read_while_a_full_batch_is_projected() {
+    let storage = Arc::new(ObservedReads::default());
+    append(&storage.inner, 1..=7).await;
+    let projection = WaitsForTheNextRead {
+        storage: storage.clone(),
+        batches: 0,
+        handled: Vec::new(),
+    };
+    let mut projector = Projector::builder(storage.clone(), projection)
+        .stream(stream())
+        .bookmark("numbers-reader")
+        .batch_size(3)
+        .build()
+        .unwrap();
+    let run = projector.run().await.unwrap();
+    assert_eq!(projector.projection().handled, (1..=7).collect::<Vec<_>>());
+    assert_eq!((run.batches, run.queries, run.events_handled), (3, 3, 7));
+    assert_eq!(
+        storage.queries.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "a batch short of full is the last: nothing is read after it"
+    );
+    assert_eq!(
+        storage.get_bookmark("numbers-reader").await.unwrap(),
+        projector.position()
+    );
 }

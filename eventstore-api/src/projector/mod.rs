@@ -3,7 +3,9 @@
 //! A [`Projector`] reads the events after its cursor in batches (500 by default), feeds each
 //! batch to its projection, and after each batch places the bookmark of its reader at the
 //! batch's last event. Before each run it reads the bookmark back ([`BookmarkReading`]), so
-//! that whichever instance runs it next resumes where the last one stopped.
+//! that whichever instance runs it next resumes where the last one stopped. While a full
+//! batch is projected and bookmarked the next one is read, so that a replay waits for the
+//! storage only where reading takes longer than projecting.
 //!
 //! Processing is at-least-once: a batch whose bookmark did not land is handled again.
 //!
@@ -68,15 +70,18 @@ mod failure_pause;
 mod partitioned;
 mod projection;
 
+use std::pin::pin;
 use std::sync::Arc;
+
+use futures_util::future::{select, Either};
 
 pub use elected::{ElectedProjector, DEFAULT_POLL_INTERVAL};
 pub use partitioned::PartitionedProjector;
 pub use projection::{Projection, ProjectionError};
 
 use crate::{
-    validate, Direction, EventReference, EventStorage, EventStorageError, EventStreamId, Fence,
-    Limit, Tags,
+    validate, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
+    EventStreamId, Fence, Limit, StoredEvent, Tags,
 };
 
 /// The batch size of a projector unless set otherwise.
@@ -377,6 +382,10 @@ impl<P: Projection> Projector<P> {
     /// Runs batch after batch until caught up or until `keep_going` says no; it is asked
     /// before every batch, so a run stops between batches, never inside one.
     ///
+    /// While a full batch is projected and bookmarked, the next one is read: a replay then
+    /// takes the longer of reading and projecting per batch, not their sum. A batch read ahead
+    /// is dropped unprojected when the run stops or fails first; reads change nothing.
+    ///
     /// # Errors
     /// [`ProjectorError::Projection`] when the projection failed (the batch was cancelled and
     /// the cursor is back at its start); [`ProjectorError::Storage`] when the storage failed,
@@ -395,58 +404,114 @@ impl<P: Projection> Projector<P> {
         if read_now {
             self.read_bookmark().await?;
         }
-        let filter = self.projection.filter();
         let mut run = ProjectorRun::default();
-        while keep_going() {
-            let batch = self
-                .storage
-                .query(
-                    &filter,
-                    &self.stream,
-                    self.cursor.as_ref(),
-                    Limit::to(self.batch_size),
-                    Direction::Forward,
-                )
-                .await?;
+        if !keep_going() {
+            return Ok(run);
+        }
+        let reads = Reads {
+            storage: self.storage.as_ref(),
+            filter: self.projection.filter(),
+            stream: &self.stream,
+            batch_size: self.batch_size,
+        };
+        let bookmarks = Bookmarks {
+            storage: self.storage.as_ref(),
+            reader: self.reader.as_deref(),
+            tags: &self.bookmark_tags,
+            fence: self.fence.as_ref(),
+        };
+        let projection = &mut self.projection;
+        let mut batch = reads.after(self.cursor.as_ref()).await?;
+        loop {
             run.queries += 1;
             run.events_read += batch.len() as u64;
             let Some(last) = batch.last().map(|event| event.reference) else {
                 break;
             };
+            let full = batch.len() as u64 >= reads.batch_size;
             let batch_start = self.cursor;
-            let projected = async {
-                self.projection.before_batch().await?;
-                for event in &batch {
-                    self.projection.handle(event).await?;
+            let mut reading_ahead = pin!(async {
+                match full {
+                    true => Some(reads.after(Some(&last)).await),
+                    false => None,
                 }
-                self.projection.after_batch(&last).await
-            }
-            .await;
-            if let Err(source) = projected {
-                self.projection.cancel_batch().await;
-                return Err(ProjectorError::Projection {
-                    batch_start,
-                    source,
-                });
-            }
-            self.write_bookmark(&last).await?;
+            });
+            let mut read_ahead = None;
+            let completed = {
+                let completing = pin!(complete(projection, &bookmarks, &batch, last, batch_start));
+                match select(completing, reading_ahead.as_mut()).await {
+                    Either::Left((completed, _)) => completed,
+                    Either::Right((read, completing)) => {
+                        read_ahead = Some(read);
+                        completing.await
+                    }
+                }
+            };
+            completed?;
             self.cursor = Some(last);
             run.batches += 1;
             run.events_handled += batch.len() as u64;
             run.last_reference = Some(last);
-            if (batch.len() as u64) < self.batch_size {
+            if !full || !keep_going() {
                 break;
+            }
+            let next = match read_ahead {
+                Some(read) => read,
+                None => reading_ahead.await,
+            };
+            match next {
+                Some(read) => batch = read?,
+                None => break,
             }
         }
         Ok(run)
     }
+}
 
-    async fn write_bookmark(&self, last: &EventReference) -> Result<(), EventStorageError> {
-        let Some(reader) = &self.reader else {
+/// How a projector reads its batches: the projection's filter over its stream, at most a
+/// batch at a time.
+struct Reads<'a> {
+    storage: &'a dyn EventStorage,
+    filter: EventFilter,
+    stream: &'a EventStreamId,
+    batch_size: u64,
+}
+
+impl Reads<'_> {
+    /// The batch after `cursor` (`None`: from the start).
+    async fn after(
+        &self,
+        cursor: Option<&EventReference>,
+    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+        self.storage
+            .query(
+                &self.filter,
+                self.stream,
+                cursor,
+                Limit::to(self.batch_size),
+                Direction::Forward,
+            )
+            .await
+    }
+}
+
+/// Where a projector places its bookmarks: under its reader, if it has one, and its fence,
+/// if it runs under one.
+struct Bookmarks<'a> {
+    storage: &'a dyn EventStorage,
+    reader: Option<&'a str>,
+    tags: &'a Tags,
+    fence: Option<&'a Fence>,
+}
+
+impl Bookmarks<'_> {
+    /// Places the bookmark at `last`.
+    async fn place(&self, last: &EventReference) -> Result<(), EventStorageError> {
+        let Some(reader) = self.reader else {
             return Ok(());
         };
-        let tags = self.bookmark_tags.clone();
-        match &self.fence {
+        let tags = self.tags.clone();
+        match self.fence {
             Some(fence) => {
                 self.storage
                     .bookmark_fenced(fence, reader, last, tags)
@@ -455,6 +520,34 @@ impl<P: Projection> Projector<P> {
             None => self.storage.bookmark(reader, last, tags).await,
         }
     }
+}
+
+/// Projects `batch`, whose last event is `last`, and bookmarks it; a batch the projection
+/// failed on is cancelled.
+async fn complete<P: Projection>(
+    projection: &mut P,
+    bookmarks: &Bookmarks<'_>,
+    batch: &[StoredEvent],
+    last: EventReference,
+    batch_start: Option<EventReference>,
+) -> Result<(), ProjectorError> {
+    let projected = async {
+        projection.before_batch().await?;
+        for event in batch {
+            projection.handle(event).await?;
+        }
+        projection.after_batch(&last).await
+    }
+    .await;
+    if let Err(source) = projected {
+        projection.cancel_batch().await;
+        return Err(ProjectorError::Projection {
+            batch_start,
+            source,
+        });
+    }
+    bookmarks.place(&last).await?;
+    Ok(())
 }
 
 #[cfg(test)]
