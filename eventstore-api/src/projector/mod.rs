@@ -155,11 +155,12 @@ fn display_start(start: &Option<EventReference>) -> String {
 /// What one run did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProjectorRun {
-    /// Events the storage returned.
+    /// Events the storage returned in the batches the run took up.
     pub events_read: u64,
     /// Events the projection handled in batches that completed.
     pub events_handled: u64,
-    /// Queries sent to the storage.
+    /// Queries whose batch the run took up; a batch read ahead and dropped when the run
+    /// stopped or failed first is not counted.
     pub queries: u64,
     /// Batches that completed (projected, committed and bookmarked).
     pub batches: u64,
@@ -431,9 +432,10 @@ impl<P: Projection> Projector<P> {
             let full = batch.len() as u64 >= reads.batch_size;
             let batch_start = self.cursor;
             let mut reading_ahead = pin!(async {
-                match full {
-                    true => Some(reads.after(Some(&last)).await),
-                    false => None,
+                if full {
+                    Some(reads.after(Some(&last)).await)
+                } else {
+                    None
                 }
             });
             let mut read_ahead = None;
