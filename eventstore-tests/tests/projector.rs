@@ -2,6 +2,7 @@
 //! cancelled batches, stopping between batches, stale fences, refused settings, a position
 //! kept in the projection's own store, and the next batch read while one is projected.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,8 +11,9 @@ use eventstore_api::projector::{
     BookmarkReading, Projection, ProjectionError, Projector, ProjectorError, ProjectorRun,
 };
 use eventstore_api::{
-    AppendCriteria, EventReference, EventStorage, EventStreamId, EventToStore, Fence, FencingToken,
-    LeaseRequest, LeaseStatus, StoredEvent,
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorage, EventStreamId, EventToStore, Fence, FencingToken, LeaseRequest, LeaseStatus,
+    Limit, StorageResult, StoredEvent, Tags,
 };
 use eventstore_memory::MemoryEventStorage;
 
@@ -328,7 +330,7 @@ async fn runs_that_seek_to_the_position_of_the_own_store_count_each_event_once()
 #[derive(Debug, Default)]
 struct ObservedReads {
     inner: MemoryEventStorage,
-    queries: std::sync::atomic::AtomicUsize,
+    queries: AtomicUsize,
     second_query: tokio::sync::Notify,
 }
 
@@ -337,7 +339,7 @@ impl EventStorage for ObservedReads {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    fn supports(&self, capability: eventstore_api::Capability) -> bool {
+    fn supports(&self, capability: Capability) -> bool {
         self.inner.supports(capability)
     }
     async fn append(
@@ -345,21 +347,18 @@ impl EventStorage for ObservedReads {
         criteria: AppendCriteria,
         stream: &EventStreamId,
         events: Vec<EventToStore>,
-    ) -> eventstore_api::StorageResult<Vec<StoredEvent>> {
+    ) -> StorageResult<Vec<StoredEvent>> {
         self.inner.append(criteria, stream, events).await
     }
     async fn query(
         &self,
-        filter: &eventstore_api::EventFilter,
+        filter: &EventFilter,
         stream: &EventStreamId,
         after: Option<&EventReference>,
-        limit: eventstore_api::Limit,
-        direction: eventstore_api::Direction,
-    ) -> eventstore_api::StorageResult<Vec<StoredEvent>> {
-        let asked = self
-            .queries
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-            + 1;
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        let asked = self.queries.fetch_add(1, Ordering::SeqCst) + 1;
         if asked == 2 {
             self.second_query.notify_one();
         }
@@ -367,39 +366,30 @@ impl EventStorage for ObservedReads {
             .query(filter, stream, after, limit, direction)
             .await
     }
-    async fn get_event_by_id(
-        &self,
-        id: eventstore_api::EventId,
-    ) -> eventstore_api::StorageResult<Option<StoredEvent>> {
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
         self.inner.get_event_by_id(id).await
     }
-    async fn head(
-        &self,
-        stream: &EventStreamId,
-    ) -> eventstore_api::StorageResult<Option<EventReference>> {
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
         self.inner.head(stream).await
     }
     async fn bookmark(
         &self,
         reader: &str,
         position: &EventReference,
-        tags: eventstore_api::Tags,
-    ) -> eventstore_api::StorageResult<()> {
+        tags: Tags,
+    ) -> StorageResult<()> {
         self.inner.bookmark(reader, position, tags).await
     }
-    async fn get_bookmark(
-        &self,
-        reader: &str,
-    ) -> eventstore_api::StorageResult<Option<EventReference>> {
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
         self.inner.get_bookmark(reader).await
     }
-    async fn remove_bookmark(&self, reader: &str) -> eventstore_api::StorageResult<()> {
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
         self.inner.remove_bookmark(reader).await
     }
-    async fn get_bookmarks(&self) -> eventstore_api::StorageResult<Vec<eventstore_api::Bookmark>> {
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
         self.inner.get_bookmarks().await
     }
-    async fn close(&self) -> eventstore_api::StorageResult<()> {
+    async fn close(&self) -> StorageResult<()> {
         self.inner.close().await
     }
 }
@@ -450,7 +440,7 @@ async fn the_next_batch_is_read_while_a_full_batch_is_projected() {
     assert_eq!(projector.projection().handled, (1..=7).collect::<Vec<_>>());
     assert_eq!((run.batches, run.queries, run.events_handled), (3, 3, 7));
     assert_eq!(
-        storage.queries.load(std::sync::atomic::Ordering::SeqCst),
+        storage.queries.load(Ordering::SeqCst),
         3,
         "a batch short of full is the last: nothing is read after it"
     );

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStorageError, EventStreamId,
-    EventToStore, LeaseRequest, Limit,
+    EventToStore, LeaseRequest, Limit, Tags,
 };
 use eventstore_postgres::{schema_sql, DatabaseInitMode};
 use serde_json::{json, Value};
@@ -346,7 +346,7 @@ async fn labels_of_order_one(
     storage: &eventstore_postgres::PostgresEventStorage,
     stream: &EventStreamId,
 ) -> Vec<Value> {
-    let filter = EventFilter::for_tags(eventstore_api::Tags::from_pairs([("order", "o-1")]));
+    let filter = EventFilter::for_tags(Tags::from_pairs([("order", "o-1")]));
     storage
         .query(&filter, stream, None, Limit::none(), Direction::Forward)
         .await
@@ -367,7 +367,7 @@ async fn new_events_tables_compare_identifiers_byte_by_byte_and_older_ones_keep_
     let stream = EventStreamId::for_context("orders");
     let event = |label: &str, order: &str| {
         EventToStore::new("Placed", json!({ "label": label }))
-            .with_tags(eventstore_api::Tags::from_pairs([("order", order)]))
+            .with_tags(Tags::from_pairs([("order", order)]))
     };
     let storage = ensured(&prefix).await;
     assert_eq!(event_key_collations(&pool, &prefix).await, ["C"; 5]);
