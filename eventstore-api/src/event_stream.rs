@@ -1,9 +1,10 @@
-//! Reading events as a stream: one page in memory at a time, however many events match.
+//! Reading events as a stream: a page or two in memory at a time, however many events match.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use futures_util::{stream, StreamExt, TryStreamExt};
 
 use crate::{
     Direction, EventFilter, EventReference, EventStorage, EventStorageError, EventStreamId, Limit,
@@ -19,8 +20,9 @@ pub const STREAM_PAGE: u64 = 1_000;
 
 /// The default [`EventStorage::query_stream`]: `query` page after page, each asking for at
 /// most [`STREAM_PAGE`] events after the last one of the page before (reading backward,
-/// before it), so that at most one page is held at a time. Invalid input is the stream's
-/// first and only item.
+/// before it), each read while the caller takes the page before (see [`read_ahead`]), so
+/// that at most two pages are held at a time. Invalid input is the stream's first and only
+/// item.
 pub fn paged_query_stream<'a, S: EventStorage + ?Sized>(
     storage: &'a S,
     filter: &EventFilter,
@@ -38,16 +40,81 @@ pub fn paged_query_stream<'a, S: EventStorage + ?Sized>(
         direction,
         done: false,
     };
-    stream::try_unfold(cursor, move |mut cursor| async move {
-        if cursor.done {
-            return Ok(None);
-        }
+    let read_page = move |mut cursor: Cursor| async move {
         let page = cursor.next_page(storage).await?;
-        Ok(Some((page, cursor)))
+        Ok((page, (!cursor.done).then_some(cursor)))
+    };
+    read_ahead(cursor, read_page)
+}
+
+/// The events of pages read one after the other, each page read while the caller takes the
+/// events of the page before: for backends that stream natively in pages.
+///
+/// `read_page` reads the page `cursor` points at and returns its events with the cursor of
+/// the page after it, `None` after the last page. Only one page is read at a time, and at
+/// most two are held: the one being handed out and the next. The next page's read makes
+/// progress whenever the stream is polled, so its statement is sent and its rows arrive
+/// while the caller works on the events before it. An error is the stream's last item;
+/// dropping the stream drops the read in flight.
+pub fn read_ahead<'a, C, F, Fut>(first: C, mut read_page: F) -> EventStream<'a>
+where
+    C: Send + 'a,
+    F: FnMut(C) -> Fut + Send + 'a,
+    Fut: Future<Output = StorageResult<(Vec<StoredEvent>, Option<C>)>> + Send + 'a,
+{
+    let reading = Some(Box::pin(read_page(first)));
+    Box::pin(ReadAhead {
+        page: Vec::new().into_iter(),
+        reading,
+        read: None,
+        read_page,
     })
-    .map_ok(|page| stream::iter(page.into_iter().map(Ok)))
-    .try_flatten()
-    .boxed()
+}
+
+/// The state of a [`read_ahead`] stream.
+struct ReadAhead<F, Fut: Future> {
+    /// The events of the page being handed out that are left.
+    page: std::vec::IntoIter<StoredEvent>,
+    /// The read of the next page, until it finishes; `None` after the last page.
+    reading: Option<Pin<Box<Fut>>>,
+    /// The next page's read, finished, until the page before is handed out.
+    read: Option<Fut::Output>,
+    read_page: F,
+}
+
+// No field is pinned in place: the read in flight is pinned in its box.
+impl<F, Fut: Future> Unpin for ReadAhead<F, Fut> {}
+
+impl<C, F, Fut> Stream for ReadAhead<F, Fut>
+where
+    F: FnMut(C) -> Fut,
+    Fut: Future<Output = StorageResult<(Vec<StoredEvent>, Option<C>)>>,
+{
+    type Item = StorageResult<StoredEvent>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(reading) = &mut this.reading {
+                if let Poll::Ready(read) = reading.as_mut().poll(cx) {
+                    this.reading = None;
+                    this.read = Some(read);
+                }
+            }
+            if let Some(event) = this.page.next() {
+                return Poll::Ready(Some(Ok(event)));
+            }
+            match this.read.take() {
+                Some(Ok((page, next))) => {
+                    this.page = page.into_iter();
+                    this.reading = next.map(|cursor| Box::pin((this.read_page)(cursor)));
+                }
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                None if this.reading.is_some() => return Poll::Pending,
+                None => return Poll::Ready(None),
+            }
+        }
+    }
 }
 
 /// Where a paged read stands.
@@ -116,5 +183,141 @@ impl Cursor {
             }
         }
         Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use chrono::Utc;
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::EventId;
+
+    const PAGES: u64 = 3;
+    const PAGE_EVENTS: u64 = 4;
+
+    fn event(position: u64) -> StoredEvent {
+        StoredEvent {
+            stream: EventStreamId::for_context("c"),
+            event_type: "E".into(),
+            reference: EventReference::at(EventId::new(), position),
+            payload: serde_json::Value::Null,
+            tags: crate::Tags::default(),
+            timestamp: Utc::now(),
+            idempotency_key: None,
+        }
+    }
+
+    /// A stream of `PAGES` pages whose reads finish at once, and the pages asked for.
+    fn pages() -> (EventStream<'static>, Arc<Mutex<Vec<u64>>>) {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&asked);
+        let stream = read_ahead(0, move |page: u64| {
+            log.lock().unwrap().push(page);
+            async move {
+                let events = (0..PAGE_EVENTS).map(|n| event(page * PAGE_EVENTS + n));
+                Ok((events.collect(), (page + 1 < PAGES).then_some(page + 1)))
+            }
+        });
+        (stream, asked)
+    }
+
+    #[tokio::test]
+    async fn the_next_page_is_read_while_the_one_before_is_handed_out() {
+        let (mut stream, asked) = pages();
+        assert!(
+            asked.lock().unwrap().len() == 1,
+            "only the first page, once"
+        );
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first.reference.position, 0);
+        assert_eq!(
+            *asked.lock().unwrap(),
+            vec![0, 1],
+            "the second page was asked for with three events of the first still to hand out"
+        );
+        let rest: Vec<u64> = stream
+            .map(|event| event.unwrap().reference.position)
+            .collect()
+            .await;
+        assert_eq!(rest, (1..PAGES * PAGE_EVENTS).collect::<Vec<_>>());
+        assert_eq!(*asked.lock().unwrap(), vec![0, 1, 2], "each page once");
+    }
+
+    #[tokio::test]
+    async fn a_page_is_asked_for_only_once_the_one_before_has_arrived() {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let (log, (release_first, first_arrives)) =
+            (Arc::clone(&asked), tokio::sync::oneshot::channel::<()>());
+        let mut first_arrives = Some(first_arrives);
+        let mut stream = read_ahead(0_u64, move |page: u64| {
+            log.lock().unwrap().push(page);
+            let arrives = first_arrives.take();
+            async move {
+                if let Some(arrives) = arrives {
+                    arrives.await.unwrap();
+                }
+                Ok((vec![event(page)], (page == 0).then_some(1)))
+            }
+        });
+        assert!(
+            futures_util::FutureExt::now_or_never(stream.next()).is_none(),
+            "nothing to hand out before the first page arrives"
+        );
+        assert_eq!(*asked.lock().unwrap(), vec![0], "one read at a time");
+        release_first.send(()).unwrap();
+        let positions: Vec<u64> = stream
+            .map(|event| event.unwrap().reference.position)
+            .collect()
+            .await;
+        assert_eq!(positions, vec![0, 1]);
+        assert_eq!(*asked.lock().unwrap(), vec![0, 1]);
+    }
+
+    #[tokio::test]
+    async fn an_error_is_the_last_item_after_the_events_before_it() {
+        let stream = read_ahead(0_u64, |page: u64| async move {
+            match page {
+                0 => Ok((vec![event(0), event(1)], Some(1))),
+                _ => Err(EventStorageError::backend(
+                    "stream events",
+                    "the page failed",
+                )),
+            }
+        });
+        let items: Vec<StorageResult<StoredEvent>> = stream.collect().await;
+        assert_eq!(items.len(), 3, "two events, then the error, then nothing");
+        assert!(items[..2].iter().all(Result::is_ok));
+        assert!(matches!(items[2], Err(EventStorageError::Backend { .. })));
+    }
+
+    #[tokio::test]
+    async fn dropping_the_stream_drops_the_read_in_flight() {
+        let in_flight = Arc::new(());
+        let held = Arc::clone(&in_flight);
+        let mut stream = read_ahead(0_u64, move |page: u64| {
+            let held = (page > 0).then(|| Arc::clone(&held));
+            async move {
+                if held.is_some() {
+                    std::future::pending::<()>().await;
+                }
+                Ok((vec![event(0), event(1)], Some(page + 1)))
+            }
+        });
+        stream.next().await.unwrap().unwrap();
+        assert_eq!(
+            Arc::strong_count(&in_flight),
+            3,
+            "the second page's read is in flight"
+        );
+        drop(stream);
+        assert_eq!(
+            Arc::strong_count(&in_flight),
+            1,
+            "and dropped with the stream"
+        );
     }
 }

@@ -109,7 +109,8 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     }
 
     /// The events [`query`](EventStorage::query) returns for the same arguments, as a
-    /// stream that holds one page of them in memory at a time: for replaying a long history.
+    /// stream that holds a page or two of them in memory at a time (the page it hands out
+    /// and the next, read ahead): for replaying a long history.
     ///
     /// The default reads page after page through `query` (see
     /// [`paged_query_stream`](crate::event_stream::paged_query_stream)); a backend may stream

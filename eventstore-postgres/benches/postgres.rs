@@ -132,10 +132,10 @@ fn resident_mib() -> (f64, f64) {
 
 /// A projector's replay of a million events through `query_stream`: the events are written
 /// by one `INSERT … SELECT` (as a long history would be there already), then streamed and
-/// counted, and the process's peak resident memory is reported beside its memory before.
+/// counted twice: as fast as the stream goes, and with a pause of [`PROJECTION_PAUSE`] after
+/// every [`PROJECTION_BATCH`] events, as a projection that commits its batch to its own database
+/// would. The process's peak resident memory is reported beside its memory before.
 async fn replay(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
-    use futures_util::StreamExt;
-
     for first in (0..REPLAY_EVENTS).step_by(100_000) {
         sqlx::query(&format!(
             "INSERT INTO {prefix}events (id, stream_context, stream_purpose, event_type, payload, tags) \
@@ -151,6 +151,34 @@ async fn replay(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
     }
     analyze_events(pool, prefix).await;
     let (before, _) = resident_mib();
+    println!("## Replay through query_stream\n");
+    println!("| consumer | events | events per second | resident before | peak resident |");
+    println!("|---|---|---|---|---|");
+    for (consumer, pause) in [
+        ("takes each event at once", None),
+        ("pauses 2 ms per 1,000 events", Some(PROJECTION_PAUSE)),
+    ] {
+        let (read, elapsed) = stream_replay(storage, pause).await;
+        let (_, peak) = resident_mib();
+        println!(
+            "| {consumer} | {read} | {:.0} | {before:.1} MiB | {peak:.1} MiB |",
+            read as f64 / elapsed.as_secs_f64()
+        );
+    }
+    println!();
+}
+
+/// How many events a replaying projection takes before it commits them (pauses).
+const PROJECTION_BATCH: u64 = 1_000;
+
+/// How long a replaying projection waits after each [`PROJECTION_BATCH`] events.
+const PROJECTION_PAUSE: Duration = Duration::from_millis(2);
+
+/// Streams the replay's events, pausing for `pause` after every [`PROJECTION_BATCH`] of them: how
+/// many were read, and how long it took.
+async fn stream_replay(storage: &PostgresEventStorage, pause: Option<Duration>) -> (u64, Duration) {
+    use futures_util::StreamExt;
+
     let start = Instant::now();
     let mut events = storage.query_stream(
         &EventFilter::match_all(),
@@ -162,16 +190,11 @@ async fn replay(storage: &PostgresEventStorage, pool: &PgPool, prefix: &str) {
     let mut read = 0_u64;
     while let Some(event) = events.next().await {
         read += event.unwrap().payload["n"].as_u64().map_or(0, |_| 1);
+        if let Some(pause) = pause.filter(|_| read.is_multiple_of(PROJECTION_BATCH)) {
+            tokio::time::sleep(pause).await;
+        }
     }
-    let elapsed = start.elapsed();
-    let (_, peak) = resident_mib();
-    println!("## Replay through query_stream\n");
-    println!("| events | events per second | resident before | peak resident |");
-    println!("|---|---|---|---|");
-    println!(
-        "| {read} | {:.0} | {before:.1} MiB | {peak:.1} MiB |\n",
-        read as f64 / elapsed.as_secs_f64()
-    );
+    (read, start.elapsed())
 }
 
 /// Latency percentiles of `SAMPLES` runs of `op`, each run right after one of the floor, so

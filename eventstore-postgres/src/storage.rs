@@ -264,8 +264,9 @@ impl EventStorage for PostgresEventStorage {
         self.read(filter, stream, after, limit, direction).await
     }
 
-    /// Streams natively: keyset pages of at most 1,000 events, each on a connection taken
-    /// for that page only, so that a stream dropped part-way holds nothing.
+    /// Streams natively: keyset pages of at most 1,000 events, each read while the caller
+    /// takes the one before, on a connection taken for that page only, so that a stream
+    /// dropped part-way holds nothing.
     fn query_stream<'a>(
         &'a self,
         filter: &EventFilter,

@@ -1,13 +1,16 @@
 //! Reads: only events below the oldest running transaction.
 
+use std::panic;
 use std::sync::Arc;
 
+use eventstore_api::event_stream::read_ahead;
 use eventstore_api::{
     Direction, EventFilter, EventId, EventReference, EventStorageError, EventStream, EventStreamId,
     Limit, StorageResult, StoredEvent,
 };
-use futures_util::{stream, StreamExt, TryStreamExt};
+use futures_util::stream;
 use sqlx::{Postgres, QueryBuilder};
+use tokio::task::JoinSet;
 
 use super::pages::decode_rows;
 pub(crate) use super::pages::Pages;
@@ -54,34 +57,56 @@ pub(crate) async fn query<E: ReadEvent>(
     Ok(events)
 }
 
-/// The events [`query`] returns, page by page as the caller consumes them: each page on a
-/// connection of its own, given back before the page is yielded, so that a stream dropped
-/// part-way holds no connection and no transaction.
+/// The events [`query`] returns, page by page, each page read while the caller takes the
+/// one before (see [`read_ahead`]): each page on a connection of its own, given back before
+/// the page is handed out, so that a stream dropped part-way holds no connection and no
+/// transaction, and at most two pages are held.
+///
+/// Each page is read on a task of its own, so that it goes on while the caller works on the
+/// page before without polling the stream (a projection committing its batch); dropping the
+/// stream aborts it.
 pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'static> {
-    stream::try_unfold((shared, pages), |(shared, pages)| async move {
-        if pages.is_done() {
-            return Ok(None);
-        }
-        if shared.admission.is_closed() {
-            return Err(EventStorageError::Closed);
-        }
-        let operation = "stream events";
-        // Each attempt reads from where the stream stands, so a repeated one repeats nothing.
-        let read_page = || {
-            let (shared, mut pages) = (&shared, pages.clone());
-            async move {
-                let mut connection = shared.connection_for(operation).await?;
-                let page = pages.next(shared, &mut connection, operation).await?;
-                shared.end(operation, connection).await?;
-                Ok((page, pages))
+    if pages.is_done() {
+        return Box::pin(stream::empty());
+    }
+    let read_page = move |pages: Pages| {
+        let page = read_page(Arc::clone(&shared), pages);
+        async move {
+            // Spawned once polled, which the stream does as soon as the page before arrives.
+            let mut reading = JoinSet::new();
+            reading.spawn(page);
+            match reading.join_next().await {
+                Some(Ok(page)) => page,
+                Some(Err(failed)) if failed.is_panic() => panic::resume_unwind(failed.into_panic()),
+                // Only a runtime that shuts down cancels the read.
+                Some(Err(_)) | None => Err(EventStorageError::Closed),
             }
-        };
-        let (page, pages) = shared.settings.health.read(read_page).await?;
-        Ok(Some((page, (shared, pages))))
-    })
-    .map_ok(|page| stream::iter(page.into_iter().map(Ok)))
-    .try_flatten()
-    .boxed()
+        }
+    };
+    read_ahead(pages, read_page)
+}
+
+/// The page of a [`query_stream`] that `pages` points at, and where the next one starts
+/// unless it was the last.
+async fn read_page(
+    shared: Arc<Shared>,
+    pages: Pages,
+) -> StorageResult<(Vec<StoredEvent>, Option<Pages>)> {
+    if shared.admission.is_closed() {
+        return Err(EventStorageError::Closed);
+    }
+    let operation = "stream events";
+    // Each attempt reads from where the stream stands, so a repeated one repeats nothing.
+    let attempt = || {
+        let (shared, mut pages) = (&shared, pages.clone());
+        async move {
+            let mut connection = shared.connection_for(operation).await?;
+            let page = pages.next(shared, &mut connection, operation).await?;
+            shared.end(operation, connection).await?;
+            Ok((page, (!pages.is_done()).then_some(pages)))
+        }
+    };
+    shared.settings.health.read(attempt).await
 }
 
 /// The plan of a full page of the largest size [`query`] asks for, with these arguments,

@@ -1,5 +1,5 @@
-//! The streaming read holds one page at a time, and a stream dropped part-way holds no
-//! connection and leaves no transaction open.
+//! The streaming read yields its events in order across pages, and a stream dropped part-way
+//! (its next page read ahead) holds no connection and leaves no transaction open.
 
 use std::time::Duration;
 
