@@ -30,9 +30,12 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use futures_core::Stream;
+use futures_util::{future, StreamExt};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::value::RawValue;
 
@@ -177,6 +180,10 @@ pub enum EventStoreError {
         source: serde_json::Error,
     },
 }
+
+/// The events of a [`TypedStream::query_stream`] or [`TypedStream::replay`], in order.
+pub type TypedEvents<'a, E> =
+    Pin<Box<dyn Stream<Item = Result<Envelope<E>, EventStoreError>> + Send + 'a>>;
 
 /// A stored event decoded into its Rust type, with where and when it was stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -449,6 +456,45 @@ impl<E: DomainEvent> TypedStream<E> {
     /// As [`TypedStream::query`].
     pub async fn read_all(&self) -> Result<Vec<Envelope<E>>, EventStoreError> {
         self.query(&Self::own_types(), None, Limit::none()).await
+    }
+
+    /// What [`TypedStream::query`] returns, as a stream that holds a page or two of events at
+    /// a time ([`EventStorage::query_stream`]): for replaying a long history. Payloads are
+    /// decoded from the storage's values. An error, of the storage or of decoding, is the
+    /// stream's last item.
+    pub fn query_stream<'a>(
+        &'a self,
+        filter: &EventFilter,
+        after: Option<&EventReference>,
+        limit: Limit,
+    ) -> TypedEvents<'a, E>
+    where
+        E: 'a,
+    {
+        let stored = self
+            .storage
+            .query_stream(filter, &self.id, after, limit, Direction::Forward);
+        let decoded = stored.filter_map(|stored| {
+            future::ready(match stored {
+                Ok(event) if !E::event_types().contains(&event.event_type.as_str()) => None,
+                Ok(event) => Some(Envelope::decode(event)),
+                Err(error) => Some(Err(error.into())),
+            })
+        });
+        let until_an_error = decoded.scan(false, |failed, item| {
+            let ended = std::mem::replace(failed, item.is_err());
+            future::ready((!ended).then_some(item))
+        });
+        Box::pin(until_an_error)
+    }
+
+    /// Every event of this stream's types strictly after `after`, oldest first, as a stream:
+    /// what a projector replays from its bookmark. As [`TypedStream::query_stream`].
+    pub fn replay<'a>(&'a self, after: Option<&EventReference>) -> TypedEvents<'a, E>
+    where
+        E: 'a,
+    {
+        self.query_stream(&Self::own_types(), after, Limit::none())
     }
 
     /// The reference of the stream's last event, of any type.

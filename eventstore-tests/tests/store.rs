@@ -11,6 +11,7 @@ use eventstore_api::{
 };
 use eventstore_file::FileEventStorage;
 use eventstore_memory::MemoryEventStorage;
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tempfile::TempDir;
 
@@ -189,4 +190,129 @@ async fn a_decision_on_an_empty_stream_refuses_when_a_matching_event_appeared() 
             .await
             .is_err());
     }
+}
+
+/// More events than one page of a stream (1,000), so that replays cross pages.
+const REPLAYED: u64 = 2_500;
+
+/// Appends `REPLAYED` deposits numbered by amount from 0, each hundredth followed by an
+/// event of another type, which typed reads skip.
+async fn append_history(store: &EventStore, stream: &TypedStream<Deposited>) {
+    for first in (0..REPLAYED).step_by(100) {
+        stream
+            .append(
+                AppendCriteria::none(),
+                (first..first + 100)
+                    .map(|amount| deposit(if amount % 2 == 0 { "a" } else { "b" }, amount)),
+            )
+            .await
+            .unwrap();
+        store
+            .storage()
+            .append(
+                AppendCriteria::none(),
+                stream.id(),
+                vec![EventToStore::new("Audited", serde_json::json!({"by": "x"}))],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_replay_streams_what_a_query_returns_across_pages() {
+    for (_dir, store, stream) in stores().await {
+        append_history(&store, &stream).await;
+        let all = stream.read_all().await.unwrap();
+        assert_eq!(all.len() as u64, REPLAYED);
+        let replayed: Vec<_> = stream.replay(None).map(Result::unwrap).collect().await;
+        assert_eq!(
+            replayed, all,
+            "every deposit once, in order, none of another type"
+        );
+
+        let bookmark = all[1_234].reference;
+        let rest: Vec<_> = stream
+            .replay(Some(&bookmark))
+            .map(Result::unwrap)
+            .collect()
+            .await;
+        assert_eq!(rest, all[1_235..], "strictly after the bookmark");
+
+        let account_a =
+            EventFilter::for_events(["Deposited"], Tags::from_pairs([("account", "a")]));
+        for (after, limit) in [
+            (None, Limit::to(3)),
+            (Some(&bookmark), Limit::to(1_100)),
+            (None, Limit::none()),
+        ] {
+            let streamed: Vec<_> = stream
+                .query_stream(&account_a, after, limit)
+                .map(Result::unwrap)
+                .collect()
+                .await;
+            let queried = stream.query(&account_a, after, limit).await.unwrap();
+            assert!(!queried.is_empty());
+            assert_eq!(
+                streamed, queried,
+                "query_stream after {after:?}, limit {limit:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_payload_of_the_wrong_shape_ends_a_replay_with_a_decode_error() {
+    for (_dir, store, stream) in stores().await {
+        stream
+            .append(AppendCriteria::none(), [deposit("a", 1)])
+            .await
+            .unwrap();
+        let wrong = store
+            .storage()
+            .append(
+                AppendCriteria::none(),
+                stream.id(),
+                vec![EventToStore::new(
+                    "Deposited",
+                    serde_json::json!({"wrong": 1}),
+                )],
+            )
+            .await
+            .unwrap();
+        stream
+            .append(AppendCriteria::none(), [deposit("a", 2)])
+            .await
+            .unwrap();
+        let items: Vec<_> = stream.replay(None).collect().await;
+        assert_eq!(
+            items.len(),
+            2,
+            "the first deposit, then the error, then nothing"
+        );
+        assert_eq!(items[0].as_ref().unwrap().event, deposit("a", 1));
+        assert!(
+            matches!(&items[1], Err(EventStoreError::Decode { reference, .. }) if *reference == wrong[0].reference),
+            "{:?}",
+            items[1]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_replay_of_an_invalid_stream_is_one_invalid_input_error() {
+    let storage: Arc<dyn EventStorage> = Arc::new(MemoryEventStorage::new());
+    let stream = EventStore::new(storage).stream::<Deposited>(EventStreamId::new("", "x"));
+    let items: Vec<_> = stream.replay(None).collect().await;
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert!(
+        matches!(
+            &items[0],
+            Err(EventStoreError::Storage(
+                EventStorageError::InvalidInput { .. }
+            ))
+        ),
+        "{:?}",
+        items[0]
+    );
 }
