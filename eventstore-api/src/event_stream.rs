@@ -56,6 +56,20 @@ pub fn paged_query_stream<'a, S: EventStorage + ?Sized>(
 /// progress whenever the stream is polled, so its statement is sent and its rows arrive
 /// while the caller works on the events before it. An error is the stream's last item;
 /// dropping the stream drops the read in flight.
+///
+/// # Examples
+/// A backend whose pages are numbered: the cursor is the page's number.
+/// ```
+/// # use eventstore_api::event_stream::{read_ahead, EventStream};
+/// # use eventstore_api::{StorageResult, StoredEvent};
+/// /// Page `number` of a backend that has three.
+/// async fn page(number: u32) -> StorageResult<(Vec<StoredEvent>, Option<u32>)> {
+///     let events = Vec::new(); // read the page's events here
+///     Ok((events, (number < 2).then_some(number + 1)))
+/// }
+///
+/// let events: EventStream<'static> = read_ahead(0, page);
+/// ```
 pub fn read_ahead<'a, C, F, Fut>(first: C, mut read_page: F) -> EventStream<'a>
 where
     C: Send + 'a,
