@@ -51,11 +51,17 @@ pub fn paged_query_stream<'a, S: EventStorage + ?Sized>(
 /// events of the page before: for backends that stream natively in pages.
 ///
 /// `read_page` reads the page `cursor` points at and returns its events with the cursor of
-/// the page after it, `None` after the last page. Only one page is read at a time, and at
-/// most two are held: the one being handed out and the next. The next page's read makes
-/// progress whenever the stream is polled, so its statement is sent and its rows arrive
-/// while the caller works on the events before it. An error is the stream's last item;
-/// dropping the stream drops the read in flight.
+/// the page after it, `None` after the last page. It is called for the first page when the
+/// stream is made, and for each next page when the caller starts on the page before. Only one
+/// page is read at a time, and at most two are held: the one being handed out and the next.
+/// An error is the stream's last item; dropping the stream drops the read in flight.
+///
+/// The next page's read moves whenever the stream is polled, that is, while the caller takes
+/// the events before it. For the read to go on while the caller works without polling (a
+/// projection committing a batch), `read_page` should spawn its work, as the PostgreSQL
+/// backend does. And since a caller may use the storage between two events, a read that
+/// waits to be polled must not hold what the caller's own calls need, such as the last
+/// connection of a pool.
 ///
 /// # Examples
 /// A backend whose pages are numbered: the cursor is the page's number.

@@ -458,10 +458,11 @@ impl<E: DomainEvent> TypedStream<E> {
         self.query(&Self::own_types(), None, Limit::none()).await
     }
 
-    /// What [`TypedStream::query`] returns, as a stream that holds a page or two of events at
-    /// a time ([`EventStorage::query_stream`]): for replaying a long history. Payloads are
-    /// decoded from the storage's values. An error, of the storage or of decoding, is the
-    /// stream's last item.
+    /// The events [`TypedStream::query`] returns, as a stream that holds a page or two of them
+    /// at a time ([`EventStorage::query_stream`]): for replaying a long history. Payloads are
+    /// decoded from the storage's values ([`DomainEvent::from_payload`]), even where `query`
+    /// decodes their text, since storages stream values. An error, of the storage or of
+    /// decoding, is the stream's last item.
     pub fn query_stream<'a>(
         &'a self,
         filter: &EventFilter,

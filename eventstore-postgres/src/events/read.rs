@@ -11,6 +11,7 @@ use eventstore_api::{
 use futures_util::stream;
 use sqlx::{Postgres, QueryBuilder};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::pages::decode_rows;
 pub(crate) use super::pages::Pages;
@@ -62,28 +63,30 @@ pub(crate) async fn query<E: ReadEvent>(
 /// the page is handed out, so that a stream dropped part-way holds no connection and no
 /// transaction, and at most two pages are held.
 ///
-/// Each page is read on a task of its own, so that it goes on while the caller works on the
-/// page before without polling the stream (a projection committing its batch); dropping the
-/// stream aborts it.
+/// Each page is read on a task of its own, in the caller's span, so that it goes on while
+/// the caller works on the page before without polling the stream (a projection committing
+/// its batch), on another worker thread where the runtime has one; dropping the stream
+/// aborts it. The stream is polled on the Tokio runtime, as every call of this storage is.
 pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'static> {
     if pages.is_done() {
         return Box::pin(stream::empty());
     }
-    let read_page = move |pages: Pages| {
-        let page = read_page(Arc::clone(&shared), pages);
+    let spawn_read = move |pages: Pages| {
+        let page = read_page(Arc::clone(&shared), pages).in_current_span();
         async move {
-            // Spawned once polled, which the stream does as soon as the page before arrives.
+            // Spawned when first polled: when the caller starts on the page before.
             let mut reading = JoinSet::new();
             reading.spawn(page);
             match reading.join_next().await {
                 Some(Ok(page)) => page,
                 Some(Err(failed)) if failed.is_panic() => panic::resume_unwind(failed.into_panic()),
-                // Only a runtime that shuts down cancels the read.
+                // Only a runtime shutting down cancels the read: no storage call can
+                // succeed any more, which is what `Closed` tells the caller.
                 Some(Err(_)) | None => Err(EventStorageError::Closed),
             }
         }
     };
-    read_ahead(pages, read_page)
+    read_ahead(pages, spawn_read)
 }
 
 /// The page of a [`query_stream`] that `pages` points at, and where the next one starts

@@ -1,6 +1,6 @@
 //! The streaming read yields its events in order across pages, reads the next page while the
-//! caller holds the stream without polling it, and a stream dropped part-way (its next page
-//! read ahead) holds no connection and leaves no transaction open.
+//! caller holds the stream without polling it, and a stream dropped while it reads a page
+//! holds no connection and leaves no transaction open.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
 
 use crate::common;
 
@@ -41,47 +42,91 @@ async fn take(events: &mut EventStream<'_>, count: usize, numbers: &mut Vec<Valu
     }
 }
 
+/// A storage on a pool of the test's own, which counts the connections given back to it,
+/// with the stream `replay` appended and every connection back.
+struct Counted {
+    storage: PostgresEventStorage,
+    pool: PgPool,
+    released: Arc<AtomicUsize>,
+    prefix: String,
+    stream: EventStreamId,
+}
+
+impl Counted {
+    async fn new() -> Counted {
+        let released = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&released);
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .after_release(move |_, _| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async { Ok(true) })
+            })
+            .connect(&common::direct_url())
+            .await
+            .unwrap();
+        let prefix = common::unique_prefix();
+        let storage = PostgresEventStorage::builder()
+            .pool(pool.clone())
+            .prefix(&prefix)
+            .init_mode(DatabaseInitMode::Ensure)
+            .build()
+            .await
+            .unwrap();
+        let stream = append_replay(&storage).await;
+        let counted = Counted {
+            storage,
+            pool,
+            released,
+            prefix,
+            stream,
+        };
+        counted.all_back("the appends' connections back").await;
+        counted
+    }
+
+    /// How many connections were given back so far.
+    fn released(&self) -> usize {
+        self.released.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `count` connections were given back.
+    async fn released_at_least(&self, count: usize, what: &str) {
+        let released = || async { (self.released() >= count).then_some(()) };
+        common::eventually(what, Duration::from_secs(10), released).await;
+    }
+
+    /// Waits until every connection of the pool is idle in it.
+    async fn all_back(&self, what: &str) {
+        let idle = || async { (self.pool.num_idle() == self.pool.size() as usize).then_some(()) };
+        common::eventually(what, Duration::from_secs(10), idle).await;
+    }
+
+    /// The whole stream `replay`, forward.
+    fn stream_all(&self) -> EventStream<'_> {
+        self.storage.query_stream(
+            &EventFilter::match_all(),
+            &self.stream,
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+    }
+
+    async fn close(self) {
+        self.storage.close().await.unwrap();
+        self.pool.close().await;
+    }
+}
+
 #[tokio::test]
 async fn the_next_page_is_read_while_the_caller_holds_the_stream_without_polling_it() {
     if common::try_pool().await.is_none() {
         return;
     }
-    // A pool of the test's own, which counts the connections given back to it.
-    let released = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&released);
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .after_release(move |_, _| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async { Ok(true) })
-        })
-        .connect(&common::direct_url())
-        .await
-        .unwrap();
-    let storage = PostgresEventStorage::builder()
-        .pool(pool.clone())
-        .prefix(common::unique_prefix())
-        .init_mode(DatabaseInitMode::Ensure)
-        .build()
-        .await
-        .unwrap();
-    let stream = append_replay(&storage).await;
-    let all_idle = || async { (pool.num_idle() == pool.size() as usize).then_some(()) };
-    common::eventually(
-        "the appends' connections back",
-        Duration::from_secs(10),
-        all_idle,
-    )
-    .await;
-    let before = released.load(Ordering::SeqCst);
-
-    let mut events = storage.query_stream(
-        &EventFilter::match_all(),
-        &stream,
-        None,
-        Limit::none(),
-        Direction::Forward,
-    );
+    let counted = Counted::new().await;
+    let before = counted.released();
+    let mut events = counted.stream_all();
     // The first event of the second page: handing it out starts the third page's read.
     let mut numbers = Vec::new();
     take(&mut events, 1_001, &mut numbers).await;
@@ -89,12 +134,9 @@ async fn the_next_page_is_read_while_the_caller_holds_the_stream_without_polling
     // Not polled from here on: the third and last page is read, and its connection given
     // back, all the same. A read that moved only when polled would hold the connection (or
     // not have taken one yet) until the next poll.
-    common::eventually(
-        "the third page read without a poll",
-        Duration::from_secs(10),
-        || async { (released.load(Ordering::SeqCst) == before + 3).then_some(()) },
-    )
-    .await;
+    counted
+        .released_at_least(before + 3, "the third page read without a poll")
+        .await;
 
     while let Some(event) = events.next().await {
         numbers.push(event.unwrap().payload["n"].clone());
@@ -102,52 +144,72 @@ async fn the_next_page_is_read_while_the_caller_holds_the_stream_without_polling
     let expected: Vec<_> = (0..EVENTS).map(|n| json!(n)).collect();
     assert_eq!(numbers, expected, "every event once, in order");
     assert_eq!(
-        released.load(Ordering::SeqCst),
+        counted.released(),
         before + 3,
         "one connection taken and given back per page"
     );
-    storage.close().await.unwrap();
-    pool.close().await;
+    drop(events);
+    counted.close().await;
 }
 
 #[tokio::test]
-async fn a_stream_dropped_half_way_holds_no_connection_and_no_transaction() {
+async fn a_stream_dropped_while_it_reads_a_page_holds_no_connection_and_no_transaction() {
     let Some(admin) = common::try_pool().await else {
         return;
     };
-    let prefix = common::unique_prefix();
-    let storage = common::storage_on(&prefix).await;
-    let stream = append_replay(&storage).await;
+    let counted = Counted::new().await;
+    let events_table = format!("{}events", counted.prefix);
+    let before = counted.released();
+    let mut events = counted.stream_all();
+    let mut numbers = Vec::new();
+    take(&mut events, 1_000, &mut numbers).await;
+    counted
+        .released_at_least(before + 2, "the first two pages read")
+        .await;
 
-    let mut events = storage.query_stream(
-        &EventFilter::match_all(),
-        &stream,
-        None,
-        Limit::none(),
-        Direction::Forward,
-    );
-    let mut read = Vec::new();
-    while read.len() < EVENTS / 2 + 1 {
-        read.push(events.next().await.expect("an event").unwrap().reference);
-    }
-    assert!(
-        read.windows(2).all(|pair| pair[0] < pair[1]),
-        "the stream yields events in order across its pages"
-    );
-    drop(events);
-
-    let pool = storage.pool().clone();
+    // The third page's read starts with the second page's first event, and waits for a
+    // lock on the table, holding its connection, until the stream is dropped.
+    let mut lock = admin.begin().await.unwrap();
+    sqlx::query(&format!(
+        "LOCK TABLE {events_table} IN ACCESS EXCLUSIVE MODE"
+    ))
+    .execute(&mut *lock)
+    .await
+    .unwrap();
+    take(&mut events, 1, &mut numbers).await;
     common::eventually(
-        "every connection of the storage back in its pool",
+        "the third page's statement waiting for the lock",
         Duration::from_secs(10),
-        || async { (pool.num_idle() == pool.size() as usize).then_some(()) },
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' \
+                   AND pid <> pg_backend_pid()",
+            )
+            .bind(&events_table)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            (waiting > 0).then_some(())
+        },
     )
     .await;
+    let expected: Vec<_> = (0..1_001).map(|n| json!(n)).collect();
+    assert_eq!(
+        numbers, expected,
+        "the events so far, in order across pages"
+    );
+    drop(events);
+    lock.commit().await.unwrap();
+
+    counted
+        .all_back("every connection of the storage back in its pool")
+        .await;
     let busy: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity \
          WHERE query LIKE '%' || $1 || '%' AND state <> 'idle' AND pid <> pg_backend_pid()",
     )
-    .bind(format!("{prefix}events"))
+    .bind(&events_table)
     .fetch_one(&admin)
     .await
     .unwrap();
@@ -155,5 +217,5 @@ async fn a_stream_dropped_half_way_holds_no_connection_and_no_transaction() {
         busy, 0,
         "no session of the storage is in a transaction or a statement"
     );
-    storage.close().await.unwrap();
+    counted.close().await;
 }
