@@ -106,21 +106,23 @@ async fn a_typed_stream_skips_events_of_other_types() {
     }
 }
 
+/// Appends, untyped, a `Deposited` event whose payload is not a `Deposited`.
+async fn append_wrong_shape(
+    store: &EventStore,
+    stream: &TypedStream<Deposited>,
+) -> Vec<eventstore_api::StoredEvent> {
+    let wrong = EventToStore::new("Deposited", serde_json::json!({"wrong": 1}));
+    store
+        .storage()
+        .append(AppendCriteria::none(), stream.id(), vec![wrong])
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_payload_of_the_wrong_shape_is_a_decode_error_naming_the_event() {
     for (_dir, store, stream) in stores().await {
-        let stored = store
-            .storage()
-            .append(
-                AppendCriteria::none(),
-                stream.id(),
-                vec![EventToStore::new(
-                    "Deposited",
-                    serde_json::json!({"wrong": 1}),
-                )],
-            )
-            .await
-            .unwrap();
+        let stored = append_wrong_shape(&store, &stream).await;
         let error = stream.read_all().await.unwrap_err();
         assert!(
             matches!(&error, EventStoreError::Decode { reference, .. } if *reference == stored[0].reference),
@@ -268,18 +270,7 @@ async fn a_payload_of_the_wrong_shape_ends_a_replay_with_a_decode_error() {
             .append(AppendCriteria::none(), [deposit("a", 1)])
             .await
             .unwrap();
-        let wrong = store
-            .storage()
-            .append(
-                AppendCriteria::none(),
-                stream.id(),
-                vec![EventToStore::new(
-                    "Deposited",
-                    serde_json::json!({"wrong": 1}),
-                )],
-            )
-            .await
-            .unwrap();
+        let wrong = append_wrong_shape(&store, &stream).await;
         stream
             .append(AppendCriteria::none(), [deposit("a", 2)])
             .await

@@ -42,6 +42,18 @@ async fn take(events: &mut EventStream<'_>, count: usize, numbers: &mut Vec<Valu
     }
 }
 
+/// How many other sessions whose statement names `table` are in the state `condition` says.
+async fn sessions_on(admin: &PgPool, table: &str, condition: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE {condition} AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()"
+    ))
+    .bind(table)
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
 /// A storage on a pool of the test's own, which counts the connections given back to it,
 /// with the stream `replay` appended and every connection back.
 struct Counted {
@@ -181,15 +193,7 @@ async fn a_stream_dropped_while_it_reads_a_page_holds_no_connection_and_no_trans
         "the third page's statement waiting for the lock",
         Duration::from_secs(10),
         || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' \
-                   AND pid <> pg_backend_pid()",
-            )
-            .bind(&events_table)
-            .fetch_one(&admin)
-            .await
-            .unwrap();
+            let waiting = sessions_on(&admin, &events_table, "wait_event_type = 'Lock'").await;
             (waiting > 0).then_some(())
         },
     )
@@ -205,14 +209,7 @@ async fn a_stream_dropped_while_it_reads_a_page_holds_no_connection_and_no_trans
     counted
         .all_back("every connection of the storage back in its pool")
         .await;
-    let busy: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity \
-         WHERE query LIKE '%' || $1 || '%' AND state <> 'idle' AND pid <> pg_backend_pid()",
-    )
-    .bind(&events_table)
-    .fetch_one(&admin)
-    .await
-    .unwrap();
+    let busy = sessions_on(&admin, &events_table, "state <> 'idle'").await;
     assert_eq!(
         busy, 0,
         "no session of the storage is in a transaction or a statement"
