@@ -2,6 +2,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod sessions;
+
 use std::time::Duration;
 
 use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage};

@@ -1,7 +1,6 @@
 //! A backend connection killed with `pg_terminate_backend` mid-use: the call fails clearly,
 //! nothing is half-written, no transaction stays open, and the next call works.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use eventstore_api::{
@@ -10,32 +9,11 @@ use eventstore_api::{
 };
 use eventstore_postgres::PostgresEventStorage;
 use serde_json::json;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
 use eventstore_tck::support::assert_chain_repeats_no_text;
 
 use crate::common;
-
-/// A storage on the caller's pool, whose connections carry a unique application name.
-async fn storage_with_named_pool(prefix: &str) -> (PostgresEventStorage, PgPool, String) {
-    let application = format!("es-kill-{prefix}");
-    let options = PgConnectOptions::from_str(&common::database_url())
-        .unwrap()
-        .application_name(&application);
-    let pool = PgPoolOptions::new()
-        .max_connections(3)
-        .connect_with(options)
-        .await
-        .unwrap();
-    let storage = PostgresEventStorage::builder()
-        .pool(pool.clone())
-        .prefix(prefix)
-        .build()
-        .await
-        .unwrap();
-    (storage, pool, application)
-}
 
 /// Waits until a backend of `application` waits on a lock, then terminates it.
 async fn terminate_the_waiting_backend(admin: &PgPool, application: &str) {
@@ -55,17 +33,6 @@ async fn terminate_the_waiting_backend(admin: &PgPool, application: &str) {
         .await
         .unwrap();
     assert!(terminated);
-}
-
-async fn assert_no_open_transaction(admin: &PgPool, application: &str) {
-    let open: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state LIKE 'idle in transaction%'",
-    )
-    .bind(application)
-    .fetch_one(admin)
-    .await
-    .unwrap();
-    assert_eq!(open, 0, "a pooled connection was left inside a transaction");
 }
 
 fn assert_backend_error<T: std::fmt::Debug>(result: Result<T, EventStorageError>, doing: &str) {
@@ -93,7 +60,8 @@ async fn a_lease_request_whose_backend_is_killed_fails_and_writes_nothing() {
         return;
     };
     let prefix = common::unique_prefix();
-    let (storage, pool, application) = storage_with_named_pool(&prefix).await;
+    let (storage, pool, application) =
+        common::sessions::storage_with_named_pool(&prefix, "kill").await;
     let ttl = Duration::from_secs(60);
 
     let held = common::hold_lease_lock(&admin, &prefix, "orders").await;
@@ -121,7 +89,11 @@ async fn a_lease_request_whose_backend_is_killed_fails_and_writes_nothing() {
         (response.status, response.fencing_token),
         (LeaseStatus::Leader, FencingToken(1))
     );
-    assert_no_open_transaction(&admin, &application).await;
+    assert_eq!(
+        common::sessions::open_transactions(&admin, &application).await,
+        0,
+        "a pooled connection was left inside a transaction"
+    );
     storage.close().await.unwrap();
     assert!(!pool.is_closed(), "the storage closed the caller's pool");
     pool.close().await;
@@ -138,7 +110,8 @@ async fn an_append_whose_backend_is_killed_mid_transaction_stores_nothing() {
         return;
     };
     let prefix = common::unique_prefix();
-    let (storage, pool, application) = storage_with_named_pool(&prefix).await;
+    let (storage, pool, application) =
+        common::sessions::storage_with_named_pool(&prefix, "kill").await;
     let stream = EventStreamId::for_context("orders");
 
     let held = common::hold_stream_lock(&admin, &prefix, "orders", "default").await;
@@ -172,7 +145,11 @@ async fn an_append_whose_backend_is_killed_mid_transaction_stores_nothing() {
         .await
         .expect("the next append works");
     assert_eq!(stored.len(), 1);
-    assert_no_open_transaction(&admin, &application).await;
+    assert_eq!(
+        common::sessions::open_transactions(&admin, &application).await,
+        0,
+        "a pooled connection was left inside a transaction"
+    );
     storage.close().await.unwrap();
     pool.close().await;
 }
@@ -188,7 +165,8 @@ async fn idle_connections_killed_under_the_pool_are_replaced() {
         return;
     };
     let prefix = common::unique_prefix();
-    let (storage, pool, application) = storage_with_named_pool(&prefix).await;
+    let (storage, pool, application) =
+        common::sessions::storage_with_named_pool(&prefix, "kill").await;
     storage
         .request_lease(LeaseRequest::new("orders", "a", 0, Duration::from_secs(60)))
         .await

@@ -7,11 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use eventstore_api::{
-    AppendCriteria, Capability, Direction, EventFilter, EventStorage, EventStorageError,
-    EventStreamId, EventToStore, Fence, LeaseRequest, LeaseScope, Limit, Tags,
+    Capability, EventStorage, EventStorageError, EventStreamId, LeaseRequest, LeaseScope,
 };
 use eventstore_postgres::PostgresEventStorage;
-use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, Row};
 
@@ -26,88 +24,6 @@ const LEFTOVERS: &str = "SELECT \
      (SELECT count(*) FROM pg_listening_channels()) AS channels, \
      (SELECT count(*) FROM pg_settings WHERE source = 'session') AS session_settings, \
      (SELECT count(*) FROM pg_class WHERE relpersistence = 't') AS temporary_tables";
-
-/// Every call of the storage, once: appends (plain, conditional, idempotent, fenced), reads,
-/// bookmarks (plain and fenced), leases (one, a batch, a release, the list, the clock).
-async fn exercise(storage: &PostgresEventStorage) {
-    let ttl = Duration::from_secs(60);
-    let granted = storage
-        .request_lease(LeaseRequest::new("jobs", "a", 0, ttl))
-        .await
-        .unwrap();
-    storage
-        .request_leases(vec![
-            LeaseRequest::new("jobs", "b", 0, ttl),
-            LeaseRequest::new("other", "b", 0, ttl),
-        ])
-        .await
-        .unwrap();
-    storage.release_lease("other", "b").await.unwrap();
-    let stream = EventStreamId::for_context("orders");
-    let stored = storage
-        .append(
-            AppendCriteria::none(),
-            &stream,
-            vec![EventToStore::new("A", json!(1))],
-        )
-        .await
-        .unwrap();
-    let criteria = AppendCriteria::of(EventFilter::for_types(["A"]), Some(stored[0].reference));
-    storage
-        .append(
-            criteria,
-            &stream,
-            vec![EventToStore::new("B", json!(2)).with_idempotency_key("b")],
-        )
-        .await
-        .unwrap();
-    let fence = Fence::new("jobs", granted.fencing_token);
-    let fenced = storage
-        .append_fenced(
-            &fence,
-            AppendCriteria::none(),
-            &stream,
-            vec![EventToStore::new("C", json!(3))],
-        )
-        .await
-        .unwrap();
-    storage
-        .bookmark("plain", &stored[0].reference, Tags::none())
-        .await
-        .unwrap();
-    storage
-        .bookmark_fenced(&fence, "fenced", &fenced[0].reference, Tags::none())
-        .await
-        .unwrap();
-    assert_eq!(
-        storage.get_bookmark("fenced").await.unwrap(),
-        Some(fenced[0].reference)
-    );
-    assert_eq!(storage.get_bookmarks().await.unwrap().len(), 2);
-    storage.remove_bookmark("plain").await.unwrap();
-    let events = storage
-        .query(
-            &EventFilter::match_all(),
-            &stream,
-            None,
-            Limit::none(),
-            Direction::Forward,
-        )
-        .await
-        .unwrap();
-    assert_eq!(events.len(), 3);
-    assert_eq!(
-        storage.head(&stream).await.unwrap(),
-        Some(fenced[0].reference)
-    );
-    assert!(storage
-        .get_event_by_id(stored[0].reference.id)
-        .await
-        .unwrap()
-        .is_some());
-    assert_eq!(storage.get_leases().await.unwrap().len(), 2);
-    storage.storage_time().await.unwrap();
-}
 
 /// A caller's pool of one connection whose session is reset (`DISCARD ALL`) before every
 /// call, as if each call reached another server session, as behind a pooler; before the
@@ -155,7 +71,7 @@ async fn without_prepared_statements_nothing_relies_on_session_state() {
         .await
         .unwrap();
 
-    exercise(&storage).await;
+    common::sessions::exercise_every_call(&storage).await;
     // One more acquire checks what the last call left.
     drop(pool.acquire().await.unwrap());
 
