@@ -25,7 +25,7 @@ use crate::wrappers::EventsOnly;
 use crate::StorageFactory;
 
 /// How soon an append must be projected by a projector that polls only every [`LONG_POLL`].
-const PUSHED: Duration = Duration::from_secs(3);
+const PUSHED: Duration = Duration::from_secs(10);
 
 /// A poll interval far longer than any pushed hint takes.
 const LONG_POLL: Duration = Duration::from_secs(60);

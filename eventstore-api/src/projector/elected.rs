@@ -12,8 +12,14 @@ use crate::{AppendHints, AppendNotice, Capability, EventReference, Fence};
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The first wait before reading again when a hint announced an event the read did not find
-/// yet; it doubles up to the poll interval.
+/// yet; it doubles up to [`LAST_RETRY`] or the poll interval, whichever is shorter.
 const FIRST_RETRY: Duration = Duration::from_millis(5);
+
+/// The longest wait between reads while a hinted event stays out of sight. A long
+/// transaction anywhere on the server can hold readers back for seconds (PostgreSQL's
+/// visibility barrier); once it ends, the projector should find the event within this, not
+/// after a wait that kept doubling all along.
+const LAST_RETRY: Duration = Duration::from_millis(250);
 
 /// Runs a [`Projector`] on the one instance that leads, with its writes fenced.
 ///
@@ -141,7 +147,7 @@ impl<P: Projection> ElectedProjector<P> {
             let wait = if let Some(pause) = pause {
                 pause
             } else if behind {
-                let wait = retry.min(self.poll_interval);
+                let wait = retry.min(LAST_RETRY).min(self.poll_interval);
                 retry = retry.saturating_mul(2);
                 wait
             } else {
