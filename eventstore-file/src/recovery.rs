@@ -162,15 +162,17 @@ fn scan_segment(
         .metadata()
         .map_err(OpenFailure::io("cannot inspect", path))?
         .len();
-    if length < SEGMENT_HEADER_LEN {
-        if !is_last {
-            return Err(Corruption::new(
-                path,
-                0,
-                format!("a sealed segment is only {length} bytes long, shorter than its header"),
-            )
-            .into());
-        }
+    if length < SEGMENT_HEADER_LEN && !is_last {
+        return Err(Corruption::new(
+            path,
+            0,
+            format!("a sealed segment is only {length} bytes long, shorter than its header"),
+        )
+        .into());
+    }
+    if is_last
+        && header_never_written(&mut file, length).map_err(OpenFailure::io("cannot read", path))?
+    {
         if mode == Mode::ReadLast {
             // Being created by the writer right now, or by a crash: no events in it yet.
             return Ok(Extent::exact(length));
@@ -291,6 +293,27 @@ fn index_frame(
         });
     }
     Ok(())
+}
+
+/// Whether the last segment's header never reached the disk: the file is shorter than its
+/// header, or holds nothing but zeros (a crash can keep a new file's length and lose its
+/// bytes). Such a segment holds no event, as an append is acknowledged only after its segment's
+/// header was synced; a zeroed header before any written byte is damage, not this.
+fn header_never_written(file: &mut File, length: u64) -> std::io::Result<bool> {
+    if length < SEGMENT_HEADER_LEN {
+        return Ok(true);
+    }
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut only_zeros = true;
+    while only_zeros {
+        match file.read(&mut chunk)? {
+            0 => break,
+            read => only_zeros = chunk[..read].iter().all(|&byte| byte == 0),
+        }
+    }
+    // The scan that follows reads from the start.
+    file.seek(SeekFrom::Start(0))?;
+    Ok(only_zeros)
 }
 
 fn rewrite_header(file: &mut File, first_position: u64) -> std::io::Result<()> {

@@ -27,7 +27,7 @@ use eventstore_api::{
 use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks, BOOKMARKS_FILE};
 use crate::command::{Command, HeldAnswer, Reply};
 use crate::corruption::OpenFailure;
-use crate::directory::DirectoryLock;
+use crate::directory::{sync_dir, DirectoryLock};
 use crate::event_reader::read_events;
 use crate::event_record::{encode_batch, EncodedBatch};
 use crate::file_failure::FileFailure;
@@ -108,6 +108,9 @@ impl Writer {
         let (index, segments) = recover_log(dir, options.segment_bytes())?;
         let (bookmark_journal, bookmarks) = BookmarkJournal::open(dir)?;
         let leases = LeaseState::open(dir)?;
+        // A file a crash left behind can be seen from the page cache with an entry that never
+        // reached the disk; appends to it must not be acknowledged until it has.
+        sync_dir(dir).map_err(OpenFailure::io("cannot sync the directory", dir))?;
         tracing::info!(dir = %dir.display(), events = index.len(), bookmarks = bookmarks.len(), "opened the event store");
         Ok(Writer {
             dir: dir.to_owned(),

@@ -554,3 +554,50 @@ async fn damage_to_a_sealed_segment_is_an_error_never_a_cut() {
     assert_eq!(all_events(&repaired).await.len(), 40);
     repaired.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_segment_whose_header_never_reached_the_disk_is_started_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(dir.path()).await.unwrap();
+    for n in 0..3 {
+        append_one(&storage, n).await;
+    }
+    storage.close().await.unwrap();
+    // The log rolls over by cutting its segment to its frames, then creating the next one.
+    let sealed = segment_files(dir.path()).pop().unwrap();
+    std::fs::write(&sealed, frames_of(&sealed)).unwrap();
+    let next_segment = dir.path().join(format!("events-{:020}.log", 4));
+
+    // A crash while the log rolled over can leave a new segment shorter than its header, or
+    // as long as its header (or longer) with none of its bytes written.
+    for length in [0, 7, 20, 4096] {
+        std::fs::write(&next_segment, vec![0u8; length]).unwrap();
+        let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+        assert_eq!(all_events(&reopened).await.len(), 3, "{length} zero bytes");
+        reopened.close().await.unwrap();
+        std::fs::remove_file(&next_segment).unwrap();
+    }
+
+    // The segment started afresh is appended to, and its events kept.
+    std::fs::write(&next_segment, vec![0u8; 20]).unwrap();
+    let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+    let appended = append_one(&reopened, 3).await;
+    reopened.close().await.unwrap();
+    let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+    let events = all_events(&reopened).await;
+    assert_eq!(events.len(), 4);
+    assert_eq!(events[3].reference, appended.reference);
+    reopened.close().await.unwrap();
+
+    // A zeroed header before written bytes is damage, never started afresh.
+    let mut damaged = std::fs::read(&next_segment).unwrap();
+    damaged[..20].fill(0);
+    std::fs::write(&next_segment, &damaged).unwrap();
+    let error = FileEventStorage::open(dir.path()).await.unwrap_err();
+    assert!(
+        error.report().contains(&next_segment.display().to_string()),
+        "{}",
+        error.report()
+    );
+    assert_eq!(std::fs::read(&next_segment).unwrap(), damaged, "not cut");
+}
