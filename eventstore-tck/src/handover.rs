@@ -128,7 +128,13 @@ pub async fn stepped_down_holder_leads_again_when_the_preferred_contender_never_
         PUSHED,
         "node-a hears of the step-down request and hands over",
         async {
-            while !matches!(watch.current(), Leadership::SteppedDown { .. }) {
+            // A watch keeps the latest value only: a slow poll may see the next tenure instead.
+            loop {
+                let current = watch.current();
+                let led_again = current.token().is_some_and(|now| now > token);
+                if matches!(current, Leadership::SteppedDown { .. }) || led_again {
+                    break;
+                }
                 watch.changed().await.expect("the elector runs");
             }
         },

@@ -133,6 +133,7 @@ impl<S: EventStorage> EventStorage for EventsOnly<S> {
 ///   completes, even after `hang(false)`; dropping it (a timeout does) ends it.
 /// - [`fail(true)`](Unreliable::fail): those calls return [`EventStorageError::Backend`] at
 ///   once, as after a dropped connection, and change nothing.
+/// - [`panic(true)`](Unreliable::panic): those calls panic, as in a backend with a bug.
 ///
 /// Calls made after the switch is turned off are forwarded again.
 ///
@@ -166,6 +167,7 @@ pub struct Unreliable<S> {
     inner: S,
     hanging: AtomicBool,
     failing: AtomicBool,
+    panicking: AtomicBool,
     hung_calls: AtomicUsize,
     failed_calls: AtomicUsize,
 }
@@ -177,6 +179,7 @@ impl<S> Unreliable<S> {
             inner,
             hanging: AtomicBool::new(false),
             failing: AtomicBool::new(false),
+            panicking: AtomicBool::new(false),
             hung_calls: AtomicUsize::new(0),
             failed_calls: AtomicUsize::new(0),
         }
@@ -217,8 +220,18 @@ impl<S> Unreliable<S> {
         self.failed_calls.load(Ordering::SeqCst)
     }
 
-    /// Fails while failing is on, waits forever while the hang is on; returns at once otherwise.
+    /// Switches panicking on or off: a call made while it is on panics, as a storage with a
+    /// bug would, and so does the task that made it.
+    pub fn panic(&self, panicking: bool) {
+        self.panicking.store(panicking, Ordering::SeqCst);
+    }
+
+    /// Panics while panicking is on, fails while failing is on, waits forever while the hang
+    /// is on; returns at once otherwise.
     async fn gate(&self) -> StorageResult<()> {
+        if self.panicking.load(Ordering::SeqCst) {
+            panic!("the storage panicked on purpose (Unreliable::panic)");
+        }
         if self.is_failing() {
             self.failed_calls.fetch_add(1, Ordering::SeqCst);
             return Err(EventStorageError::backend(

@@ -2,7 +2,7 @@
 //! step-downs, and self-demotion by the deadline while the storage hangs.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use eventstore_api::elector::{LeaderElector, Leadership};
 use eventstore_api::{EventStorage, EventStorageError, Fence, FencingToken};
@@ -10,7 +10,11 @@ use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
 use eventstore_tck::wrappers::{EventsOnly, Unreliable};
 
-const TTL: Duration = Duration::from_millis(300);
+/// Long enough that no stall of a loaded machine lets a tenure lapse between renewals.
+const TTL: Duration = Duration::from_secs(3);
+
+/// For the tests that wait for a deadline to pass.
+const SHORT_TTL: Duration = Duration::from_millis(300);
 
 fn elector<S: EventStorage + 'static>(
     storage: &Arc<S>,
@@ -162,6 +166,26 @@ async fn an_aborted_leader_keeps_the_lease_until_its_ttl_then_is_replaced() {
 }
 
 #[tokio::test]
+async fn an_elector_whose_storage_panics_says_it_stopped() {
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    let a = elector(&storage, "a", 0);
+    leads(&a).await;
+    let mut watch = a.watch();
+    storage.panic(true);
+    // The published value, not `current()`: only the loop itself can publish `Stopped`.
+    let published = watch.subscribe();
+    eventually("the panicked loop to publish that it stopped", || async {
+        *published.borrow() == Leadership::Stopped
+    })
+    .await;
+    let waited = tokio::time::timeout(DEADLINE, watch.wait_for_leadership()).await;
+    assert_eq!(waited.expect("the wait ends"), None);
+    assert!(!a.is_leader());
+    storage.panic(false);
+    a.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_higher_priority_contender_gets_the_lease_once_the_work_acknowledges() {
     let storage = Arc::new(MemoryEventStorage::new());
     let low = elector(&storage, "low", 0);
@@ -197,17 +221,34 @@ async fn a_higher_priority_contender_gets_the_lease_once_the_work_acknowledges()
 #[tokio::test]
 async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
     let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
-    let a = elector(&storage, "a", 0);
+    // A hung request gives up at its own send time + ttl - margin, a request interval after
+    // the deadline of the tenure before it: 2 s here, which tells the two apart.
+    let a = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("a")
+        .ttl(TTL)
+        .request_interval(Duration::from_secs(2))
+        .start()
+        .unwrap();
     let token = leads(&a).await;
+    let mut published = a.watch().subscribe();
+    published.mark_unchanged();
     storage.hang(true);
 
-    // The hung request never answers, so only the deadline can demote; how promptly the
-    // watch follows is scheduling, and the exact bound is checked by the test below.
-    let watch = a.watch();
-    eventually("demotion while the request hangs", || async {
-        watch.current() == Leadership::Unknown
+    // The published value, not `current()`, which shows a lapsed tenure as `Unknown` itself.
+    let hanging_when_demoted = tokio::time::timeout(DEADLINE, async {
+        loop {
+            published.changed().await.expect("the elector runs");
+            if *published.borrow_and_update() == Leadership::Unknown {
+                return storage.hung_calls();
+            }
+        }
     })
-    .await;
+    .await
+    .expect("demoted in time");
+    assert_eq!(
+        hanging_when_demoted, 1,
+        "demoted by the deadline while the request still hung, not when it gave up"
+    );
     assert!(!a.is_leader());
     assert_eq!(a.token(), None);
 
@@ -249,15 +290,22 @@ async fn a_failed_request_demotes_at_once() {
 
 #[tokio::test]
 async fn is_leader_turns_false_at_the_deadline_without_the_task() {
-    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
-    let a = elector(&storage, "a", 0);
-    leads(&a).await;
-    storage.hang(true);
-    let hung_at = Instant::now();
+    let storage = Arc::new(MemoryEventStorage::new());
+    let a = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("a")
+        .ttl(SHORT_TTL)
+        .start()
+        .unwrap();
+    let token = leads(&a).await;
     let watch = a.watch();
-    // is_leader() reads the deadline itself: whatever the task does, a ttl after the last
-    // confirmed send (which was before the hang) it must be false.
-    tokio::time::sleep_until((hung_at + TTL).into()).await;
+    // The test's runtime has one thread: blocking it for a ttl keeps the elector's task from
+    // renewing or demoting, so only is_leader()'s own reading of the deadline can turn false.
+    std::thread::sleep(SHORT_TTL);
+    assert_eq!(
+        *watch.subscribe().borrow(),
+        Leadership::Leader { token },
+        "the task did not run"
+    );
     assert!(!watch.is_leader());
     assert_eq!(watch.fence(), None);
     drop(a);

@@ -141,13 +141,21 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Records a confirmed tenure (or none) and publishes `leadership` if it changed.
+    /// Records a confirmed tenure (or none) and publishes `leadership` if it changed; nothing
+    /// once `Stopped` is published. Both happen under the watch's lock, so an answer applied
+    /// while [`LeaderElector::abort`](super::LeaderElector::abort) stops the elector on
+    /// another thread cannot bring a tenure back after `Stopped`.
     pub(super) fn confirm(&self, tenure: Option<Tenure>, leadership: Leadership) {
-        *self
-            .tenure
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = tenure;
-        self.publish(leadership);
+        self.publisher.send_if_modified(|current| {
+            if *current == Leadership::Stopped {
+                return false;
+            }
+            *self
+                .tenure
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = tenure;
+            self.publish(current, leadership)
+        });
     }
 
     /// Drops any tenure and publishes `leadership` (`Unknown` or `Stopped`).
@@ -155,37 +163,35 @@ impl Shared {
         self.confirm(None, leadership);
     }
 
-    fn publish(&self, leadership: Leadership) {
-        self.publisher.send_if_modified(|current| {
-            if *current == leadership {
-                false
-            } else {
-                tracing::info!(lease = %self.lease_name, owner = %self.owner, %leadership, "leadership changed");
-                if let Some(token) = leadership.token() {
-                    let mut led = self
-                        .led_token
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
-                    if *led != Some(token) {
-                        *led = Some(token);
-                        metrics::counter!(telemetry::LEASE_ACQUISITIONS, "lease" => self.lease_name.clone())
-                            .increment(1);
-                    }
-                }
-                if let Leadership::SteppedDown { .. } = leadership {
-                    metrics::counter!(telemetry::LEASE_STEP_DOWNS, "lease" => self.lease_name.clone())
-                        .increment(1);
-                }
-                metrics::gauge!(
-                    telemetry::ELECTOR_LEADER,
-                    "lease" => self.lease_name.clone(),
-                    "owner" => self.owner.clone()
-                )
-                .set(if leadership.is_leader() { 1.0 } else { 0.0 });
-                *current = leadership;
-                true
+    /// Replaces `current` with `leadership` if it differs, logging and counting the change.
+    fn publish(&self, current: &mut Leadership, leadership: Leadership) -> bool {
+        if *current == leadership {
+            return false;
+        }
+        tracing::info!(lease = %self.lease_name, owner = %self.owner, %leadership, "leadership changed");
+        if let Some(token) = leadership.token() {
+            let mut led = self
+                .led_token
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if *led != Some(token) {
+                *led = Some(token);
+                metrics::counter!(telemetry::LEASE_ACQUISITIONS, "lease" => self.lease_name.clone())
+                    .increment(1);
             }
-        });
+        }
+        if let Leadership::SteppedDown { .. } = leadership {
+            metrics::counter!(telemetry::LEASE_STEP_DOWNS, "lease" => self.lease_name.clone())
+                .increment(1);
+        }
+        metrics::gauge!(
+            telemetry::ELECTOR_LEADER,
+            "lease" => self.lease_name.clone(),
+            "owner" => self.owner.clone()
+        )
+        .set(if leadership.is_leader() { 1.0 } else { 0.0 });
+        *current = leadership;
+        true
     }
 
     /// Takes the step-down acknowledgement if it is for `token`.
@@ -322,5 +328,31 @@ impl LeadershipWatch {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(token);
         self.shared.acknowledgement.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn nothing_brings_a_tenure_back_once_stopped_is_published() {
+        let shared = Shared::new("jobs".into(), "a".into());
+        let watch = LeadershipWatch::new(Arc::clone(&shared));
+        let token = FencingToken(1);
+        let tenure = || Tenure {
+            token,
+            deadline: Instant::now() + Duration::from_secs(60),
+        };
+        shared.confirm(Some(tenure()), Leadership::Leader { token });
+        assert_eq!(watch.token(), Some(token));
+
+        // An abort on one thread while the loop, on another, applies a renewal it had
+        // already received.
+        shared.demote(Leadership::Stopped);
+        shared.confirm(Some(tenure()), Leadership::Leader { token });
+        assert_eq!(*watch.subscribe().borrow(), Leadership::Stopped);
+        assert_eq!(watch.token(), None);
+        assert!(!watch.is_leader());
     }
 }

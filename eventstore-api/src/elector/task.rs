@@ -60,6 +60,14 @@ pub(super) struct ElectionLoop {
     pub(super) handover: HandoverState,
 }
 
+impl Drop for ElectionLoop {
+    /// However the loop ends (returned, aborted, or a panic in a storage it called), watchers
+    /// hear that it stopped instead of waiting for a change that never comes.
+    fn drop(&mut self) {
+        self.shared.demote(Leadership::Stopped);
+    }
+}
+
 /// What the loop remembers of its last handover.
 #[derive(Debug, Default)]
 pub(super) struct HandoverState {
