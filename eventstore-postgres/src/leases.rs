@@ -1,7 +1,8 @@
-//! Leases: one round trip per request or batch, judged by PostgreSQL's `now()` alone.
+//! Leases: one round trip per request or batch of up to 1,000, judged by PostgreSQL's `now()`
+//! alone.
 //!
 //! The rules live in the `request_leases` and `release_lease` functions the schema creates
-//! (`sql/schema.sql`), so that a whole batch is one statement in one short transaction; a
+//! (`sql/schema.sql`), so that a batch is one statement in one short transaction; a
 //! renewal this storage expects is first tried as one `UPDATE` (see `renewals`), and a batch's
 //! plain renewals and refreshes as one statement (see `plain_batch`). Nothing here reads or
 //! locks the events table.
@@ -23,9 +24,16 @@ use crate::plain_batch;
 use crate::renewals;
 use crate::shared::Shared;
 
+/// The most leases one call of `request_leases` or `release_leases` decides. Each holds one
+/// advisory lock per lease until it commits, and PostgreSQL keeps those in one lock table for
+/// the whole server, about `max_locks_per_transaction` × `max_connections` entries (6,400 by
+/// default): a batch of 15,000 fails there with "out of shared memory". A larger batch is
+/// decided in calls of this many, one after another, which answers as the requests one by one.
+const LEASES_PER_CALL: usize = 1_000;
+
 /// Answers `requests` (validated by the caller), each with whether it took the lease over
 /// from an expired holder: first the plain ones in one statement (see `plain_batch`), then the
-/// rest in one call of `request_leases`.
+/// rest in calls of `request_leases` of at most [`LEASES_PER_CALL`].
 #[tracing::instrument(name = "request_leases", level = "debug", skip_all,
     fields(backend = "postgres", lease = %eventstore_api::telemetry::LeaseNames(requests), requests = requests.len()))]
 pub(crate) async fn request(
@@ -45,10 +53,12 @@ pub(crate) async fn request(
         .filter(|&i| answers[i].is_none())
         .collect();
     if !rest.is_empty() {
-        let asked: Vec<&LeaseRequest> = rest.iter().map(|&i| &requests[i]).collect();
-        let decided = decide(shared, &asked).await?;
-        for (i, outcome) in rest.into_iter().zip(decided) {
-            answers[i] = Some(outcome);
+        for places in rest.chunks(LEASES_PER_CALL) {
+            let asked: Vec<&LeaseRequest> = places.iter().map(|&i| &requests[i]).collect();
+            let decided = decide(shared, &asked).await?;
+            for (&i, outcome) in places.iter().zip(decided) {
+                answers[i] = Some(outcome);
+            }
         }
     }
     Ok(answers.into_iter().flatten().collect())
@@ -245,8 +255,8 @@ pub(crate) async fn release(
     })
 }
 
-/// Releases each of `lease_names` that `owner` holds in one call of `release_leases`: one
-/// transaction and one commit however many.
+/// Releases each of `lease_names` that `owner` holds in calls of `release_leases` of at most
+/// [`LEASES_PER_CALL`] names, each one transaction and one commit.
 #[tracing::instrument(name = "release_leases", level = "debug", skip_all,
     fields(backend = "postgres", leases = lease_names.len(), owner = owner))]
 pub(crate) async fn release_all(
@@ -262,19 +272,23 @@ pub(crate) async fn release_all(
     }
     let operation = "release leases";
     let failing = shared.settings.failing(operation);
-    let mut connection = shared.connection_for(operation).await?;
-    sqlx::query(&format!(
+    let call = format!(
         "SELECT {function}($1, $2, $3)",
         function = shared.prefix.name("release_leases")
-    ))
-    .bind(lease_names)
-    .bind(owner)
-    .bind(shared.settings.lock_timeout_setting())
-    .persistent(shared.settings.prepared_statements)
-    .execute(&mut *connection)
-    .await
-    .map_err(|e| failing.map(e))?;
-    shared.end(operation, connection).await
+    );
+    for names in lease_names.chunks(LEASES_PER_CALL) {
+        let mut connection = shared.connection_for(operation).await?;
+        sqlx::query(&call)
+            .bind(names)
+            .bind(owner)
+            .bind(shared.settings.lock_timeout_setting())
+            .persistent(shared.settings.prepared_statements)
+            .execute(&mut *connection)
+            .await
+            .map_err(|e| failing.map(e))?;
+        shared.end(operation, connection).await?;
+    }
+    Ok(())
 }
 
 /// Every lease row, by name in byte order.

@@ -2,7 +2,8 @@
 //! separate pools, killed connections, the visibility barrier, lease change notifications,
 //! append hints, fencing tokens that survive a server restart, electors that outlive a
 //! failing push channel, electors under chaos (killed connections, a crash), pinned
-//! search_path, what a pooler in transaction mode needs, and typed reads from payloads as text.
+//! search_path, what a pooler in transaction mode needs, typed reads from payloads as text, and
+//! lease batches larger than the server's lock table.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -20,6 +21,7 @@ mod index_use;
 mod init_modes;
 mod isolation;
 mod killed_connection;
+mod large_batches;
 mod lease_changes;
 mod lease_contenders;
 mod least_privileges;
