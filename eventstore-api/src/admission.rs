@@ -24,14 +24,19 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::validate;
-use crate::{EventStorageError, EventStreamId, EventToStore, Fence, LeaseRequest, Tags};
+use crate::{
+    AppendCriteria, EventFilter, EventStorageError, EventStreamId, EventToStore, Fence,
+    LeaseRequest, Tags,
+};
 
 /// One call of the [`EventStorage`](crate::EventStorage) SPI with the input the rules look at.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Operation<'a> {
-    /// `append`: a concrete stream and a valid batch.
+    /// `append`: a valid condition, a concrete stream and a valid batch.
     Append {
+        /// The condition checked before the write.
+        criteria: &'a AppendCriteria,
         /// The stream appended to.
         stream: &'a EventStreamId,
         /// The batch.
@@ -41,19 +46,29 @@ pub enum Operation<'a> {
     AppendFenced {
         /// The fence presented.
         fence: &'a Fence,
+        /// The condition checked before the write.
+        criteria: &'a AppendCriteria,
         /// The stream appended to.
         stream: &'a EventStreamId,
         /// The batch.
         events: &'a [EventToStore],
     },
-    /// `query`: a valid stream (wildcards allowed).
+    /// `query`, `query_raw` and `query_stream`: a valid filter and stream (wildcards
+    /// allowed).
     Query {
+        /// The events selected.
+        filter: &'a EventFilter,
         /// The streams read.
         stream: &'a EventStreamId,
     },
     /// `head`: a valid stream (wildcards allowed).
     Head {
         /// The streams looked at.
+        stream: &'a EventStreamId,
+    },
+    /// `subscribe_appends`: a valid stream (wildcards allowed).
+    SubscribeAppends {
+        /// The streams whose appends are hinted.
         stream: &'a EventStreamId,
     },
     /// `bookmark`: a valid reader and tags.
@@ -118,16 +133,29 @@ impl Operation<'_> {
     /// [`EventStorageError::InvalidInput`] for the first rule broken.
     pub fn validate(&self) -> Result<(), EventStorageError> {
         match *self {
-            Operation::Append { stream, events } => validate::validate_append(stream, events),
+            Operation::Append {
+                criteria,
+                stream,
+                events,
+            } => {
+                validate::validate_criteria(criteria)?;
+                validate::validate_append(stream, events)
+            }
             Operation::AppendFenced {
                 fence,
+                criteria,
                 stream,
                 events,
             } => {
                 validate::validate_fence(fence)?;
+                validate::validate_criteria(criteria)?;
                 validate::validate_append(stream, events)
             }
-            Operation::Query { stream } | Operation::Head { stream } => {
+            Operation::Query { filter, stream } => {
+                validate::validate_filter(filter)?;
+                validate::validate_stream(stream)
+            }
+            Operation::Head { stream } | Operation::SubscribeAppends { stream } => {
                 validate::validate_stream(stream)
             }
             Operation::Bookmark { reader, tags } => {

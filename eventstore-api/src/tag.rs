@@ -19,7 +19,8 @@ pub struct Tag {
 }
 
 impl Tag {
-    /// A tag from its key and value. Validity is checked when the tag is written.
+    /// A tag from its key and value. A storage checks it when it is given the tag, to write
+    /// or in a filter.
     pub fn new(key: impl Into<String>, value: impl Into<String>) -> Self {
         Tag {
             key: key.into(),

@@ -6,7 +6,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::{EventStorageError, EventStreamId, EventToStore, Fence, LeaseRequest, Tags};
+use crate::{
+    AppendCriteria, EventFilter, EventStorageError, EventStreamId, EventToStore, Fence,
+    LeaseRequest, Tags,
+};
 
 /// The longest name accepted anywhere (lease names, owners, readers, stream parts, event
 /// types, tag keys and values, idempotency keys), in bytes of UTF-8.
@@ -186,6 +189,45 @@ pub fn validate_append_stream(stream: &EventStreamId) -> Result {
 pub fn validate_append(stream: &EventStreamId, events: &[EventToStore]) -> Result {
     validate_append_stream(stream)?;
     validate_events(events)
+}
+
+/// Checks a query's filter: every type is a name and every tag valid ([`validate_tags`]).
+/// An invalid one could match no stored event, or, written `key:value` by a backend, another
+/// tag (`a:b` = `c` and `a` = `b:c`), so it is refused rather than answered.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming the filter item and the broken rule.
+pub fn validate_filter(filter: &EventFilter) -> Result {
+    for (index, item) in filter.items.iter().enumerate() {
+        let in_item = |error: EventStorageError| match error {
+            EventStorageError::InvalidInput {
+                field,
+                value,
+                problem,
+            } => EventStorageError::InvalidInput {
+                field: format!("{field} of filter item {index}"),
+                value,
+                problem,
+            },
+            other => other,
+        };
+        for event_type in item.types.iter().flatten() {
+            validate_name("event type", event_type.as_str()).map_err(in_item)?;
+        }
+        validate_tags(&item.tags).map_err(in_item)?;
+    }
+    Ok(())
+}
+
+/// Checks an append's condition: its filter as [`validate_filter`].
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming what was wrong.
+pub fn validate_criteria(criteria: &AppendCriteria) -> Result {
+    match &criteria.condition {
+        Some(condition) => validate_filter(&condition.filter),
+        None => Ok(()),
+    }
 }
 
 /// Checks a fence: its lease name is a valid lease name.

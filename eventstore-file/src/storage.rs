@@ -197,7 +197,7 @@ impl FileEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<E>> {
-        self.admit(Operation::Query { stream })?;
+        self.admit(Operation::Query { filter, stream })?;
         let locations = self.index().select(filter, stream, after, limit, direction);
         self.fetch(locations, direction).await
     }
@@ -423,6 +423,7 @@ impl EventStorage for FileEventStorage {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         self.admit(Operation::Append {
+            criteria: &criteria,
             stream,
             events: &events,
         })?;
@@ -616,7 +617,7 @@ impl EventStorage for FileEventStorage {
     }
 
     async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
-        self.admit(Operation::Query { stream })?;
+        self.admit(Operation::SubscribeAppends { stream })?;
         self.refuse_if_read_only("subscribe_appends")?;
         Ok(self.inner.state.appends.subscribe(stream))
     }
@@ -637,6 +638,7 @@ impl EventStorage for FileEventStorage {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         self.admit(Operation::AppendFenced {
+            criteria: &criteria,
             fence,
             stream,
             events: &events,

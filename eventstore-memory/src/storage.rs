@@ -149,6 +149,7 @@ impl EventStorage for MemoryEventStorage {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let shared = self.admit(Operation::Append {
+            criteria: &criteria,
             stream,
             events: &events,
         })?;
@@ -164,7 +165,7 @@ impl EventStorage for MemoryEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        let shared = self.admit(Operation::Query { stream })?;
+        let shared = self.admit(Operation::Query { filter, stream })?;
         Ok(shared
             .read_log()
             .query(filter, stream, after, limit, direction))
@@ -289,7 +290,7 @@ impl EventStorage for MemoryEventStorage {
     }
 
     async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
-        let shared = self.admit(Operation::Query { stream })?;
+        let shared = self.admit(Operation::SubscribeAppends { stream })?;
         Ok(shared.appends.subscribe(stream))
     }
 
@@ -308,6 +309,7 @@ impl EventStorage for MemoryEventStorage {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let shared = self.admit(Operation::AppendFenced {
+            criteria: &criteria,
             fence,
             stream,
             events: &events,

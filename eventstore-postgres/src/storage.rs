@@ -180,7 +180,7 @@ impl PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<serde_json::Value> {
-        let shared = self.admit(Operation::Query { stream })?;
+        let shared = self.admit(Operation::Query { filter, stream })?;
         events::explain_query(shared, filter, stream, after, limit, direction).await
     }
 
@@ -200,7 +200,7 @@ impl PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<E>> {
-        let shared = self.admit(Operation::Query { stream })?;
+        let shared = self.admit(Operation::Query { filter, stream })?;
         let read = || events::query(shared, filter, stream, after, limit, direction);
         shared.settings.health.read(read).await
     }
@@ -231,6 +231,7 @@ impl EventStorage for PostgresEventStorage {
     ) -> StorageResult<Vec<StoredEvent>> {
         events::append(
             self.admit(Operation::Append {
+                criteria: &criteria,
                 stream,
                 events: &events,
             })?,
@@ -275,7 +276,7 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> EventStream<'a> {
-        if let Err(error) = self.admit(Operation::Query { stream }) {
+        if let Err(error) = self.admit(Operation::Query { filter, stream }) {
             return Box::pin(futures_util::stream::once(async move { Err(error) }));
         }
         let pages = events::Pages::new(filter, stream, after, limit, direction);
@@ -428,7 +429,7 @@ impl EventStorage for PostgresEventStorage {
                 self.name(),
             ));
         }
-        let shared = self.admit(Operation::Query { stream })?;
+        let shared = self.admit(Operation::SubscribeAppends { stream })?;
         Ok(shared.listener.subscribe_appends(stream).await)
     }
 
@@ -441,6 +442,7 @@ impl EventStorage for PostgresEventStorage {
     ) -> StorageResult<Vec<StoredEvent>> {
         events::append(
             self.admit(Operation::AppendFenced {
+                criteria: &criteria,
                 fence,
                 stream,
                 events: &events,

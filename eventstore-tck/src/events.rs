@@ -1554,6 +1554,76 @@ pub async fn invalid_streams_are_refused_by_append_query_and_head<F: StorageFact
     );
 }
 
+/// Filters with an invalid event type or tag are `InvalidInput` for `query`, `query_raw`,
+/// `query_stream` and an append's condition alike, and the refused append stores nothing. A
+/// filter's tag key may not hold `:` any more than a stored one: written `key:value`, the key
+/// `a:b` with the value `c` would read as the key `a` with the value `b:c`.
+pub async fn invalid_filters_are_refused_by_queries_and_append_conditions<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    append(
+        &storage,
+        &orders(),
+        vec![labelled("Linked", "colon").with_tags(tags(&[("a", "b:c")]))],
+    )
+    .await;
+    let long = "t".repeat(MAX_NAME_BYTES + 1);
+    let invalid = [
+        EventFilter::for_tags(tags(&[("a:b", "c")])),
+        EventFilter::for_tags(tags(&[("", "c")])),
+        EventFilter::for_tags(tags(&[("a", "b\0c")])),
+        EventFilter::for_types(["Li\0nked"]),
+        EventFilter::for_types([" "]),
+        EventFilter::for_types([long.as_str()]),
+        EventFilter::match_all().or(EventFilter::for_tags(tags(&[("a:b", "c")]))),
+    ];
+    for filter in invalid {
+        let shown = format!("{filter:?}");
+        let shown = &shown[..shown.len().min(120)];
+        for direction in [Direction::Forward, Direction::Backward] {
+            let everywhere = EventStreamId::any();
+            let result = storage
+                .query(&filter, &everywhere, None, Limit::none(), direction)
+                .await;
+            assert_invalid_input(result, &format!("a query by {shown}"), "validate_filter");
+            let result = storage
+                .query_raw(&filter, &everywhere, None, Limit::none(), direction)
+                .await;
+            assert_invalid_input(result, &format!("query_raw by {shown}"), "validate_filter");
+            let mut streamed =
+                storage.query_stream(&filter, &everywhere, None, Limit::none(), direction);
+            let first = streamed.next().await.expect("an item saying why");
+            assert_invalid_input(
+                first,
+                &format!("query_stream by {shown}"),
+                "validate_filter",
+            );
+            assert!(
+                streamed.next().await.is_none(),
+                "invalid input ends the stream"
+            );
+        }
+        let result = storage
+            .append(
+                AppendCriteria::of(filter.clone(), None),
+                &orders(),
+                vec![labelled("Linked", "refused")],
+            )
+            .await;
+        assert_invalid_input(
+            result,
+            &format!("an append on the condition {shown}"),
+            "validate_criteria",
+        );
+    }
+    assert_eq!(
+        read_everything(&storage).await.len(),
+        1,
+        "input rule validate::validate_criteria: a refused append stores nothing"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // after, limit, direction.
 // ---------------------------------------------------------------------------------------

@@ -85,6 +85,7 @@ impl EventStorage for VecStorage {
     ) -> StorageResult<Vec<StoredEvent>> {
         // validate::validate_append: a concrete stream, valid events, no key twice.
         let mut state = self.admit(Operation::Append {
+            criteria: &criteria,
             stream,
             events: &events,
         })?;
@@ -150,7 +151,7 @@ impl EventStorage for VecStorage {
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
         // validate::validate_stream: wildcards allowed.
-        let state = self.admit(Operation::Query { stream })?;
+        let state = self.admit(Operation::Query { filter, stream })?;
         // `after` bounds the storage's order, whatever the direction: a backward read after
         // e1 of e0..e4 is e4, e3, e2.
         let matching = state.events.iter().filter(|event| {

@@ -148,6 +148,7 @@ impl EventStorage for MutantStorage {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let mut state = self.admit(Operation::Append {
+            criteria: &criteria,
             stream,
             events: &events,
         })?;
@@ -245,7 +246,7 @@ impl EventStorage for MutantStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        let state = self.admit(Operation::Query { stream })?;
+        let state = self.admit(Operation::Query { filter, stream })?;
         let beyond = |event: &StoredEvent| match after {
             None => true,
             Some(_) if self.is(Mutation::QueryIgnoresAfter) => true,

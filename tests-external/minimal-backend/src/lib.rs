@@ -79,6 +79,7 @@ impl EventStorage for VecStorage {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let mut state = self.admit(Operation::Append {
+criteria: &criteria,
             stream,
             events: &events,
         })?;
@@ -139,7 +140,7 @@ impl EventStorage for VecStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        let state = self.admit(Operation::Query { stream })?;
+        let state = self.admit(Operation::Query { filter, stream })?;
         let matching = state.events.iter().filter(|event| {
             stream.covers(&event.stream)
                 && after.is_none_or(|after| event.reference > *after)
