@@ -357,10 +357,13 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// Subscribes to hints of appends to the streams `stream` covers
     /// ([`Capability::AppendHints`]).
     ///
-    /// A hint is sent after an append is durable and visible to readers, at most one per
-    /// append (never one per event). It only wakes a reader early: the read decides what is
-    /// new, and a reader keeps polling on its own timer, so a missed hint costs at most one
-    /// poll interval. The subscription ends when the storage closes.
+    /// A hint is sent after an append is durable, at most one per append (never one per
+    /// event). A read right after it may not show the append yet: a backend whose reads hold
+    /// back events until older writes end (PostgreSQL's visibility barrier) shows it once
+    /// they have, so a reader that finds nothing new reads again later rather than waiting
+    /// for the next hint. A hint only wakes a reader early: the read decides what is new,
+    /// and a reader keeps polling on its own timer, so a missed hint costs at most one poll
+    /// interval. The subscription ends when the storage closes.
     ///
     /// # Errors
     /// `InvalidInput` (invalid stream), `Unsupported`, `Closed`, `Backend`.

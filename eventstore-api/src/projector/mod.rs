@@ -15,7 +15,10 @@
 //! the same transaction as the data: commit both in [`Projection::after_batch`], build the
 //! projector with [`BookmarkReading::OnRequest`], and before each run [`Projector::seek`] to
 //! the position the store holds. A batch is then either committed with its position or not at
-//! all, whatever happens to the bookmark (which remains useful for monitoring).
+//! all, whatever happens to the bookmark (which remains useful for monitoring). Commit only if
+//! the position stored is still the one the batch started from: a leader paused past its ttl
+//! may wake inside a batch that its successor has already committed, and only that check,
+//! made in the store's own transaction, keeps it from committing the batch twice.
 //!
 //! ```
 //! use std::sync::{Arc, Mutex};
@@ -26,7 +29,8 @@
 //! #[derive(Default)]
 //! struct OwnStore { count: u64, position: Option<EventReference> }
 //!
-//! struct Counter { store: Arc<Mutex<OwnStore>>, pending: u64 }
+//! /// `from`: the position this instance's batches continue from.
+//! struct Counter { store: Arc<Mutex<OwnStore>>, pending: u64, from: Option<EventReference> }
 //!
 //! #[async_trait::async_trait]
 //! impl Projection for Counter {
@@ -35,10 +39,15 @@
 //!         Ok(())
 //!     }
 //!     async fn after_batch(&mut self, last: &EventReference) -> Result<(), ProjectionError> {
-//!         // one transaction: the batch's effect and the position after it
+//!         // one transaction: the batch's effect and the position after it, if no other
+//!         // instance moved the position meanwhile
 //!         let mut store = self.store.lock().unwrap();
+//!         if store.position != self.from {
+//!             return Err("another instance committed this batch; stopping".into());
+//!         }
 //!         store.count += std::mem::take(&mut self.pending);
 //!         store.position = Some(*last);
+//!         self.from = Some(*last);
 //!         Ok(())
 //!     }
 //!     async fn cancel_batch(&mut self) { self.pending = 0; }
@@ -46,13 +55,13 @@
 //!
 //! /// One run, on whichever instance: it starts where the own store says.
 //! async fn run(storage: Arc<dyn EventStorage>, store: Arc<Mutex<OwnStore>>) {
-//!     let counter = Counter { store: store.clone(), pending: 0 };
+//!     let position = store.lock().unwrap().position;
+//!     let counter = Counter { store: store.clone(), pending: 0, from: position };
 //!     let mut projector = Projector::builder(storage, counter)
 //!         .stream(EventStreamId::for_context("clicks"))
 //!         .bookmark_reading(BookmarkReading::OnRequest)
 //!         .build()
 //!         .unwrap();
-//!     let position = store.lock().unwrap().position;
 //!     projector.seek(position);
 //!     projector.run().await.unwrap();
 //! }
