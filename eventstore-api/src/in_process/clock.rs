@@ -8,6 +8,14 @@ use chrono::{DateTime, Utc};
 ///
 /// Lease expiry is judged on this clock alone. A wall clock can step backwards (NTP); a lease
 /// clock that did would revive expired leases, so every reading is at least the one before.
+///
+/// A step forward is taken as it comes: every live lease loses the step at once, while each
+/// elector's own deadline, on the monotonic clock, does not move, so another contender may
+/// lead while the old holder still believes it does, for up to its ttl. Its fenced writes are
+/// refused; unfenced ones are not. Keep the system clock slewed rather than stepped while the
+/// process runs (chrony and ntpd step only at boot by default). Judging leases on the
+/// monotonic clock instead would leave the stored timestamps behind real time after every
+/// step or suspend.
 #[derive(Debug, Default)]
 pub struct StorageClock {
     last: Mutex<Option<DateTime<Utc>>>,
