@@ -450,7 +450,6 @@ pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageF
     let watch = elector.watch();
     wait_for_leader(&watch).await;
     let mut published = watch.subscribe();
-    published.mark_unchanged();
 
     storage.hang(true);
     // Every request confirmed so far was sent before this instant.
@@ -461,12 +460,13 @@ pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageF
         support::DEADLINE,
         "the elector to publish its demotion",
         async {
-            loop {
-                published.changed().await.expect("the elector runs");
-                if *published.borrow_and_update() == Leadership::Unknown {
-                    return storage.hung_calls();
-                }
-            }
+            drop(
+                published
+                    .wait_for(|leadership| *leadership == Leadership::Unknown)
+                    .await
+                    .expect("the elector runs"),
+            );
+            storage.hung_calls()
         },
     )
     .await;

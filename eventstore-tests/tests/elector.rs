@@ -231,17 +231,17 @@ async fn the_elector_demotes_by_its_deadline_while_a_request_hangs() {
         .unwrap();
     let token = leads(&a).await;
     let mut published = a.watch().subscribe();
-    published.mark_unchanged();
     storage.hang(true);
 
     // The published value, not `current()`, which shows a lapsed tenure as `Unknown` itself.
     let hanging_when_demoted = tokio::time::timeout(DEADLINE, async {
-        loop {
-            published.changed().await.expect("the elector runs");
-            if *published.borrow_and_update() == Leadership::Unknown {
-                return storage.hung_calls();
-            }
-        }
+        drop(
+            published
+                .wait_for(|leadership| *leadership == Leadership::Unknown)
+                .await
+                .expect("the elector runs"),
+        );
+        storage.hung_calls()
     })
     .await
     .expect("demoted in time");
