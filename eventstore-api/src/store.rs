@@ -28,6 +28,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -35,14 +36,14 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use futures_core::Stream;
-use futures_util::{future, StreamExt};
+use futures_util::{future, stream, StreamExt};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::value::RawValue;
 
 use crate::{
-    AppendCriteria, Capability, Direction, EventFilter, EventReference, EventStorage,
-    EventStorageError, EventStreamId, EventToStore, Fence, Limit, RawStoredEvent, StoredEvent,
-    Tags,
+    validate, AppendCriteria, Capability, Direction, EventFilter, EventReference, EventStorage,
+    EventStorageError, EventStreamId, EventToStore, EventType, Fence, FilterItem, Limit,
+    RawStoredEvent, StoredEvent, Tags,
 };
 
 /// An event type of a typed stream: how its values are stored and read back.
@@ -424,6 +425,7 @@ impl<E: DomainEvent> TypedStream<E> {
     }
 
     /// Events of this stream's types that match `filter`, strictly after `after`, oldest first.
+    /// `limit` counts only events of this stream's types.
     ///
     /// Payloads are decoded from their JSON text ([`DomainEvent::from_json`]) when the storage
     /// hands them out as text ([`Capability::RawPayloads`]), else from the storage's values.
@@ -436,6 +438,7 @@ impl<E: DomainEvent> TypedStream<E> {
         after: Option<&EventReference>,
         limit: Limit,
     ) -> Result<Vec<Envelope<E>>, EventStoreError> {
+        let filter = &Self::of_own_types(filter)?;
         if self.storage.supports(Capability::RawPayloads) {
             let stored = self
                 .storage
@@ -472,9 +475,13 @@ impl<E: DomainEvent> TypedStream<E> {
     where
         E: 'a,
     {
+        let filter = match Self::of_own_types(filter) {
+            Ok(filter) => filter,
+            Err(error) => return Box::pin(stream::once(future::ready(Err(error)))),
+        };
         let stored = self
             .storage
-            .query_stream(filter, &self.id, after, limit, Direction::Forward);
+            .query_stream(&filter, &self.id, after, limit, Direction::Forward);
         let decoded = stored.filter_map(|stored| {
             future::ready(match stored {
                 Ok(event) if !E::event_types().contains(&event.event_type.as_str()) => None,
@@ -546,5 +553,30 @@ impl<E: DomainEvent> TypedStream<E> {
 
     fn own_types() -> EventFilter {
         EventFilter::for_types(E::event_types().iter().copied())
+    }
+
+    /// `filter` narrowed to this stream's types, so that the storage applies a limit to the
+    /// events this stream decodes, not to events of other types that would be dropped after.
+    /// The caller's filter is checked first, so that a bad one is refused even where the
+    /// narrowing would leave nothing of it.
+    fn of_own_types(filter: &EventFilter) -> Result<EventFilter, EventStoreError> {
+        validate::validate_filter(filter)?;
+        let own: BTreeSet<EventType> = E::event_types().iter().copied().map(Into::into).collect();
+        let items = filter
+            .items
+            .iter()
+            .map(|item| FilterItem {
+                types: Some(match &item.types {
+                    Some(types) => types.intersection(&own).cloned().collect(),
+                    None => own.clone(),
+                }),
+                tags: item.tags.clone(),
+            })
+            .filter(|item| item.types.as_ref().is_some_and(|types| !types.is_empty()))
+            .collect();
+        Ok(EventFilter {
+            items,
+            until: filter.until,
+        })
     }
 }

@@ -106,6 +106,66 @@ async fn a_typed_stream_skips_events_of_other_types() {
     }
 }
 
+#[tokio::test]
+async fn a_limited_query_counts_only_events_of_the_stream_types() {
+    for (_dir, store, stream) in stores().await {
+        let audits = (0..3)
+            .map(|n| EventToStore::new("Audited", serde_json::json!({ "n": n })))
+            .collect();
+        store
+            .storage()
+            .append(AppendCriteria::none(), stream.id(), audits)
+            .await
+            .unwrap();
+        stream
+            .append(AppendCriteria::none(), [deposit("a", 1), deposit("b", 2)])
+            .await
+            .unwrap();
+        // Any type in the caller's filter, but only the stream's own count against the limit.
+        let page = stream
+            .query(&EventFilter::match_all(), None, Limit::to(2))
+            .await
+            .unwrap();
+        let events: Vec<Deposited> = page.into_iter().map(|e| e.event).collect();
+        assert_eq!(events, [deposit("a", 1), deposit("b", 2)]);
+        let tagged = stream
+            .query(
+                &EventFilter::for_tags(Tags::from_pairs([("account", "b")])),
+                None,
+                Limit::to(1),
+            )
+            .await
+            .unwrap();
+        assert_eq!(tagged.len(), 1);
+        assert_eq!(tagged[0].event, deposit("b", 2));
+        let others_only = stream
+            .query(&EventFilter::for_types(["Audited"]), None, Limit::to(5))
+            .await
+            .unwrap();
+        assert!(
+            others_only.is_empty(),
+            "no event of another type is decoded"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_typed_query_refuses_an_invalid_type_in_its_filter() {
+    for (_dir, _store, stream) in stores().await {
+        let error = stream
+            .query(&EventFilter::for_types(["  "]), None, Limit::to(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                EventStoreError::Storage(EventStorageError::InvalidInput { .. })
+            ),
+            "{error:?}"
+        );
+    }
+}
+
 /// Appends, untyped, a `Deposited` event whose payload is not a `Deposited`.
 async fn append_wrong_shape(
     store: &EventStore,
