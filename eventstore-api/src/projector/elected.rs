@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::failure_pause::FailurePause;
 use super::{Projection, Projector, ProjectorError, ProjectorRun};
 use crate::elector::{Leadership, LeadershipWatch};
-use crate::{AppendHints, AppendNotice, Capability, EventReference, Fence};
+use crate::{AppendHints, AppendNotice, Capability, EventReference, Fence, FencingToken};
 
 /// How long an elected projector waits for new events between runs unless set otherwise.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -80,8 +80,11 @@ impl<P: Projection> ElectedProjector<P> {
     /// Projects while leading, stands by otherwise, until `stop` completes or the elector
     /// stops. `stop` is checked between runs, so a batch in hand is always finished.
     ///
-    /// A write refused by the fence ends the tenure's run quietly: another instance leads. A
-    /// storage failure that may pass is logged, and the projector runs again after a pause.
+    /// A write refused by the fence, the bookmark's or one the projection made
+    /// ([`ProjectorError::is_fenced`]), ends the tenure's work quietly: another instance
+    /// leads, and the projector waits for the next tenure instead of running again under the
+    /// refused one. Each tenure starts from the bookmark. A storage failure that may pass is
+    /// logged, and the projector runs again after a pause.
     ///
     /// # Errors
     /// The projection's errors and the storage's errors that will not pass by themselves
@@ -101,6 +104,11 @@ impl<P: Projection> ElectedProjector<P> {
         let mut retry = FIRST_RETRY;
         // Set when the last run failed in a way that may pass: how long to pause.
         let mut paused: Option<Duration> = None;
+        // The token of the last tenure this projector ran under, and whether the fence
+        // refused that tenure's writes: the storage knows the tenure is over before the
+        // elector does, and running again under it would only repeat a batch in vain.
+        let mut tenure: Option<FencingToken> = None;
+        let mut fenced_out = false;
         loop {
             let leadership = self.leadership.current();
             match leadership {
@@ -109,7 +117,13 @@ impl<P: Projection> ElectedProjector<P> {
                     // Nothing is in hand between runs: the unit of work is finished.
                     self.leadership.acknowledge_step_down(token);
                 }
+                Leadership::Leader { token } if tenure == Some(token) && fenced_out => {}
                 Leadership::Leader { token } => {
+                    if tenure != Some(token) {
+                        tenure = Some(token);
+                        fenced_out = false;
+                        self.projector.read_bookmark_before_next_run();
+                    }
                     let fence = fenced.then(|| Fence::new(self.leadership.lease_name(), token));
                     self.projector.set_fence(fence);
                     let watch = self.leadership.clone();
@@ -120,8 +134,11 @@ impl<P: Projection> ElectedProjector<P> {
                             self.failures.reset();
                         }
                         Err(error) if error.is_fenced() => {
-                            tracing::warn!(lease = %self.leadership.lease_name(), %token, %error,
-                                "bookmark refused by the fence; another instance leads");
+                            tracing::warn!(lease = %self.leadership.lease_name(), %token,
+                                error = %error.report(),
+                                "a write refused by the fence; another instance leads, waiting \
+                                 for the elector to see it");
+                            fenced_out = true;
                         }
                         Err(error) if error.may_pass() => {
                             let pause = self.failures.after_failure();
@@ -141,6 +158,7 @@ impl<P: Projection> ElectedProjector<P> {
                 | Leadership::Standby { .. } => {}
             }
             let behind = self.leadership.is_leader()
+                && !fenced_out
                 && announced.is_some_and(|last| self.projector.position() < Some(last));
             // A pause is waited out whatever hints say; the leadership still ends it.
             let pause = paused.take();

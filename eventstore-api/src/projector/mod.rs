@@ -97,6 +97,9 @@ use crate::{
 pub const DEFAULT_BATCH_SIZE: u64 = 500;
 
 /// When a projector reads its bookmark back from the storage.
+///
+/// Whatever the choice, an [`ElectedProjector`] or a [`PartitionedProjector`] also reads it at
+/// the start of every tenure: another instance may have moved it meanwhile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BookmarkReading {
     /// Before every run (the default): correct when other instances move the bookmark too.
@@ -130,11 +133,29 @@ pub enum ProjectorError {
 impl ProjectorError {
     /// Whether the storage refused a write because the fence is stale: this instance no
     /// longer leads.
+    ///
+    /// The projection's own errors count too: a refused fenced append in
+    /// [`Projection::after_batch`] says the same, wherever it sits in the error's chain.
     pub fn is_fenced(&self) -> bool {
-        matches!(
-            self,
-            ProjectorError::Storage(EventStorageError::Fenced { .. })
-        )
+        let fenced = |error: &(dyn std::error::Error + 'static)| {
+            matches!(
+                error.downcast_ref::<EventStorageError>(),
+                Some(EventStorageError::Fenced { .. })
+            )
+        };
+        match self {
+            ProjectorError::Storage(error) => fenced(error),
+            ProjectorError::Projection { source, .. } => {
+                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+                while let Some(error) = cause {
+                    if fenced(error) {
+                        return true;
+                    }
+                    cause = error.source();
+                }
+                false
+            }
+        }
     }
 
     /// This error's message followed by the message of each source in its chain, joined by
@@ -266,7 +287,7 @@ impl<P: Projection> ProjectorBuilder<P> {
             bookmark_reading: self.bookmark_reading,
             fence: self.fence,
             cursor: None,
-            bookmark_read: false,
+            bookmark_due: self.bookmark_reading != BookmarkReading::OnRequest,
         })
     }
 }
@@ -308,7 +329,9 @@ pub struct Projector<P> {
     bookmark_reading: BookmarkReading,
     fence: Option<Fence>,
     cursor: Option<EventReference>,
-    bookmark_read: bool,
+    /// Whether the next run reads the bookmark whatever `bookmark_reading` says: set before
+    /// the first run (unless reading is on request) and at the start of each tenure.
+    bookmark_due: bool,
 }
 
 impl<P: Projection> Projector<P> {
@@ -356,6 +379,12 @@ impl<P: Projection> Projector<P> {
         self.cursor = position;
     }
 
+    /// Makes the next run read the bookmark first, whatever its [`BookmarkReading`]: a new
+    /// tenure resumes where the previous holder stopped, not where this instance did.
+    pub(crate) fn read_bookmark_before_next_run(&mut self) {
+        self.bookmark_due = true;
+    }
+
     /// Sets or clears the fence that bookmarks are written under.
     pub fn set_fence(&mut self, fence: Option<Fence>) {
         self.fence = fence;
@@ -377,7 +406,7 @@ impl<P: Projection> Projector<P> {
         };
         let bookmark = self.storage.get_bookmark(reader).await?;
         self.cursor = bookmark;
-        self.bookmark_read = true;
+        self.bookmark_due = false;
         Ok(bookmark)
     }
 
@@ -406,12 +435,7 @@ impl<P: Projection> Projector<P> {
         &mut self,
         mut keep_going: impl FnMut() -> bool + Send,
     ) -> Result<ProjectorRun, ProjectorError> {
-        let read_now = match self.bookmark_reading {
-            BookmarkReading::BeforeEachRun => true,
-            BookmarkReading::Once => !self.bookmark_read,
-            BookmarkReading::OnRequest => false,
-        };
-        if read_now {
+        if self.bookmark_due || self.bookmark_reading == BookmarkReading::BeforeEachRun {
             self.read_bookmark().await?;
         }
         let mut run = ProjectorRun::default();

@@ -28,10 +28,21 @@ const BATCHES_PER_TURN: u64 = 4;
 pub struct PartitionedProjector<P, F> {
     watch: PartitionWatch,
     make: F,
-    projectors: BTreeMap<u32, Projector<P>>,
+    projectors: BTreeMap<u32, Held<P>>,
     poll_interval: Duration,
     totals: ProjectorRun,
     failures: FailurePause,
+}
+
+/// A partition's projector and the tenure it last ran under.
+#[derive(Debug)]
+struct Held<P> {
+    projector: Projector<P>,
+    /// The fence of the last tenure the projector ran under.
+    tenure: crate::Fence,
+    /// Whether the storage refused that tenure's writes: the partition moved on before the
+    /// elector saw it, and running again under the same fence would repeat a batch in vain.
+    fenced_out: bool,
 }
 
 /// How a partition's turn ended.
@@ -70,7 +81,7 @@ where
 
     /// The projector of `partition`, if this instance has held it.
     pub fn projector(&self, partition: u32) -> Option<&Projector<P>> {
-        self.projectors.get(&partition)
+        self.projectors.get(&partition).map(|held| &held.projector)
     }
 
     /// What all runs so far did together.
@@ -80,8 +91,9 @@ where
 
     /// Projects the held partitions until `stop` completes or the elector stops.
     ///
-    /// A write refused by a fence ends that partition's turn quietly: another member holds
-    /// it now. A storage failure that may pass is logged, and the projector runs again after
+    /// A write refused by a fence ([`ProjectorError::is_fenced`]) ends that partition's work
+    /// quietly until its next tenure: another member holds it now. Each tenure of a partition
+    /// starts from its bookmark. A storage failure that may pass is logged, and the projector runs again after
     /// a pause.
     ///
     /// # Errors
@@ -113,12 +125,15 @@ where
                 self.failures.after_failure()
             } else {
                 self.failures.reset();
+                // More to do: only a stop or a change of the held partitions comes first.
                 if more_pending {
-                    continue;
+                    Duration::ZERO
+                } else {
+                    self.poll_interval
                 }
-                self.poll_interval
             };
             tokio::select! {
+                biased;
                 () = &mut stop => return Ok(self.totals),
                 changed = self.watch.changed() => {
                     if changed.is_err() {
@@ -136,12 +151,24 @@ where
         partition: u32,
         fence: crate::Fence,
     ) -> Result<Turn, ProjectorError> {
-        let projector = match self.projectors.entry(partition) {
+        let held = match self.projectors.entry(partition) {
             std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::btree_map::Entry::Vacant(entry) => {
-                entry.insert((self.make)(partition)?)
-            }
+            std::collections::btree_map::Entry::Vacant(entry) => entry.insert(Held {
+                projector: (self.make)(partition)?,
+                tenure: fence.clone(),
+                fenced_out: false,
+            }),
         };
+        if held.tenure != fence {
+            // A new tenure: another member may have moved the bookmark meanwhile.
+            held.tenure = fence.clone();
+            held.fenced_out = false;
+            held.projector.read_bookmark_before_next_run();
+        }
+        if held.fenced_out {
+            return Ok(Turn::Done);
+        }
+        let projector = &mut held.projector;
         let fenced = projector.storage.supports(Capability::FencedWrites);
         projector.set_fence(fenced.then(|| fence.clone()));
         let watch = self.watch.clone();
@@ -161,8 +188,9 @@ where
                 Ok(Turn::Done)
             }
             Err(error) if error.is_fenced() => {
-                tracing::warn!(group = %self.watch.group(), partition, %error,
-                    "bookmark refused by the fence; another member holds the partition");
+                tracing::warn!(group = %self.watch.group(), partition, error = %error.report(),
+                    "a write refused by the fence; another member holds the partition");
+                held.fenced_out = true;
                 Ok(Turn::Done)
             }
             Err(error) if error.may_pass() => {
