@@ -61,9 +61,14 @@ impl Shared {
         self.publisher.borrow().clone()
     }
 
-    /// Publishes `holdings`, telling watchers only when something they see changed.
+    /// Publishes `holdings`, telling watchers only when something they see changed. Once
+    /// stopped is published nothing replaces it: an abort may land while the task is inside
+    /// a poll that publishes what it just learned.
     pub(super) fn publish(&self, holdings: Holdings) {
         self.publisher.send_if_modified(|current| {
+            if current.stopped {
+                return false;
+            }
             let changed = current.held != holdings.held
                 || current.handing_over != holdings.handing_over
                 || current.stopped != holdings.stopped
@@ -204,5 +209,28 @@ impl PartitionWatch {
     /// This instance's owner id.
     pub fn owner(&self) -> &str {
         &self.shared.owner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn nothing_the_task_publishes_replaces_stopped() {
+        let shared = Shared::new("numbers".into(), "node-a".into(), 2);
+        let watch = PartitionWatch::new(Arc::clone(&shared));
+        // An abort lands while the task is inside a poll...
+        watch.lapse_as_stopped();
+        // ...which then publishes what its round just confirmed.
+        shared.publish(Holdings {
+            held: BTreeMap::from([(0, FencingToken(1))]),
+            deadline: Some(Instant::now() + Duration::from_secs(60)),
+            ..Holdings::default()
+        });
+        assert!(watch.is_stopped());
+        assert!(watch.held().is_empty(), "{:?}", watch.held());
     }
 }

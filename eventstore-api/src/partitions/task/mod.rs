@@ -111,6 +111,14 @@ pub(super) struct PartitionLoop {
     pub(super) registered: BTreeSet<u32>,
 }
 
+impl Drop for PartitionLoop {
+    /// However the loop ends (returned, aborted, or a panic in a storage it called), watchers
+    /// hear that it stopped instead of waiting for a change that never comes.
+    fn drop(&mut self) {
+        self.shared.lapse(true);
+    }
+}
+
 impl PartitionLoop {
     /// Renews on every interval, and asks early when a pushed change calls for it, until shut
     /// down; releases everything on the way out.
@@ -127,7 +135,14 @@ impl PartitionLoop {
             let scope = match self.wait(&mut due, &mut changes, &mut subscribing).await {
                 Wake::Shutdown => return self.release_all().await,
                 Wake::Handovers => {
-                    self.hand_over_due().await;
+                    // A release that hangs must not keep the deadline from lapsing.
+                    let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
+                    if while_waiting(&shared, &mut shutdown, self.hand_over_due())
+                        .await
+                        .is_none()
+                    {
+                        return self.release_all().await;
+                    }
                     continue;
                 }
                 Wake::Claim => {

@@ -41,6 +41,10 @@ impl PartitionLoop {
         let now = Instant::now();
         let acknowledged = self.shared.take_acknowledged();
         let mut holdings = self.shared.holdings();
+        // A lapse ends every handover at once; its drain deadlines must go with it, or the
+        // wait would wake for them again and again.
+        self.drain_deadlines
+            .retain(|partition, _| holdings.handing_over.contains_key(partition));
         let due: Vec<u32> = holdings
             .handing_over
             .keys()

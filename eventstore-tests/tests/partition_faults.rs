@@ -1,0 +1,102 @@
+//! A partition elector whose storage misbehaves: a panic in a storage call still publishes
+//! that it stopped, and a lapse in the middle of a handover leaves the loop idle, not
+//! spinning on a drain deadline that no longer belongs to anything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventstore_api::{EventStorage, PartitionElector};
+use eventstore_memory::MemoryEventStorage;
+use eventstore_tck::support::{eventually, DEADLINE};
+use eventstore_tck::wrappers::Unreliable;
+
+#[tokio::test]
+async fn a_partition_elector_whose_storage_panics_says_it_stopped() {
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    let elector = PartitionElector::builder(shared, "numbers", 2)
+        .ttl(Duration::from_secs(1))
+        .start()
+        .unwrap();
+    let mut watch = elector.watch();
+    eventually("the only member to hold both partitions", || async {
+        watch.held().len() == 2
+    })
+    .await;
+    storage.panic(true);
+    let stopped =
+        tokio::time::timeout(DEADLINE, async { while watch.changed().await.is_ok() {} }).await;
+    assert!(stopped.is_ok(), "watchers hear that the elector stopped");
+    assert!(watch.is_stopped());
+    assert!(watch.held().is_empty());
+    elector.abort();
+}
+
+/// The CPU time the calling thread has used so far, from `/proc/thread-self/stat`.
+#[cfg(target_os = "linux")]
+fn thread_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    // The fields after the command's closing parenthesis start at the third; utime and
+    // stime are the fourteenth and fifteenth.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// On a single-threaded runtime every task runs on the test's thread, so its CPU time shows
+/// whether the elector's loop idles while its storage is away.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "current_thread")]
+async fn a_lapse_during_a_handover_leaves_the_loop_idle() {
+    let inner = MemoryEventStorage::new();
+    let storage = Arc::new(Unreliable::new(inner.clone()));
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    // The deadline (a round's send plus 600 ms) passes before the drain timeout (900 ms), so
+    // the handover is still draining when everything lapses.
+    let first = PartitionElector::builder(shared, "numbers", 2)
+        .owner("node-a")
+        .ttl(Duration::from_secs(1))
+        .request_interval(Duration::from_millis(300))
+        .safety_margin(Duration::from_millis(400))
+        .drain_timeout(Duration::from_millis(900))
+        .start()
+        .unwrap();
+    let watch = first.watch();
+    eventually("node-a to hold both partitions", || async {
+        watch.held().len() == 2
+    })
+    .await;
+    let second = PartitionElector::builder(Arc::new(inner), "numbers", 2)
+        .owner("node-b")
+        .ttl(Duration::from_secs(1))
+        .start()
+        .unwrap();
+    // The work never acknowledges: the handover drains until its timeout.
+    eventually("node-a to be asked to hand a partition over", || async {
+        !watch.handing_over().is_empty()
+    })
+    .await;
+    storage.fail(true);
+    eventually("node-a's partitions to lapse", || async {
+        watch.held().is_empty() && watch.handing_over().is_empty()
+    })
+    .await;
+    // Past the drain timeout of the handover that lapsed.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let before = thread_cpu_ticks();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let used = thread_cpu_ticks() - before;
+    // A second at full speed is 100 ticks; an idle loop with failing rounds every 300 ms is
+    // a few at most.
+    assert!(
+        used < 30,
+        "the loop used {used} ticks of CPU in a second while its storage failed"
+    );
+
+    storage.fail(false);
+    eventually("node-a to hold a partition again", || async {
+        !watch.held().is_empty()
+    })
+    .await;
+    second.shutdown().await.unwrap();
+    first.shutdown().await.unwrap();
+}
