@@ -273,18 +273,16 @@ pub fn encode<E: DomainEvent>(event: &E) -> Result<EventToStore, EventStoreError
     Ok(EventToStore::new(event.event_type(), payload).with_tags(event.tags()))
 }
 
-/// The events of `stored` whose type `E` reads, decoded in order into a vector sized once
-/// (collected through a filter, it would grow by doubling, copying every event each time).
-fn decode_own<S, E: DomainEvent>(
+/// `stored`, decoded in order into a vector sized once (collected through `Result`, it would
+/// grow by doubling, copying every event each time). The storage returned only events of
+/// `E`'s types: the filter was narrowed to them ([`TypedStream::query`]).
+fn decode_all<S, E: DomainEvent>(
     stored: Vec<S>,
-    event_type: impl Fn(&S) -> &crate::EventType,
     decode: impl Fn(S) -> Result<Envelope<E>, EventStoreError>,
 ) -> Result<Vec<Envelope<E>>, EventStoreError> {
     let mut envelopes = Vec::with_capacity(stored.len());
     for event in stored {
-        if E::event_types().contains(&event_type(&event).as_str()) {
-            envelopes.push(decode(event)?);
-        }
+        envelopes.push(decode(event)?);
     }
     Ok(envelopes)
 }
@@ -444,13 +442,13 @@ impl<E: DomainEvent> TypedStream<E> {
                 .storage
                 .query_raw(filter, &self.id, after, limit, Direction::Forward)
                 .await?;
-            return decode_own(stored, |event| &event.event_type, Envelope::decode_raw);
+            return decode_all(stored, Envelope::decode_raw);
         }
         let stored = self
             .storage
             .query(filter, &self.id, after, limit, Direction::Forward)
             .await?;
-        decode_own(stored, |event| &event.event_type, Envelope::decode)
+        decode_all(stored, Envelope::decode)
     }
 
     /// Every event of this stream's types, oldest first.
@@ -482,12 +480,9 @@ impl<E: DomainEvent> TypedStream<E> {
         let stored = self
             .storage
             .query_stream(&filter, &self.id, after, limit, Direction::Forward);
-        let decoded = stored.filter_map(|stored| {
-            future::ready(match stored {
-                Ok(event) if !E::event_types().contains(&event.event_type.as_str()) => None,
-                Ok(event) => Some(Envelope::decode(event)),
-                Err(error) => Some(Err(error.into())),
-            })
+        let decoded = stored.map(|stored| match stored {
+            Ok(event) => Envelope::decode(event),
+            Err(error) => Err(error.into()),
         });
         let until_an_error = decoded.scan(false, |failed, item| {
             let ended = std::mem::replace(failed, item.is_err());
@@ -565,14 +560,16 @@ impl<E: DomainEvent> TypedStream<E> {
         let items = filter
             .items
             .iter()
-            .map(|item| FilterItem {
-                types: Some(match &item.types {
+            .filter_map(|item| {
+                let types: BTreeSet<EventType> = match &item.types {
                     Some(types) => types.intersection(&own).cloned().collect(),
                     None => own.clone(),
-                }),
-                tags: item.tags.clone(),
+                };
+                (!types.is_empty()).then(|| FilterItem {
+                    types: Some(types),
+                    tags: item.tags.clone(),
+                })
             })
-            .filter(|item| item.types.as_ref().is_some_and(|types| !types.is_empty()))
             .collect();
         Ok(EventFilter {
             items,

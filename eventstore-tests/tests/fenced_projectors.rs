@@ -5,6 +5,7 @@
 //! The storage pushes nothing (`PollOnly`), so an elector sees a lease taken behind its back
 //! only at its next renewal, a third of its ttl later: the window every test here runs in.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -160,6 +161,14 @@ async fn leading(storage: &Arc<dyn EventStorage>, owner: &str) -> LeaderElector 
 
 type Running = JoinHandle<Result<ProjectorRun, ProjectorError>>;
 
+/// A sender that stops a run, and the future the run is given to wait on.
+fn stop_signal() -> (oneshot::Sender<()>, impl Future<Output = ()> + Send) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    (stop, async {
+        let _ = stopped.await;
+    })
+}
+
 fn run_elected(
     storage: &Arc<dyn EventStorage>,
     elector: &LeaderElector,
@@ -180,14 +189,8 @@ fn run_elected(
         .unwrap();
     let mut elected =
         ElectedProjector::new(projector, elector.watch()).poll_interval(POLL_INTERVAL);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        elected
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, stopped) = stop_signal();
+    let task = tokio::spawn(async move { elected.run_until(stopped).await });
     (stop, task)
 }
 
@@ -347,7 +350,7 @@ async fn a_new_tenure_starts_from_the_bookmark_whatever_the_bookmark_reading() {
 }
 
 /// A partitioned projector whose partition was taken behind its elector's back commits the
-/// refused batch once, and a stop ends it while another partition still has a backlog.
+/// refused batch once, and a stop ends it while its partition still has a backlog.
 #[tokio::test]
 async fn a_partitioned_projector_waits_after_a_refusal_and_stops_amid_a_backlog() {
     let inner = MemoryEventStorage::new();
@@ -382,14 +385,8 @@ async fn a_partitioned_projector_waits_after_a_refusal_and_stops_amid_a_backlog(
         }
     })
     .poll_interval(POLL_INTERVAL);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        projector
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (stop, stopped) = stop_signal();
+    let task = tokio::spawn(async move { projector.run_until(stopped).await });
     append(&inner, [1]).await;
     eventually("the first batch", || async { commits.count() == 1 }).await;
 

@@ -144,17 +144,12 @@ impl ProjectorError {
             )
         };
         match self {
-            ProjectorError::Storage(error) => fenced(error),
-            ProjectorError::Projection { source, .. } => {
-                let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
-                while let Some(error) = cause {
-                    if fenced(error) {
-                        return true;
-                    }
-                    cause = error.source();
-                }
-                false
-            }
+            ProjectorError::Storage(error) => matches!(error, EventStorageError::Fenced { .. }),
+            ProjectorError::Projection { source, .. } => std::iter::successors(
+                Some(source.as_ref() as &(dyn std::error::Error + 'static)),
+                |error| error.source(),
+            )
+            .any(fenced),
         }
     }
 

@@ -93,8 +93,8 @@ where
     ///
     /// A write refused by a fence ([`ProjectorError::is_fenced`]) ends that partition's work
     /// quietly until its next tenure: another member holds it now. Each tenure of a partition
-    /// starts from its bookmark. A storage failure that may pass is logged, and the projector runs again after
-    /// a pause.
+    /// starts from its bookmark. A storage failure that may pass is logged, and the projector
+    /// runs again after a pause.
     ///
     /// # Errors
     /// A projector that cannot be built, the projection's errors and the storage's errors
