@@ -13,7 +13,7 @@
 //! [`Capability::LeaseChanges`]: crate::Capability::LeaseChanges
 //! [`EventStorage::request_lease`]: crate::EventStorage::request_lease
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 // Asked on every lease request: with no lease followed, a look-up returns before hashing.
 use hashbrown::HashMap;
@@ -22,8 +22,14 @@ use tokio::sync::broadcast;
 
 use crate::FencingToken;
 
-/// How many notices a subscriber may fall behind before it loses the oldest ones.
+/// How many notices a subscriber to every lease may fall behind before it loses the oldest
+/// ones.
 pub const SUBSCRIBER_BACKLOG: usize = 1024;
+
+/// How many notices a subscriber to one lease may fall behind before it loses the oldest ones.
+/// Smaller than [`SUBSCRIBER_BACKLOG`]: one lease changes a few times per handover, and a
+/// storage keeps a channel, with room for this many notices, for each lease followed.
+pub const LEASE_SUBSCRIBER_BACKLOG: usize = 64;
 
 /// What happened to one lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +119,36 @@ impl LeaseScope {
 #[derive(Debug)]
 pub struct LeaseChanges {
     receiver: broadcast::Receiver<LeaseNotice>,
+    // Declared after the receiver, so dropped after it: then it can tell whether that was the
+    // lease's last subscriber.
+    _follower: Option<LeaseFollower>,
+}
+
+/// Forgets its lease's channel when the last subscription to that lease goes, so that a
+/// storage whose subscribers come and go over many leases keeps no channel nobody reads.
+#[derive(Debug)]
+struct LeaseFollower {
+    channels: Weak<Mutex<Option<Channels>>>,
+    lease_name: String,
+}
+
+impl Drop for LeaseFollower {
+    fn drop(&mut self) {
+        let Some(channels) = self.channels.upgrade() else {
+            return;
+        };
+        let mut channels = lock(&channels);
+        let Some(channels) = channels.as_mut() else {
+            return;
+        };
+        if channels
+            .by_lease
+            .get(&self.lease_name)
+            .is_some_and(|lease| lease.receiver_count() == 0)
+        {
+            channels.by_lease.remove(&self.lease_name);
+        }
+    }
 }
 
 impl LeaseChanges {
@@ -139,7 +175,7 @@ impl LeaseChanges {
 /// The publishing side of lease changes for one storage, shared by its handles.
 #[derive(Debug)]
 pub struct LeaseChangeHub {
-    channels: Mutex<Option<Channels>>,
+    channels: Arc<Mutex<Option<Channels>>>,
 }
 
 #[derive(Debug)]
@@ -151,10 +187,10 @@ struct Channels {
 impl Default for LeaseChangeHub {
     fn default() -> Self {
         LeaseChangeHub {
-            channels: Mutex::new(Some(Channels {
+            channels: Arc::new(Mutex::new(Some(Channels {
                 all: broadcast::Sender::new(SUBSCRIBER_BACKLOG),
                 by_lease: HashMap::new(),
-            })),
+            }))),
         }
     }
 }
@@ -165,27 +201,35 @@ impl LeaseChangeHub {
         LeaseChangeHub::default()
     }
 
-    fn channels(&self) -> std::sync::MutexGuard<'_, Option<Channels>> {
-        self.channels
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn channels(&self) -> MutexGuard<'_, Option<Channels>> {
+        lock(&self.channels)
     }
 
     /// A subscription to the leases of `scope`; after [`LeaseChangeHub::close`] one that
     /// yields nothing.
     pub fn subscribe(&self, scope: &LeaseScope) -> LeaseChanges {
         let mut channels = self.channels();
-        let receiver = match (channels.as_mut(), scope) {
-            (Some(channels), LeaseScope::All) => channels.all.subscribe(),
-            (Some(channels), LeaseScope::Lease(name)) => channels
-                .by_lease
-                .entry(name.clone())
-                .or_insert_with(|| broadcast::Sender::new(SUBSCRIBER_BACKLOG))
-                .subscribe(),
+        let (receiver, follower) = match (channels.as_mut(), scope) {
+            (Some(channels), LeaseScope::All) => (channels.all.subscribe(), None),
+            (Some(channels), LeaseScope::Lease(name)) => {
+                let receiver = channels
+                    .by_lease
+                    .entry_ref(name.as_str())
+                    .or_insert_with(|| broadcast::Sender::new(LEASE_SUBSCRIBER_BACKLOG))
+                    .subscribe();
+                let follower = LeaseFollower {
+                    channels: Arc::downgrade(&self.channels),
+                    lease_name: name.clone(),
+                };
+                (receiver, Some(follower))
+            }
             // Closed: a receiver whose sender is already gone ends at once.
-            (None, _) => broadcast::Sender::new(1).subscribe(),
+            (None, _) => (broadcast::Sender::new(1).subscribe(), None),
         };
-        LeaseChanges { receiver }
+        LeaseChanges {
+            receiver,
+            _follower: follower,
+        }
     }
 
     /// Sends `change` to the subscribers of its lease and of every lease. Never blocks.
@@ -195,12 +239,7 @@ impl LeaseChangeHub {
             return;
         };
         if let Some(lease) = channels.by_lease.get(&change.lease_name) {
-            if lease.receiver_count() == 0 {
-                // Nobody follows this lease any more; forget its channel.
-                channels.by_lease.remove(&change.lease_name);
-            } else {
-                let _ = lease.send(LeaseNotice::Changed(change.clone()));
-            }
+            let _ = lease.send(LeaseNotice::Changed(change.clone()));
         }
         if channels.all.receiver_count() > 0 {
             let _ = channels.all.send(LeaseNotice::Changed(change));
@@ -222,26 +261,23 @@ impl LeaseChangeHub {
     /// Whether anyone follows `lease_name` (or every lease), so a backend can skip building a
     /// change nobody reads.
     pub fn is_followed(&self, lease_name: &str) -> bool {
-        let mut channels = self.channels();
-        let Some(channels) = channels.as_mut() else {
+        let channels = self.channels();
+        let Some(channels) = channels.as_ref() else {
             return false;
         };
-        let followed = match channels.by_lease.get(lease_name) {
-            Some(lease) if lease.receiver_count() > 0 => true,
-            Some(_) => {
-                // Nobody follows this lease any more; forget its channel.
-                channels.by_lease.remove(lease_name);
-                false
-            }
-            None => false,
-        };
-        followed || channels.all.receiver_count() > 0
+        channels.by_lease.contains_key(lease_name) || channels.all.receiver_count() > 0
     }
 
     /// Ends every subscription once its backlog is read; later subscriptions end at once.
     pub fn close(&self) {
         self.channels().take();
     }
+}
+
+fn lock(channels: &Mutex<Option<Channels>>) -> MutexGuard<'_, Option<Channels>> {
+    channels
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -282,7 +318,7 @@ mod tests {
     async fn a_slow_subscriber_is_told_it_missed_notices_and_then_gets_the_newest() {
         let hub = LeaseChangeHub::new();
         let mut slow = hub.subscribe(&LeaseScope::lease("orders"));
-        for _ in 0..SUBSCRIBER_BACKLOG + 10 {
+        for _ in 0..LEASE_SUBSCRIBER_BACKLOG + 10 {
             hub.publish(released("orders"));
         }
         assert_eq!(slow.next().await, Some(LeaseNotice::Missed));
@@ -292,14 +328,34 @@ mod tests {
         );
     }
 
+    fn followed_leases(hub: &LeaseChangeHub) -> usize {
+        hub.channels()
+            .as_ref()
+            .map_or(0, |channels| channels.by_lease.len())
+    }
+
     #[tokio::test]
     async fn a_lease_nobody_follows_any_more_is_forgotten() {
         let hub = LeaseChangeHub::new();
         drop(hub.subscribe(&LeaseScope::lease("orders")));
         assert!(!hub.is_followed("orders"));
-        assert!(hub
-            .channels()
-            .as_ref()
-            .is_some_and(|channels| channels.by_lease.is_empty()));
+        assert_eq!(followed_leases(&hub), 0);
+    }
+
+    #[test]
+    fn a_lease_channel_goes_with_its_last_subscriber_even_if_the_lease_never_changes() {
+        let hub = LeaseChangeHub::new();
+        let first: Vec<_> = (0..10_000)
+            .map(|lease| hub.subscribe(&LeaseScope::lease(format!("orders/{lease}"))))
+            .collect();
+        let second = hub.subscribe(&LeaseScope::lease("orders/7"));
+        assert_eq!(followed_leases(&hub), 10_000);
+
+        drop(first);
+        assert_eq!(followed_leases(&hub), 1, "orders/7 still has a subscriber");
+        assert!(hub.is_followed("orders/7"));
+        drop(second);
+        assert_eq!(followed_leases(&hub), 0);
+        assert!(!hub.is_followed("orders/7"));
     }
 }
