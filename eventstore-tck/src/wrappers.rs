@@ -16,6 +16,7 @@ use eventstore_api::{
     LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
     ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
+use tokio::sync::watch;
 
 /// A storage with the capabilities of the one it wraps hidden: events, bookmarks and `close`
 /// are forwarded, [`supports`](EventStorage::supports) answers `false` for every capability,
@@ -134,6 +135,9 @@ impl<S: EventStorage> EventStorage for EventsOnly<S> {
 /// - [`fail(true)`](Unreliable::fail): those calls return [`EventStorageError::Backend`] at
 ///   once, as after a dropped connection, and change nothing.
 /// - [`panic(true)`](Unreliable::panic): those calls panic, as in a backend with a bug.
+/// - [`hold_subscriptions(true)`](Unreliable::hold_subscriptions): subscriptions to lease
+///   changes and append hints wait, and subscribe once the hold is switched off, as with a
+///   backend whose notification connection is slow to start listening.
 ///
 /// Calls made after the switch is turned off are forwarded again.
 ///
@@ -170,6 +174,7 @@ pub struct Unreliable<S> {
     panicking: AtomicBool,
     hung_calls: AtomicUsize,
     failed_calls: AtomicUsize,
+    holding_subscriptions: watch::Sender<bool>,
 }
 
 impl<S> Unreliable<S> {
@@ -182,6 +187,7 @@ impl<S> Unreliable<S> {
             panicking: AtomicBool::new(false),
             hung_calls: AtomicUsize::new(0),
             failed_calls: AtomicUsize::new(0),
+            holding_subscriptions: watch::Sender::new(false),
         }
     }
 
@@ -224,6 +230,19 @@ impl<S> Unreliable<S> {
     /// bug would, and so does the task that made it.
     pub fn panic(&self, panicking: bool) {
         self.panicking.store(panicking, Ordering::SeqCst);
+    }
+
+    /// Switches the hold on subscriptions on or off: while it is on, subscriptions wait; once it
+    /// is off, the waiting ones subscribe.
+    pub fn hold_subscriptions(&self, holding: bool) {
+        self.holding_subscriptions.send_replace(holding);
+    }
+
+    /// Returns once subscriptions are not held.
+    async fn subscriptions_released(&self) {
+        let mut holding = self.holding_subscriptions.subscribe();
+        // The sender lives as long as `self`: the wait ends only by the hold's end.
+        let _ = holding.wait_for(|holding| !holding).await;
     }
 
     /// Panics while panicking is on, fails while failing is on, waits forever while the hang
@@ -378,11 +397,13 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
 
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         self.gate().await?;
+        self.subscriptions_released().await;
         self.inner.subscribe_lease_changes(scope).await
     }
 
     async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
         self.gate().await?;
+        self.subscriptions_released().await;
         self.inner.subscribe_appends(stream).await
     }
 

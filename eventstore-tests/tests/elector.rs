@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore_api::elector::{LeaderElector, Leadership};
-use eventstore_api::{EventStorage, EventStorageError, Fence, FencingToken};
+use eventstore_api::{EventStorage, EventStorageError, Fence, FencingToken, LeaseRequest};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
 use eventstore_tck::wrappers::{EventsOnly, Unreliable};
@@ -309,4 +309,47 @@ async fn is_leader_turns_false_at_the_deadline_without_the_task() {
     assert!(!watch.is_leader());
     assert_eq!(watch.fence(), None);
     drop(a);
+}
+
+/// A release that commits after a standby's first answer but before its subscription to
+/// pushed changes is live reaches it all the same: the late subscription counts as a missed
+/// notice, so the standby asks again within the handover grace, not at its next poll a minute
+/// later.
+#[tokio::test]
+async fn a_release_before_the_subscription_is_live_is_not_left_to_the_next_poll() {
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    storage.hold_subscriptions(true);
+    let ttl = Duration::from_secs(180);
+    storage
+        .inner()
+        .request_lease(LeaseRequest::new("jobs", "pod-a", 0, ttl))
+        .await
+        .unwrap();
+    let standby = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("pod-b")
+        .ttl(ttl)
+        .request_interval(Duration::from_secs(60))
+        .start()
+        .unwrap();
+    let watch = standby.watch();
+    eventually("the standby's first answer", || {
+        let current = watch.current();
+        async move { matches!(current, Leadership::Standby { .. }) }
+    })
+    .await;
+
+    storage
+        .inner()
+        .release_lease("jobs", "pod-a")
+        .await
+        .unwrap();
+    storage.hold_subscriptions(false);
+
+    let token = leads(&standby).await;
+    assert_eq!(
+        token,
+        FencingToken(2),
+        "the standby took the released lease"
+    );
+    standby.shutdown().await.unwrap();
 }

@@ -48,6 +48,8 @@ struct Signals {
     changes: Option<LeaseChanges>,
     /// The subscription on its way, until it is ready.
     subscribing: Option<JoinHandle<Option<LeaseChanges>>>,
+    /// A request was sent: a subscription ready after it missed whatever changed in between.
+    requested: bool,
     /// This instance's priority, changeable while running.
     priority: watch::Receiver<i64>,
 }
@@ -107,6 +109,7 @@ impl ElectionLoop {
         let mut signals = Signals {
             changes: None,
             subscribing: self.subscribe(),
+            requested: false,
             priority,
         };
         let mut next_request = Instant::now();
@@ -127,6 +130,7 @@ impl ElectionLoop {
                 Wake::Due => {}
             }
             let priority = *signals.priority.borrow_and_update();
+            signals.requested = true;
             match self.request_once(priority).await {
                 None => return self.release_and_stop().await,
                 Some(RequestOutcome::Closed) => {
@@ -319,6 +323,7 @@ impl ElectionLoop {
                 changes,
                 subscribing,
                 priority,
+                ..
             } = signals;
             let woken = self
                 .while_waiting(async {
@@ -339,6 +344,13 @@ impl ElectionLoop {
                 Some(Woken::Acknowledgement) => {}
                 Some(Woken::Subscribed(subscribed)) => {
                     signals.subscribing = None;
+                    // A release between the first answer and this subscription reached
+                    // nobody here: ask again soon, as after a missed notice.
+                    if subscribed.is_some() && signals.requested {
+                        if let Some(delay) = self.request_delay_after(&LeaseNotice::Missed) {
+                            until = until.min((Instant::now() + delay).max(not_before));
+                        }
+                    }
                     signals.changes = subscribed;
                 }
                 Some(Woken::Notice(None)) => {
