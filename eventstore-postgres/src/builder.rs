@@ -20,6 +20,17 @@ use crate::storage::PostgresEventStorage;
 /// The prefix used when the builder is given none.
 pub const DEFAULT_PREFIX: &str = "eventstore_";
 
+/// How long a connection of the storage's own pool lives by default; see
+/// [`PostgresEventStorageBuilder::max_lifetime`].
+pub const DEFAULT_MAX_LIFETIME: Duration = Duration::from_secs(10 * 60);
+
+/// How often the listener's connection must answer by default; see
+/// [`PostgresEventStorageBuilder::listener_heartbeat`].
+pub const DEFAULT_LISTENER_HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// The shortest heartbeat accepted: a shorter one would mostly measure the server's load.
+const MIN_LISTENER_HEARTBEAT: Duration = Duration::from_millis(50);
+
 /// Where the connections come from.
 enum Source {
     Url(String),
@@ -51,6 +62,8 @@ pub struct PostgresEventStorageBuilder {
     min_connections: u32,
     acquire_timeout: Duration,
     idle_timeout: Option<Duration>,
+    max_lifetime: Option<Duration>,
+    listener_heartbeat: Duration,
     append_hints: bool,
     prepared_statements: Option<bool>,
 }
@@ -68,6 +81,8 @@ impl Default for PostgresEventStorageBuilder {
             min_connections: 0,
             acquire_timeout: Duration::from_secs(30),
             idle_timeout: Some(Duration::from_secs(600)),
+            max_lifetime: Some(DEFAULT_MAX_LIFETIME),
+            listener_heartbeat: DEFAULT_LISTENER_HEARTBEAT,
             append_hints: false,
             prepared_statements: None,
         }
@@ -104,6 +119,8 @@ impl fmt::Debug for PostgresEventStorageBuilder {
             .field("min_connections", &self.min_connections)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("max_lifetime", &self.max_lifetime)
+            .field("listener_heartbeat", &self.listener_heartbeat)
             .field("append_hints", &self.append_hints)
             .field("prepared_statements", &self.prepared_statements)
             .finish()
@@ -216,6 +233,35 @@ impl PostgresEventStorageBuilder {
         self
     }
 
+    /// How long a connection of the storage's own pool lives before it is replaced at its next
+    /// return to the pool (default [`DEFAULT_MAX_LIFETIME`], 10 min; `None` keeps it).
+    ///
+    /// Connections follow the server's address when they are made: after a failover behind a
+    /// DNS name or a virtual address, old sessions may still reach the former primary, and
+    /// this bounds how long they do. A write refused because its session is read-only (the
+    /// server it reached is a standby, SQLSTATE `25006`) does not wait for it: every
+    /// connection made before that refusal is replaced before its next use.
+    pub fn max_lifetime(mut self, max_lifetime: Option<Duration>) -> Self {
+        self.max_lifetime = max_lifetime;
+        self
+    }
+
+    /// How often the notification listener's connection must answer a query (default
+    /// [`DEFAULT_LISTENER_HEARTBEAT`], 10 s; at least 50 ms).
+    ///
+    /// A server that vanished without closing the connection (a failed host, a dropped
+    /// network path) leaves the listener waiting on a socket that never delivers again. The
+    /// listener asks its connection to answer every interval; one that does not answer within
+    /// the interval is taken as lost: the listener reconnects, and subscribers are told they
+    /// may have missed notices ([`LeaseNotice::Missed`]), so that electors ask the storage
+    /// at once instead of waiting for their next poll.
+    ///
+    /// [`LeaseNotice::Missed`]: eventstore_api::LeaseNotice::Missed
+    pub fn listener_heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.listener_heartbeat = heartbeat;
+        self
+    }
+
     /// Whether each append notifies the storage's subscribers to append hints (default
     /// `false`).
     ///
@@ -277,6 +323,13 @@ impl PostgresEventStorageBuilder {
                 "must be at least 1ms (PostgreSQL reads 0 as no timeout at all)",
             ));
         }
+        if self.listener_heartbeat < MIN_LISTENER_HEARTBEAT {
+            return Err(EventStorageError::invalid(
+                "listener heartbeat",
+                format!("{:?}", self.listener_heartbeat),
+                format!("must be at least {MIN_LISTENER_HEARTBEAT:?}"),
+            ));
+        }
         let listen_options = match &self.listen_url {
             None => None,
             Some(url) => {
@@ -311,6 +364,7 @@ impl PostgresEventStorageBuilder {
             // The storage's own pool on direct connections; see the options below.
             session_defaults: prepared_statements && matches!(source, Some(Source::Url(_))),
             push: prepared_statements || listen_options.is_some(),
+            listener_heartbeat: self.listener_heartbeat,
             health: Arc::new(ConnectionHealth::new()),
         };
         let (pool, owns_pool, listen_options) = match source {
@@ -355,18 +409,22 @@ impl PostgresEventStorageBuilder {
                     .min_connections(self.min_connections)
                     .acquire_timeout(self.acquire_timeout)
                     .idle_timeout(self.idle_timeout)
+                    .max_lifetime(self.max_lifetime)
                     // The driver's default pings every connection it hands out, a round trip
                     // before every call; the storage pings only those it has reason to doubt.
                     .test_before_acquire(false)
                     .before_acquire({
                         let health = Arc::clone(&settings.health);
                         move |connection, metadata| {
-                            let ping = health.needs_ping(metadata.idle_for);
+                            // A session opened before a write was refused as read-only may
+                            // reach a standby: replace it.
+                            let keep = !health.made_before_read_only_refusal(metadata.age);
+                            let ping = keep && health.needs_ping(metadata.idle_for);
                             Box::pin(async move {
                                 if ping {
                                     connection.ping().await?;
                                 }
-                                Ok(true)
+                                Ok(keep)
                             })
                         }
                     })

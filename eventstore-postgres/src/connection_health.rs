@@ -8,6 +8,12 @@
 //! broken, every connection is pinged for the next [`DISTRUST_FOR`], and a read that failed on
 //! a broken connection is run once more: a read changes nothing, so repeating it is safe.
 //! Writes are not repeated; their caller cannot tell whether the server committed them.
+//!
+//! A write refused because its session is read-only (SQLSTATE `25006`) means the connection
+//! reached a standby: after a failover behind a DNS name or a virtual address, sessions made
+//! before it may still reach the former primary, now a standby. Every connection made before
+//! such a refusal is replaced before its next use, instead of failing writes until the pool
+//! retires it.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -27,11 +33,15 @@ pub(crate) const DISTRUST_FOR: Duration = Duration::from_secs(5);
 const SESSION_ENDED: [&str; 2] = ["57P01", "57P02"];
 /// SQLSTATE class `connection_exception`.
 const CONNECTION_EXCEPTION_CLASS: &str = "08";
+/// SQLSTATE `read_only_sql_transaction`: a write in a read-only session, as on a standby.
+const READ_ONLY_TRANSACTION: &str = "25006";
 
-/// When the storage last saw a call fail because its connection broke.
+/// When the storage last saw a call fail because its connection broke, or because its
+/// session was read-only.
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionHealth {
     broken_at: Mutex<Option<Instant>>,
+    read_only_refused_at: Mutex<Option<Instant>>,
 }
 
 impl ConnectionHealth {
@@ -39,7 +49,15 @@ impl ConnectionHealth {
     pub(crate) const fn new() -> Self {
         ConnectionHealth {
             broken_at: Mutex::new(None),
+            read_only_refused_at: Mutex::new(None),
         }
+    }
+
+    /// Whether a connection opened `age` ago was opened before the last write refused as
+    /// read-only, and so may reach a standby.
+    pub(crate) fn made_before_read_only_refusal(&self, age: Duration) -> bool {
+        let refused_at = *lock(&self.read_only_refused_at);
+        refused_at.is_some_and(|at| age > at.elapsed())
     }
 
     /// Whether a pooled connection idle for `idle_for` must be pinged before a call uses it.
@@ -50,7 +68,9 @@ impl ConnectionHealth {
     /// Records `error` if it says the connection broke.
     pub(crate) fn observe(&self, error: &sqlx::Error) {
         if broke_the_connection(error) {
-            *self.broken_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            *lock(&self.broken_at) = Some(Instant::now());
+        } else if sqlstate(error).as_deref() == Some(READ_ONLY_TRANSACTION) {
+            *lock(&self.read_only_refused_at) = Some(Instant::now());
         }
     }
 
@@ -70,19 +90,30 @@ impl ConnectionHealth {
     }
 
     fn distrusted(&self) -> bool {
-        let broken_at = *self.broken_at.lock().unwrap_or_else(|e| e.into_inner());
+        let broken_at = *lock(&self.broken_at);
         broken_at.is_some_and(|at| at.elapsed() < DISTRUST_FOR)
+    }
+}
+
+fn lock(instant: &Mutex<Option<Instant>>) -> std::sync::MutexGuard<'_, Option<Instant>> {
+    instant
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The SQLSTATE of a server's `error`, if it is one.
+fn sqlstate(error: &sqlx::Error) -> Option<std::borrow::Cow<'_, str>> {
+    match error {
+        sqlx::Error::Database(server) => server.code(),
+        _ => None,
     }
 }
 
 /// Whether the driver's `error` means the connection broke: an I/O failure on its socket, a
 /// connection exception, or the server ending the session.
 fn broke_the_connection(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(server) => server.code().is_some_and(|code| ends_the_session(&code)),
-        _ => false,
-    }
+    matches!(error, sqlx::Error::Io(_))
+        || sqlstate(error).is_some_and(|code| ends_the_session(&code))
 }
 
 /// Whether the storage error `error` came from a broken connection.
@@ -138,6 +169,57 @@ mod tests {
         );
         assert!(!is_broken_connection(&other));
         assert!(!is_broken_connection(&EventStorageError::Closed));
+    }
+
+    #[test]
+    fn a_read_only_refusal_condemns_the_connections_made_before_it() {
+        let health = ConnectionHealth::new();
+        assert!(!health.made_before_read_only_refusal(Duration::from_secs(3600)));
+        let read_only = sqlx::Error::Database(Box::new(ReadOnly));
+        health.observe(&read_only);
+        assert!(health.made_before_read_only_refusal(Duration::from_secs(1)));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !health.made_before_read_only_refusal(Duration::from_millis(10)),
+            "a connection made after the refusal is kept"
+        );
+        assert!(
+            !health.needs_ping(Duration::from_millis(10)),
+            "a read-only session is not a broken connection"
+        );
+    }
+
+    /// A server error with SQLSTATE 25006, as a standby answers a write.
+    #[derive(Debug)]
+    struct ReadOnly;
+
+    impl std::fmt::Display for ReadOnly {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("cannot execute UPDATE in a read-only transaction")
+        }
+    }
+
+    impl std::error::Error for ReadOnly {}
+
+    impl sqlx::error::DatabaseError for ReadOnly {
+        fn message(&self) -> &str {
+            "cannot execute UPDATE in a read-only transaction"
+        }
+        fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(READ_ONLY_TRANSACTION.into())
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
     }
 
     #[tokio::test]

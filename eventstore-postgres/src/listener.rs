@@ -7,6 +7,7 @@ mod dispatch;
 mod task;
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use eventstore_api::append_hints::AppendHintHub;
 use eventstore_api::lease_changes::LeaseChangeHub;
@@ -23,6 +24,7 @@ pub(crate) const APPLICATION_NAME: &str = "eventstore-listener";
 pub(crate) struct Listener {
     hubs: Arc<dispatch::Hubs>,
     connect_options: PgConnectOptions,
+    heartbeat: Duration,
     state: Mutex<State>,
 }
 
@@ -43,12 +45,14 @@ struct Running {
 }
 
 impl Listener {
-    /// A listener, not yet connected, that will connect with `connect_options` and listen
-    /// on `lease_channel` and `append_channel`.
+    /// A listener, not yet connected, that will connect with `connect_options`, listen on
+    /// `lease_channel` and `append_channel`, and take a connection that does not answer a
+    /// query every `heartbeat` as lost.
     pub(crate) fn new(
         connect_options: PgConnectOptions,
         lease_channel: String,
         append_channel: String,
+        heartbeat: Duration,
     ) -> Self {
         Listener {
             hubs: Arc::new(dispatch::Hubs {
@@ -58,6 +62,7 @@ impl Listener {
                 appends: AppendHintHub::new(),
             }),
             connect_options: connect_options.application_name(APPLICATION_NAME),
+            heartbeat,
             state: Mutex::new(State::Idle),
         }
     }
@@ -113,6 +118,7 @@ impl Listener {
             task::Listen {
                 hubs: Arc::clone(&self.hubs),
                 connect_options: self.connect_options.clone(),
+                heartbeat: self.heartbeat,
             },
             stop_requested,
             first_attempt,

@@ -27,6 +27,8 @@ pub(crate) struct Settings {
     /// Whether the storage has a connection that can `LISTEN`, so that lease changes and
     /// append hints can be pushed to its subscribers.
     pub(crate) push: bool,
+    /// How often the listener's connection must answer a query to count as alive.
+    pub(crate) listener_heartbeat: Duration,
     /// Which connections the storage has seen break, shared with its own pool.
     pub(crate) health: Arc<ConnectionHealth>,
 }

@@ -48,6 +48,7 @@ impl Shared {
             listen_options,
             prefix.name(lease_notification::CHANNEL_SUFFIX),
             prefix.name(append_notification::CHANNEL_SUFFIX),
+            settings.listener_heartbeat,
         );
         let renewals = ExpectedRenewals::new(&prefix.name("leases"), settings.session_defaults);
         let plain_batch = plain_batch::statement(&prefix.name("request_plain_leases"));

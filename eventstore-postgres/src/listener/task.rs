@@ -1,13 +1,19 @@
 //! The listener's task: connect, `LISTEN`, forward every notification to its hub, and after
 //! a lost connection connect again with backoff, telling subscribers they may have missed
 //! notifications in between.
+//!
+//! A connection can also go silent without closing: a server that vanished without a reset
+//! (a failed host, a dropped network path) leaves a socket that never delivers again. A
+//! heartbeat query on the listening connection finds that out: one unanswered within a
+//! heartbeat interval counts as a lost connection.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{Executor, PgPool};
 use tokio::sync::watch;
+use tokio::time::{sleep_until, timeout, Instant};
 
 use super::dispatch::Hubs;
 use crate::backoff::Backoff;
@@ -21,13 +27,15 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) struct Listen {
     pub(super) hubs: Arc<Hubs>,
     pub(super) connect_options: PgConnectOptions,
+    /// How often the listening connection is asked to answer, and how long it may take.
+    pub(super) heartbeat: Duration,
 }
 
 /// Why forwarding ended.
 enum Ended {
     Stopped,
-    /// The connection was lost: closed, or failing with this error.
-    Lost(Option<sqlx::Error>),
+    /// The connection was lost: closed, failing, or silent; the words say which.
+    Lost(String),
 }
 
 /// Listens until `stop` turns `true` or its sender goes; sets `first_attempt` once the first
@@ -37,17 +45,12 @@ pub(super) async fn listen_until_stopped(
     mut stop: watch::Receiver<bool>,
     first_attempt: watch::Sender<bool>,
 ) {
-    // A pool of one connection, only for PgListener to connect with; never an idle reaper.
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .min_connections(0)
-        .acquire_timeout(ATTEMPT_TIMEOUT)
-        .idle_timeout(None)
-        .max_lifetime(None)
-        .connect_lazy_with(listen.connect_options.clone());
     let mut backoff = Backoff::default();
     let mut outage = Outage::default();
     loop {
+        // A pool of its own for each attempt: a connection that went silent may never come
+        // back to its pool, and must not hold up the next attempt.
+        let pool = listener_pool(&listen.connect_options);
         let attempt = tokio::select! {
             () = stop_requested(&mut stop) => break,
             attempt = start_listening(&pool, &listen.hubs) => attempt,
@@ -57,11 +60,15 @@ pub(super) async fn listen_until_stopped(
             Ok(mut listener) => {
                 outage.listening(&listen);
                 backoff.reset();
-                match forward(&mut listener, &listen.hubs, &mut stop).await {
-                    Ended::Stopped => break,
-                    Ended::Lost(error) => tracing::info!(
+                match forward(&mut listener, &listen, &mut stop).await {
+                    Ended::Stopped => {
+                        drop(listener);
+                        close(pool).await;
+                        break;
+                    }
+                    Ended::Lost(why) => tracing::info!(
                         channels = ?listen.hubs.channels(),
-                        error = error.map_or_else(|| "connection closed".to_owned(), |e| e.to_string()),
+                        error = why,
                         "the notification listener lost its connection; reconnecting"
                     ),
                 }
@@ -73,12 +80,23 @@ pub(super) async fn listen_until_stopped(
             () = tokio::time::sleep(backoff.next_wait()) => {}
         }
     }
-    // The listener's connection goes back to the pool when the listener is dropped; closing
-    // the pool closes it, unless the server does not answer in time.
-    if tokio::time::timeout(ATTEMPT_TIMEOUT, pool.close())
-        .await
-        .is_err()
-    {
+}
+
+/// A pool of one connection, only for `PgListener` to connect with; never an idle reaper.
+fn listener_pool(connect_options: &PgConnectOptions) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .acquire_timeout(ATTEMPT_TIMEOUT)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with(connect_options.clone())
+}
+
+/// Closes `pool` and the listener's connection with it, unless the server does not answer in
+/// time.
+async fn close(pool: PgPool) {
+    if timeout(ATTEMPT_TIMEOUT, pool.close()).await.is_err() {
         tracing::warn!(after = ?ATTEMPT_TIMEOUT,
             "closing the notification listener's connection timed out; the server did not answer");
     }
@@ -167,21 +185,46 @@ fn explain(error: &sqlx::Error) -> String {
     }
 }
 
-/// Publishes every notification until a stop is asked for or the connection is lost.
+/// Publishes every notification until a stop is asked for or the connection is lost; asks
+/// the connection to answer every heartbeat interval.
 async fn forward(
     listener: &mut PgListener,
-    hubs: &Hubs,
+    listen: &Listen,
     stop: &mut watch::Receiver<bool>,
 ) -> Ended {
+    let mut next_heartbeat = Instant::now() + listen.heartbeat;
     loop {
+        // Receiving is cancel-safe: a notification half read when the heartbeat is due stays
+        // buffered for the next receive.
         let received = tokio::select! {
             () = stop_requested(stop) => return Ended::Stopped,
             received = listener.try_recv() => received,
+            () = sleep_until(next_heartbeat) => {
+                // Notifications that arrive meanwhile are buffered, and received next.
+                let answered = tokio::select! {
+                    () = stop_requested(stop) => return Ended::Stopped,
+                    answered = timeout(listen.heartbeat, listener.execute("SELECT 1")) => answered,
+                };
+                match answered {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => return Ended::Lost(error.to_string()),
+                    Err(_elapsed) => {
+                        return Ended::Lost(format!(
+                            "the connection did not answer a heartbeat within {:?}",
+                            listen.heartbeat
+                        ))
+                    }
+                }
+                next_heartbeat = Instant::now() + listen.heartbeat;
+                continue;
+            }
         };
         match received {
-            Ok(Some(notification)) => hubs.publish(notification.channel(), notification.payload()),
-            Ok(None) => return Ended::Lost(None),
-            Err(error) => return Ended::Lost(Some(error)),
+            Ok(Some(notification)) => listen
+                .hubs
+                .publish(notification.channel(), notification.payload()),
+            Ok(None) => return Ended::Lost("connection closed".to_owned()),
+            Err(error) => return Ended::Lost(error.to_string()),
         }
     }
 }

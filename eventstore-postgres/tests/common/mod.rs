@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod sessions;
+pub mod silent_proxy;
 
 use std::time::Duration;
 

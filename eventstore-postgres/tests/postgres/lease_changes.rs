@@ -13,6 +13,7 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::PgPool;
 
 use crate::common;
+use crate::common::silent_proxy::SilentProxy;
 
 /// The longest any notice may take to arrive.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -381,6 +382,40 @@ async fn a_killed_listener_reconnects_and_says_notices_may_have_been_missed() {
         reconnected.is_some_and(|pid| pid != killed),
         "the listener should listen on a new connection, got {reconnected:?}"
     );
+    storage.close().await.unwrap();
+}
+
+/// A server that vanished without closing the connection leaves the listener on a socket
+/// that never delivers again; the heartbeat finds that out, and the listener reconnects and
+/// says so.
+#[tokio::test]
+async fn a_listener_whose_server_went_silent_reconnects_and_says_notices_may_have_been_missed() {
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    let proxy = SilentProxy::start(&common::direct_url()).await;
+    let storage = common::builder(&common::unique_prefix())
+        .listen_url(proxy.url())
+        .listener_heartbeat(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let mut changes = storage
+        .subscribe_lease_changes(LeaseScope::lease("orders"))
+        .await
+        .unwrap();
+    ask(&storage, "orders", "a", 0).await;
+    assert_eq!(
+        next_changes(&mut changes, "orders", 2).await,
+        [joined("a", 0), acquired("a", 1, false)]
+    );
+
+    proxy.silence_open_connections();
+    assert_eq!(next_notice(&mut changes).await, LeaseNotice::Missed);
+
+    // Told after listening again, on a new connection: what changes from now on is pushed.
+    ask(&storage, "orders", "b", 0).await;
+    assert_eq!(next_change(&mut changes, "orders").await, joined("b", 0));
     storage.close().await.unwrap();
 }
 

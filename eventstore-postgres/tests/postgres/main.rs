@@ -32,6 +32,7 @@ mod plain_renewals;
 mod pooler;
 mod prefixes;
 mod projector_faults;
+mod read_only_sessions;
 mod read_your_writes;
 mod restart;
 mod search_path;
