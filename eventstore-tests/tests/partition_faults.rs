@@ -100,3 +100,52 @@ async fn a_lapse_during_a_handover_leaves_the_loop_idle() {
     second.shutdown().await.unwrap();
     first.shutdown().await.unwrap();
 }
+
+/// A member that leaves after another member's first round, but before that member's
+/// subscription to pushed changes is live, is noticed all the same: the late subscription
+/// counts as a missed notice, so the member that stays looks at the group again within the
+/// handover grace and takes the partitions left behind, not at its next renewal a minute later.
+#[tokio::test]
+async fn a_leave_before_the_subscription_is_live_is_not_left_to_the_next_renewal() {
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    let ttl = Duration::from_secs(180);
+    let interval = Duration::from_secs(60);
+    let start = |handle: Arc<dyn EventStorage>, owner: &str| {
+        PartitionElector::builder(handle, "orders", 2)
+            .owner(owner)
+            .ttl(ttl)
+            .request_interval(interval)
+            .drain_timeout(Duration::from_millis(100))
+            .start()
+            .unwrap()
+    };
+    let leaving = start(Arc::new(storage.inner().clone()), "pod-a");
+    let leaving_watch = leaving.watch();
+    eventually("the first member to hold both partitions", || async {
+        leaving_watch.held().len() == 2
+    })
+    .await;
+
+    storage.hold_subscriptions(true);
+    let staying = start(storage.clone(), "pod-b");
+    let staying_watch = staying.watch();
+    eventually("the two members to share the partitions", || async {
+        staying_watch.held().len() == 1 && leaving_watch.held().len() == 1
+    })
+    .await;
+    // Members look again every few milliseconds while partitions move, doubling the wait,
+    // and stop once a look finds the group at its assignment. A leave during those looks
+    // would be seen without any push; this waits them out, so that only the push, or the
+    // renewal a minute later, can tell the staying member. (Too short a wait could only
+    // let the test pass without the push, never fail it.)
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    leaving.shutdown().await.unwrap();
+    storage.hold_subscriptions(false);
+    eventually(
+        "the staying member to take the partition left behind",
+        || async { staying_watch.held().len() == 2 },
+    )
+    .await;
+    staying.shutdown().await.unwrap();
+}

@@ -189,6 +189,7 @@ impl PartitionElectorBuilder {
             drain_deadlines: BTreeMap::new(),
             released: BTreeSet::new(),
             registered: BTreeSet::new(),
+            requested: false,
         };
         let task = tokio::spawn(rounds.run());
         Ok(PartitionElector {

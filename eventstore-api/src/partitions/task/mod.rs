@@ -109,6 +109,8 @@ pub(super) struct PartitionLoop {
     /// Partitions asked for with the target priority since the last renewal: this member is
     /// registered as their contender, so their holder is asked to step down.
     pub(super) registered: BTreeSet<u32>,
+    /// A request was sent: a subscription ready after it missed whatever changed in between.
+    pub(super) requested: bool,
 }
 
 impl Drop for PartitionLoop {
@@ -148,6 +150,7 @@ impl PartitionLoop {
                 Wake::Claim => {
                     due.claim = None;
                     let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
+                    self.requested = true;
                     match while_waiting(&shared, &mut shutdown, self.claim()).await {
                         None => return self.release_all().await,
                         Some(Err(EventStorageError::Closed)) => return self.stop(),
@@ -166,6 +169,7 @@ impl PartitionLoop {
             };
             due.look = None;
             let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
+            self.requested = true;
             let pace = match while_waiting(&shared, &mut shutdown, self.round(scope)).await {
                 None => return self.release_all().await,
                 Some(Err(EventStorageError::Closed)) => return self.stop(),
@@ -215,6 +219,22 @@ impl PartitionLoop {
         }))
     }
 
+    /// Brings forward the request `notice` calls for, if any.
+    fn follow(&mut self, notice: &LeaseNotice, due: &mut Due) {
+        let Some((follow_up, delay)) = self.follow_up(notice) else {
+            return;
+        };
+        let at = Instant::now() + delay;
+        let slot = match follow_up {
+            FollowUp::Look => &mut due.look,
+            FollowUp::Claim(partition) => {
+                self.released.insert(partition);
+                &mut due.claim
+            }
+        };
+        *slot = Some(slot.map_or(at, |due| due.min(at)));
+    }
+
     /// Waits until a request is due, which pushed changes may bring forward; returns early on
     /// shutdown and when handovers are due.
     async fn wait(
@@ -244,23 +264,16 @@ impl PartitionLoop {
                 Some(Woken::Acknowledgement | Woken::DrainTimeout) => return Wake::Handovers,
                 Some(Woken::Subscribed(subscribed)) => {
                     *subscribing = None;
+                    // A change between the first round and this subscription reached nobody
+                    // here: look again soon, as after a missed notice.
+                    if subscribed.is_some() && self.requested {
+                        self.follow(&LeaseNotice::Missed, due);
+                    }
                     *changes = subscribed;
                 }
                 // The storage closed the subscription: poll from here on.
                 Some(Woken::Notice(None)) => *changes = None,
-                Some(Woken::Notice(Some(notice))) => {
-                    if let Some((follow_up, delay)) = self.follow_up(&notice) {
-                        let at = Instant::now() + delay;
-                        let slot = match follow_up {
-                            FollowUp::Look => &mut due.look,
-                            FollowUp::Claim(partition) => {
-                                self.released.insert(partition);
-                                &mut due.claim
-                            }
-                        };
-                        *slot = Some(slot.map_or(at, |due| due.min(at)));
-                    }
-                }
+                Some(Woken::Notice(Some(notice))) => self.follow(&notice, due),
             }
         }
     }
