@@ -40,6 +40,9 @@ pub(crate) struct StoreArgs {
     pub(crate) dir: Option<PathBuf>,
 }
 
+/// The most events `eventstore events` prints: an operator's look, held in memory at once.
+const MAX_EVENTS: u64 = 100_000;
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -53,7 +56,8 @@ pub(crate) enum Command {
         #[arg(long)]
         watch: bool,
         /// Seconds between refreshes with --watch
-        #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = parse_interval)]
+        #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = parse_interval,
+              requires = "watch")]
         interval: Duration,
     },
     /// The contenders of one lease: owner, priority, last request, ttl, live
@@ -76,8 +80,9 @@ pub(crate) enum Command {
         /// The stream, CONTEXT/PURPOSE; `*` for any (orders/*, */*)
         #[arg(long, value_name = "CONTEXT/PURPOSE", value_parser = parse_stream)]
         stream: EventStreamId,
-        /// How many of the stream's last events
-        #[arg(long, value_name = "N", default_value_t = 20)]
+        /// How many of the stream's last events, 1 to 100000
+        #[arg(long, value_name = "N", default_value_t = 20,
+              value_parser = clap::value_parser!(u64).range(1..=MAX_EVENTS))]
         limit: u64,
         /// One JSON document
         #[arg(long)]

@@ -18,8 +18,13 @@ struct ContendersDocument {
     #[serde(flatten)]
     store: StoreDescription,
     lease_name: String,
-    /// The holder of record (live or not), who is not among the contenders.
+    /// The live holder, who is not among the contenders; `None` while the lease is free.
     holder: Option<String>,
+    /// The owner of the last tenure, live or not (released or expired); `None` for a lease
+    /// never held.
+    last_holder: Option<String>,
+    /// When the last tenure ends or ended (`heartbeat_at + ttl`); a release backdates it.
+    tenure_expires_at: Option<DateTime<Utc>>,
     /// The contenders besides the holder, by priority (highest first), then owner.
     contenders: Vec<ContenderView>,
 }
@@ -82,25 +87,30 @@ async fn read(store: &OpenStore, lease_name: &str) -> Result<ContendersDocument,
         .get_contenders(lease_name)
         .await
         .map_err(|error| Failure::storage("cannot read the contenders", &error))?;
-    let holder = storage
+    let tenure = storage
         .get_leases()
         .await
         .map_err(|error| Failure::storage("cannot read the leases", &error))?
         .into_iter()
-        .find(|lease| lease.lease_name == lease_name)
-        .map(|lease| lease.owner);
-    if holder.is_none() && contenders.is_empty() {
+        .find(|lease| lease.lease_name == lease_name);
+    if tenure.is_none() && contenders.is_empty() {
         return Err(Failure::check(format!(
             "no lease named {lease_name:?} in {}: nobody holds it or contends for it",
             store.description()
         )));
     }
     let now = store.storage_time().await?;
+    let holder = tenure
+        .as_ref()
+        .filter(|lease| !lease.is_expired_at(now))
+        .map(|lease| lease.owner.clone());
     Ok(ContendersDocument {
         storage_time: now,
         store: store.description(),
         lease_name: lease_name.to_owned(),
         holder,
+        last_holder: tenure.as_ref().map(|lease| lease.owner.clone()),
+        tenure_expires_at: tenure.as_ref().map(|lease| lease.expires_at()),
         contenders: contenders
             .iter()
             .map(|contender| ContenderView::of(contender, now))
@@ -111,10 +121,20 @@ async fn read(store: &OpenStore, lease_name: &str) -> Result<ContendersDocument,
 fn render(document: &ContendersDocument) -> String {
     let now = document.storage_time;
     let live = document.contenders.iter().filter(|c| c.live).count();
+    let tenure = match (
+        &document.holder,
+        &document.last_holder,
+        document.tenure_expires_at,
+    ) {
+        (Some(holder), _, _) => format!("held by {holder}"),
+        (None, Some(last), Some(ended)) => {
+            format!("free, last held by {last} (ended {})", ago(ended, now))
+        }
+        _ => "never held".to_owned(),
+    };
     let mut text = format!(
-        "lease {}: held by {}; {} contenders ({live} live) in {}; storage time {}\n",
+        "lease {}: {tenure}; {} contenders ({live} live) in {}; storage time {}\n",
         document.lease_name,
-        document.holder.as_deref().unwrap_or("nobody"),
         document.contenders.len(),
         document.store,
         instant(now)

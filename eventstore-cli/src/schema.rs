@@ -59,20 +59,29 @@ async fn apply(target: &PostgresTarget) -> Result<(), Failure> {
     let _ = storage.close().await;
     let storage = target.open(DatabaseInitMode::Ensure).await?;
     let _ = storage.close().await;
-    let message = if existing.len() == TABLES.len() {
+    let name = |table: &&str| format!("{}{table}", target.prefix);
+    let created: Vec<String> = TABLES
+        .iter()
+        .map(name)
+        .filter(|table| !existing.contains(table))
+        .collect();
+    let message = if created.is_empty() {
         format!(
             "schema of prefix {} is in place (checked, and created whatever was missing)\n",
             target.prefix
         )
-    } else {
+    } else if existing.is_empty() {
         format!(
             "created the schema of prefix {}: tables {}\n",
             target.prefix,
-            TABLES
-                .iter()
-                .map(|table| format!("{}{table}", target.prefix))
-                .collect::<Vec<_>>()
-                .join(", ")
+            created.join(", ")
+        )
+    } else {
+        format!(
+            "completed the schema of prefix {}: created tables {}; tables {} were in place\n",
+            target.prefix,
+            created.join(", "),
+            existing.join(", ")
         )
     };
     print_text(&message)

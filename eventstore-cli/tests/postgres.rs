@@ -174,6 +174,7 @@ async fn contenders_are_listed_live_or_not_and_counted_in_leases() {
     let document = run.json();
     assert_eq!(document["lease_name"], "orders");
     assert_eq!(document["holder"], "pod-a");
+    assert_eq!(document["last_holder"], "pod-a");
     let contenders = document["contenders"].as_array().unwrap();
     let listed: Vec<(&str, i64, bool)> = contenders
         .iter()
@@ -224,6 +225,46 @@ async fn contenders_are_listed_live_or_not_and_counted_in_leases() {
     run.assert_refused(1, &["no lease named", "no-such-lease"]);
     let run = eventstore(&["contenders", " ", "--url", &url, "--prefix", &prefix]).await;
     run.assert_refused(2, &["lease name"]);
+    storage.close().await.unwrap();
+}
+
+/// A released (or expired) lease is free: nobody is named as holding it, the last holder is
+/// named as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contenders_of_a_released_lease_name_no_holder() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    let hour = Duration::from_secs(3600);
+    for owner in ["pod-a", "pod-b"] {
+        storage
+            .request_lease(LeaseRequest::new("orders", owner, 0, hour))
+            .await
+            .unwrap();
+    }
+    storage.release_lease("orders", "pod-a").await.unwrap();
+
+    let url = database_url();
+    let args = ["contenders", "orders", "--url", &url, "--prefix", &prefix];
+    let run = eventstore(&[&args[..], &["--json"]].concat()).await;
+    let document = run.json();
+    assert_eq!(document["holder"], Value::Null, "{document}");
+    assert_eq!(document["last_holder"], "pod-a", "{document}");
+    assert!(
+        time(&document["tenure_expires_at"]) < time(&document["storage_time"]),
+        "{document}"
+    );
+    let run = eventstore(&args).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .starts_with("lease orders: free, last held by pod-a (ended "),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("held by pod-a;"), "{}", run.stdout);
     storage.close().await.unwrap();
 }
 
@@ -437,10 +478,22 @@ async fn schema_print_check_apply_and_drop_do_what_they_say() {
         .unwrap();
     let run = eventstore(&["schema", "check", "--url", &url, "--prefix", &prefix]).await;
     run.assert_refused(1, &["incomplete", &format!("{prefix}bookmarks")]);
+    // Applying again creates what is missing, and says that it created only that.
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        run.stdout,
+        format!(
+            "completed the schema of prefix {prefix}: created tables {prefix}bookmarks; tables \
+             {prefix}events, {prefix}leases, {prefix}lease_contenders were in place\n"
+        )
+    );
+    let run = eventstore(&["schema", "check", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
 
     let run = eventstore(&["schema", "drop", "--url", &url, "--prefix", &prefix]).await;
     run.assert_refused(2, &["--yes", &prefix]);
-    assert_eq!(tables_of(&pool, &prefix).await.len(), 3, "nothing dropped");
+    assert_eq!(tables_of(&pool, &prefix).await.len(), 4, "nothing dropped");
 
     let run = eventstore(&[
         "schema", "drop", "--yes", "--url", &url, "--prefix", &prefix,
@@ -490,6 +543,39 @@ async fn bad_input_is_one_line_with_the_right_exit_code_and_creates_nothing() {
         let run = eventstore(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
         run.assert_refused(2, &["--url is not a PostgreSQL url"]);
     }
+    // What the argument parser refuses: exit code 2, naming the flag.
+    let run = eventstore(&[
+        "events",
+        "--stream",
+        "orders/default",
+        "--limit",
+        "0",
+        "--url",
+        &url,
+        "--prefix",
+        &prefix,
+    ])
+    .await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("--limit") && run.stderr.contains("1..=100000"),
+        "{run:?}"
+    );
+    let run = eventstore(&[
+        "leases",
+        "--interval",
+        "5",
+        "--url",
+        &url,
+        "--prefix",
+        &prefix,
+    ])
+    .await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("--interval") && run.stderr.contains("--watch"),
+        "{run:?}"
+    );
     let run = eventstore(&["schema", "print", "--prefix", "1bad"]).await;
     run.assert_refused(2, &["1bad"]);
     let run = eventstore(&["schema", "apply", "--url", DEAD_URL, "--prefix", &prefix]).await;
