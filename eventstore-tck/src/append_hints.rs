@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use eventstore_api::elector::LeaderElector;
 use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
 use eventstore_api::{
-    AppendHint, AppendHints, AppendNotice, Capability, EventStorage, EventStreamId, StoredEvent,
+    AppendHint, AppendHints, AppendNotice, Capability, EventFilter, EventStorage, EventStreamId,
+    StoredEvent,
 };
 
 use crate::events::{append, labelled, orders};
@@ -113,7 +114,8 @@ pub async fn an_elected_projector_projects_an_append_at_once<F: StorageFactory>(
     }
     let storage: Arc<dyn EventStorage> = Arc::new(storage);
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let projector = Projector::builder(Arc::clone(&storage), Recording(Arc::clone(&seen)))
+    let recording = Recording(Arc::clone(&seen), EventFilter::match_all());
+    let projector = Projector::builder(Arc::clone(&storage), recording)
         .stream(orders())
         .bookmark("hinted")
         .build()
@@ -154,6 +156,75 @@ pub async fn an_elected_projector_projects_an_append_at_once<F: StorageFactory>(
         .expect("the projector task")
         .expect("the projector ran");
     elector.shutdown().await.expect("shutdown");
+}
+
+/// A hint for an event the projection does not read (another type on its stream) costs the
+/// projector one look: it reads, and then waits for the next hint or poll, instead of reading
+/// again every few hundred milliseconds for as long as the hinted event stays "ahead" of what
+/// it projected.
+pub async fn a_hint_for_an_event_the_projection_does_not_read_costs_one_look<F: StorageFactory>(
+    factory: &F,
+) {
+    let Some(storage) = storage_with_append_hints(factory).await else {
+        return;
+    };
+    if !storage.supports(Capability::Lease) {
+        return;
+    }
+    let storage: Arc<dyn EventStorage> = Arc::new(storage);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recording = Recording(Arc::clone(&seen), EventFilter::for_types(["A"]));
+    let projector = Projector::builder(Arc::clone(&storage), recording)
+        .stream(orders())
+        .bookmark("typed")
+        .build()
+        .expect("the projector builds");
+    let elector = LeaderElector::builder(Arc::clone(&storage), "typed-projector")
+        .owner("node-a")
+        .start()
+        .expect("the elector starts");
+    let mut leadership = elector.watch();
+    support::within(DEADLINE, "node-a leads", leadership.wait_for_leadership()).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut elected = ElectedProjector::new(projector, elector.watch()).poll_interval(LONG_POLL);
+    let running = tokio::spawn(async move {
+        elected
+            .run_until(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let stored = append(&*storage, &orders(), vec![labelled("A", "read")]).await;
+    let position = stored[0].reference.position;
+    support::within(
+        PUSHED,
+        "the event of the projection's type is projected",
+        async {
+            while !recorded(&seen).contains(&position) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        },
+    )
+    .await;
+
+    append(&*storage, &orders(), vec![labelled("B", "not read")]).await;
+    // The window in which a projector that kept looking would read a dozen times or more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    let run = running
+        .await
+        .expect("the projector task")
+        .expect("the projector ran");
+    elector.shutdown().await.expect("shutdown");
+    assert_eq!(recorded(&seen), [position], "only the event of its type");
+    // A first run, one for the first hint, one for the second; a few more if a hint arrived
+    // before readers could see its event.
+    assert!(
+        run.queries <= 8,
+        "hint rule: a hint for an event the projection does not read costs one look, \
+         not a look every few hundred milliseconds: {} queries in all",
+        run.queries
+    );
 }
 
 /// Subscribing to an invalid stream is `InvalidInput`; closing the storage ends every
@@ -227,10 +298,14 @@ async fn next_hint(hints: &mut AppendHints, who: &str) -> AppendHint {
 }
 
 /// A projection that records the positions it handled.
-struct Recording(Arc<Mutex<Vec<u64>>>);
+struct Recording(Arc<Mutex<Vec<u64>>>, EventFilter);
 
 #[async_trait]
 impl Projection for Recording {
+    fn filter(&self) -> EventFilter {
+        self.1.clone()
+    }
+
     async fn handle(&mut self, event: &StoredEvent) -> Result<(), ProjectionError> {
         self.0
             .lock()

@@ -128,6 +128,16 @@ impl<P: Projection> ElectedProjector<P> {
                     self.projector.set_fence(fence);
                     let watch = self.leadership.clone();
                     let still_leading = move || watch.current() == Leadership::Leader { token };
+                    // What readers see before the run: a hinted event at or below it is read
+                    // by the run, whether the projection takes it or not (another type, say),
+                    // so the hint needs no look after it.
+                    let visible = match announced {
+                        Some(_) => self.projector.visible_head().await,
+                        None => None,
+                    };
+                    if announced.is_some_and(|last| visible >= Some(last)) {
+                        announced = None;
+                    }
                     match self.projector.run_while(still_leading).await {
                         Ok(run) => {
                             self.totals.add(&run);

@@ -369,6 +369,12 @@ impl<P: Projection> Projector<P> {
         self.cursor
     }
 
+    /// The newest event of the projector's stream that readers can see now, of any type; `None`
+    /// when there is none, or the storage cannot say.
+    pub(crate) async fn visible_head(&self) -> Option<EventReference> {
+        self.storage.head(&self.stream).await.ok().flatten()
+    }
+
     /// Moves the cursor: the next batch starts after `position` (`None`: from the start).
     pub fn seek(&mut self, position: Option<EventReference>) {
         self.cursor = position;
