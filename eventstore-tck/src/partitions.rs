@@ -563,28 +563,59 @@ impl Sampler {
     }
 }
 
-/// Reads every watch, then again in reverse order. A partition a member shows with one token
-/// in both reads was held by it through the other members' reads in between, so another
-/// member showing it in either read held it at the same instant.
+/// Reads every watch, then again in reverse order, and fails on a partition two members
+/// showed at one instant (see [`double_holder`]).
 fn assert_one_holder_each(watches: &[PartitionWatch]) {
     let first: Vec<BTreeMap<u32, Fence>> = watches.iter().map(PartitionWatch::held).collect();
     let mut second: Vec<BTreeMap<u32, Fence>> =
         watches.iter().rev().map(PartitionWatch::held).collect();
     second.reverse();
-    let mut holder: BTreeMap<u32, (&str, &Fence)> = BTreeMap::new();
-    for (i, watch) in watches.iter().enumerate() {
-        for (partition, fence) in &first[i] {
-            if second[i].get(partition) != Some(fence) {
+    let reads: Vec<MemberReads<'_>> = watches
+        .iter()
+        .zip(first.iter().zip(&second))
+        .map(|(watch, (first, second))| MemberReads {
+            owner: watch.owner(),
+            first,
+            second,
+        })
+        .collect();
+    if let Some(double) = double_holder(&reads) {
+        panic!("{double}");
+    }
+}
+
+/// What one member's watch showed in the first and in the second read of a sample.
+struct MemberReads<'a> {
+    owner: &'a str,
+    first: &'a BTreeMap<u32, Fence>,
+    second: &'a BTreeMap<u32, Fence>,
+}
+
+/// A partition two members held at one instant, from reads taken in member order and then in
+/// reverse order, if any.
+///
+/// A member that shows a partition with one token in both its reads held it all the while
+/// between them, and both reads of every later member fall in between: a later member that
+/// shows the partition in either read held it at the same instant. (An earlier member's
+/// reads bracket this member's, and the same holds the other way round.)
+fn double_holder(reads: &[MemberReads<'_>]) -> Option<String> {
+    for (i, member) in reads.iter().enumerate() {
+        for (partition, fence) in member.first {
+            if member.second.get(partition) != Some(fence) {
                 continue;
             }
-            if let Some((other, other_fence)) = holder.insert(*partition, (watch.owner(), fence)) {
-                panic!(
-                    "partition {partition} held by {other} ({other_fence:?}) and {} ({fence:?}) at one instant",
-                    watch.owner()
-                );
+            for later in &reads[i + 1..] {
+                let shown = later.first.get(partition).or(later.second.get(partition));
+                if let Some(other) = shown {
+                    return Some(format!(
+                        "partition {partition} held by {} ({fence:?}) and {} ({other:?}) at one instant",
+                        member.owner, later.owner
+                    ));
+                }
             }
         }
     }
+    None
 }
 
 async fn lease_handles<F: StorageFactory>(
@@ -733,5 +764,64 @@ impl Worker {
     fn crash(self) {
         self.task.abort();
         self.member.crash();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eventstore_api::FencingToken;
+
+    fn held(partitions: &[(u32, u64)]) -> BTreeMap<u32, Fence> {
+        partitions
+            .iter()
+            .map(|&(partition, token)| {
+                (
+                    partition,
+                    Fence::new(format!("orders/{partition}"), FencingToken(token)),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_member_seen_in_one_read_beside_a_steady_holder_is_a_double_holder() {
+        let (steady, none) = (held(&[(3, 1)]), held(&[]));
+        let (fading, arriving) = (held(&[(3, 2)]), held(&[(3, 2)]));
+        for (first, second) in [(&fading, &none), (&none, &arriving)] {
+            let reads = [
+                MemberReads {
+                    owner: "pod-a",
+                    first: &steady,
+                    second: &steady,
+                },
+                MemberReads {
+                    owner: "pod-b",
+                    first,
+                    second,
+                },
+            ];
+            let double = double_holder(&reads).expect("a double holder");
+            assert!(double.contains("partition 3"), "{double}");
+        }
+    }
+
+    #[test]
+    fn a_handover_between_reads_is_no_double_holder() {
+        let (before, after, none) = (held(&[(3, 1)]), held(&[(3, 2)]), held(&[]));
+        // pod-a let partition 3 go before its second read; pod-b took it after its first.
+        let reads = [
+            MemberReads {
+                owner: "pod-a",
+                first: &before,
+                second: &none,
+            },
+            MemberReads {
+                owner: "pod-b",
+                first: &none,
+                second: &after,
+            },
+        ];
+        assert_eq!(double_holder(&reads), None);
     }
 }
