@@ -149,3 +149,60 @@ async fn a_leave_before_the_subscription_is_live_is_not_left_to_the_next_renewal
     .await;
     staying.shutdown().await.unwrap();
 }
+
+/// A member that lapses while handing a partition over may still be recorded as its holder
+/// once it is back; the partition is no longer its target, so it releases it at its next
+/// round and the new target member takes it at once, instead of waiting for its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_handed_over_when_its_member_lapsed_is_released_once_it_is_back() {
+    let inner = MemoryEventStorage::new();
+    let storage = Arc::new(Unreliable::new(inner.clone()));
+    // The deadline comes 4 s after a confirmed renewal, the storage's expiry 10 s after it:
+    // a lapse leaves the partitions recorded as held for 6 s more. The handover waits for
+    // its work (9 s at most), which never acknowledges here.
+    let ttl = Duration::from_secs(10);
+    let start = |handle: Arc<dyn EventStorage>, owner: &str| {
+        PartitionElector::builder(handle, "orders", 2)
+            .owner(owner)
+            .ttl(ttl)
+            .safety_margin(Duration::from_secs(6))
+            .request_interval(Duration::from_millis(500))
+            .drain_timeout(Duration::from_secs(9))
+            .start()
+            .unwrap()
+    };
+    let lapsing = start(storage.clone(), "pod-a");
+    let lapsing_watch = lapsing.watch();
+    eventually("the first member to hold both partitions", || async {
+        lapsing_watch.held().len() == 2
+    })
+    .await;
+    let joining = start(Arc::new(inner.clone()), "pod-b");
+    let joining_watch = joining.watch();
+    eventually("the first member to hand one partition over", || async {
+        lapsing_watch.handing_over().len() == 1
+    })
+    .await;
+
+    storage.fail(true);
+    eventually("the first member to lapse", || async {
+        lapsing_watch.held().is_empty() && lapsing_watch.handing_over().is_empty()
+    })
+    .await;
+    storage.fail(false);
+    let recovered = std::time::Instant::now();
+
+    // Without the release, the new member would wait for the storage's expiry, 6 s on.
+    let within = Duration::from_secs(4);
+    while !(joining_watch.held().len() == 1 && lapsing_watch.held().len() == 1) {
+        assert!(
+            recovered.elapsed() < within,
+            "the members share the partitions within {within:?} of the recovery: {:?} and {:?}",
+            lapsing_watch.held(),
+            joining_watch.held()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    joining.shutdown().await.unwrap();
+    lapsing.shutdown().await.unwrap();
+}

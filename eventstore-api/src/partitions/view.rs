@@ -71,11 +71,18 @@ impl GroupView {
                 unheld: (0..partitions)
                     .filter(|partition| !self.holders.contains_key(partition))
                     .collect(),
+                held: self
+                    .holders
+                    .iter()
+                    .filter(|(_, holder)| **holder == index)
+                    .map(|(partition, _)| *partition)
+                    .collect(),
             },
             _ => Plan {
                 target: Vec::new(),
                 settled: false,
                 unheld: BTreeSet::new(),
+                held: BTreeSet::new(),
             },
         }
     }
@@ -90,6 +97,8 @@ pub(crate) struct Plan {
     pub(crate) settled: bool,
     /// The partitions no live member holds.
     pub(crate) unheld: BTreeSet<u32>,
+    /// The partitions the storage says this member holds, live.
+    pub(crate) held: BTreeSet<u32>,
 }
 
 #[cfg(test)]

@@ -35,6 +35,29 @@ impl PartitionLoop {
         }
     }
 
+    /// Releases the partitions the storage says this member holds (`held_in_storage`, as a
+    /// round read them) that are neither in its target nor held or handed over as far as it
+    /// knows: after a lapse, or an answer that came too late to count, the storage may still
+    /// record them, and they would keep their target member waiting for their ttl. Nothing
+    /// works on them here, so they go at once.
+    pub(super) async fn release_strays(&self, held_in_storage: &BTreeSet<u32>) {
+        let holdings = self.shared.holdings();
+        let strays: Vec<u32> = held_in_storage
+            .iter()
+            .copied()
+            .filter(|partition| {
+                !self.target.contains(partition)
+                    && !holdings.held.contains_key(partition)
+                    && !holdings.handing_over.contains_key(partition)
+            })
+            .collect();
+        if !strays.is_empty() {
+            tracing::info!(group = %self.shared.group, owner = %self.shared.owner,
+                partitions = ?strays, "releasing partitions held in storage but no longer worked on");
+            self.release(strays).await;
+        }
+    }
+
     /// Releases the partitions whose handover is due: acknowledged by the work, or past the
     /// drain timeout.
     pub(super) async fn hand_over_due(&mut self) {

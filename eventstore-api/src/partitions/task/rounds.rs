@@ -36,10 +36,12 @@ impl PartitionLoop {
     pub(super) async fn round(&mut self, scope: Scope) -> Result<Pace, EventStorageError> {
         let previous_target = self.target.clone();
         let mut unheld = None;
+        let mut held_in_storage = BTreeSet::new();
         let pace = match self.read_plan().await {
             Ok(plan) => {
                 self.target = plan.target.into_iter().collect();
                 unheld = Some(plan.unheld);
+                held_in_storage = plan.held;
                 if plan.settled {
                     Pace::Steady
                 } else {
@@ -62,6 +64,7 @@ impl PartitionLoop {
         };
         self.send_and_apply(scope, partitions).await?;
         self.withdraw_dropped(&before, &previous_target).await;
+        self.release_strays(&held_in_storage).await;
         Ok(pace)
     }
 
