@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use eventstore_api::telemetry::{
     APPEND_SECONDS, ELECTOR_LEADER, FENCED_REFUSALS, LEASE_ACQUISITIONS, LEASE_RELEASES,
-    LEASE_REQUESTS, LEASE_STEP_DOWNS, LEASE_TAKEOVERS,
+    LEASE_REQUESTS, LEASE_STEP_DOWNS, LEASE_TAKEOVERS, PARTITION_COUNT_MISMATCH,
 };
 use eventstore_api::{
     AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence,
-    LeaderElector, Leadership, LeaseRequest,
+    LeaderElector, Leadership, LeaseRequest, PartitionElector,
 };
 use eventstore_memory::MemoryEventStorage;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
@@ -411,4 +411,44 @@ async fn append_latency_and_the_file_backends_group_commit_are_recorded() {
     let syncs = histogram("eventstore_file_sync_seconds", &[]).len() - syncs_before;
     assert_eq!(syncs, new_groups, "one sync per group");
     file.close().await.unwrap();
+}
+
+/// Members of one group started with different partition counts are told apart: the member
+/// with the smaller count sees partitions beyond it held, and says so until they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_counting_different_partitions_set_the_mismatch_gauge() {
+    registry();
+    let storage = MemoryEventStorage::new();
+    let start = |owner: &str, partitions: u32| {
+        let handle: Arc<dyn EventStorage> = Arc::new(storage.clone());
+        PartitionElector::builder(handle, "mismatched", partitions)
+            .owner(owner)
+            .ttl(Duration::from_secs(3))
+            .start()
+            .unwrap()
+    };
+    let more = start("pod-more", 4);
+    let more_watch = more.watch();
+    eventually("the member counting 4 to hold all 4", || {
+        more_watch.held().len() == 4
+    })
+    .await;
+    let fewer = start("pod-fewer", 2);
+    let labels = |owner| [("group", "mismatched"), ("owner", owner)];
+    eventually("the member counting 2 to see the mismatch", || {
+        gauge(PARTITION_COUNT_MISMATCH, &labels("pod-fewer")) == Some(1.0)
+    })
+    .await;
+    assert_ne!(
+        gauge(PARTITION_COUNT_MISMATCH, &labels("pod-more")),
+        Some(1.0),
+        "the member counting more sees nothing beyond its count"
+    );
+
+    more.shutdown().await.unwrap();
+    eventually("the mismatch to clear once the other member left", || {
+        gauge(PARTITION_COUNT_MISMATCH, &labels("pod-fewer")) == Some(0.0)
+    })
+    .await;
+    fewer.shutdown().await.unwrap();
 }

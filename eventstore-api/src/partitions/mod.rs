@@ -190,6 +190,7 @@ impl PartitionElectorBuilder {
             released: BTreeSet::new(),
             registered: BTreeSet::new(),
             requested: false,
+            count_mismatched: false,
         };
         let task = tokio::spawn(rounds.run());
         Ok(PartitionElector {
@@ -260,6 +261,13 @@ pub struct PartitionElector {
 
 impl PartitionElector {
     /// A builder for an elector of `partitions` partitions of `group` on `storage`.
+    ///
+    /// Every member of a group must count the same partitions: members that count
+    /// differently never agree on who holds which. A member that sees a partition of its group
+    /// at or above its own count held by another logs a warning once and sets the gauge
+    /// [`PARTITION_COUNT_MISMATCH`](crate::telemetry::PARTITION_COUNT_MISMATCH) to 1 for as
+    /// long as it sees one (the member with the smaller count is the one that can tell); it
+    /// runs on, so that a rolling change of the count can pass through.
     pub fn builder(
         storage: Arc<dyn EventStorage>,
         group: impl Into<String>,

@@ -16,6 +16,9 @@ pub fn member_lease_name(group: &str, owner: &str) -> String {
 pub(crate) enum GroupLease<'a> {
     /// A partition, below the group's partition count.
     Partition(u32),
+    /// A partition at or above this member's partition count: a member configured with more
+    /// partitions asked for it.
+    BeyondCount(u32),
     /// A member's membership lease, with the member's owner id.
     Member(&'a str),
 }
@@ -43,8 +46,14 @@ impl GroupNames {
         }
         // Only the canonical spelling: "007" is not partition 7.
         let partition: u32 = rest.parse().ok()?;
-        (partition < self.partitions && partition.to_string() == rest)
-            .then_some(GroupLease::Partition(partition))
+        if partition.to_string() != rest {
+            return None;
+        }
+        Some(if partition < self.partitions {
+            GroupLease::Partition(partition)
+        } else {
+            GroupLease::BeyondCount(partition)
+        })
     }
 }
 
@@ -63,8 +72,8 @@ mod tests {
             names.parse(&member_lease_name("orders", "pod-a")),
             Some(GroupLease::Member("pod-a"))
         );
+        assert_eq!(names.parse("orders/12"), Some(GroupLease::BeyondCount(12)));
         for stranger in [
-            "orders/12",
             "orders/007",
             "orders/-1",
             "orders2/1",

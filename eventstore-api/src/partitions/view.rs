@@ -16,6 +16,8 @@ pub(crate) struct GroupView {
     members: Vec<String>,
     /// Partition → index into `members`, for partitions a live member holds live.
     holders: BTreeMap<u32, usize>,
+    /// The highest partition held live at or above this member's partition count, if any.
+    beyond_count: Option<u32>,
 }
 
 impl GroupView {
@@ -45,7 +47,19 @@ impl GroupView {
                 _ => None,
             })
             .collect();
-        GroupView { members, holders }
+        let beyond_count = leases
+            .iter()
+            .filter(live)
+            .filter_map(|lease| match names.parse(&lease.lease_name) {
+                Some(GroupLease::BeyondCount(partition)) => Some(partition),
+                _ => None,
+            })
+            .max();
+        GroupView {
+            members,
+            holders,
+            beyond_count,
+        }
     }
 
     /// The live members, sorted.
@@ -64,6 +78,7 @@ impl GroupView {
     pub(crate) fn plan(&self, partitions: u32, member: &str) -> Plan {
         let assignment: Option<Assignment> = assign(partitions, &self.members, &self.holders);
         let index = self.members.binary_search_by(|m| m.as_str().cmp(member));
+        let beyond_count = self.beyond_count;
         match (assignment, index) {
             (Some(assignment), Ok(index)) => Plan {
                 target: assignment.partitions_of(index),
@@ -77,12 +92,14 @@ impl GroupView {
                     .filter(|(_, holder)| **holder == index)
                     .map(|(partition, _)| *partition)
                     .collect(),
+                beyond_count,
             },
             _ => Plan {
                 target: Vec::new(),
                 settled: false,
                 unheld: BTreeSet::new(),
                 held: BTreeSet::new(),
+                beyond_count,
             },
         }
     }
@@ -99,6 +116,9 @@ pub(crate) struct Plan {
     pub(crate) unheld: BTreeSet<u32>,
     /// The partitions the storage says this member holds, live.
     pub(crate) held: BTreeSet<u32>,
+    /// The highest partition held live at or above this member's partition count: another
+    /// member was configured with more partitions.
+    pub(crate) beyond_count: Option<u32>,
 }
 
 #[cfg(test)]
@@ -139,5 +159,31 @@ mod tests {
         assert_eq!(view.target_of(4, "a").len(), 2);
         assert!(view.target_of(4, "a").contains(&0), "a keeps what it holds");
         assert_eq!(view.target_of(4, "stranger"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn a_live_partition_beyond_the_count_is_seen_and_an_expired_one_is_not() {
+        let now = Utc::now();
+        let old = now - chrono::Duration::seconds(11);
+        let names = GroupNames::new("g", 4);
+        let view = |leases: Vec<Lease>| GroupView::read(&names, &leases, now, "me");
+        let plan = view(vec![lease("g/5", "b", now), lease("g/7", "b", old)]).plan(4, "me");
+        assert_eq!(plan.beyond_count, Some(5));
+        let plan = view(vec![lease("g/3", "b", now)]).plan(4, "me");
+        assert_eq!(plan.beyond_count, None);
+    }
+
+    #[test]
+    fn the_plan_names_what_the_storage_says_the_member_holds() {
+        let now = Utc::now();
+        let names = GroupNames::new("g", 4);
+        let leases = vec![
+            lease("g/members/b", "b", now),
+            lease("g/0", "me", now),
+            lease("g/3", "me", now),
+            lease("g/1", "b", now),
+        ];
+        let plan = GroupView::read(&names, &leases, now, "me").plan(4, "me");
+        assert_eq!(plan.held, BTreeSet::from([0, 3]));
     }
 }

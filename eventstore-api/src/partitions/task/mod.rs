@@ -111,6 +111,8 @@ pub(super) struct PartitionLoop {
     pub(super) registered: BTreeSet<u32>,
     /// A request was sent: a subscription ready after it missed whatever changed in between.
     pub(super) requested: bool,
+    /// The last read of the group showed a partition beyond this member's count.
+    pub(super) count_mismatched: bool,
 }
 
 impl Drop for PartitionLoop {

@@ -10,7 +10,7 @@ use super::{Pace, PartitionLoop};
 use crate::partitions::names::{member_lease_name, partition_lease_name};
 use crate::partitions::view::{GroupView, Plan};
 use crate::partitions::watch::Holdings;
-use crate::{EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
+use crate::{telemetry, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
 
 /// The priority a member asks for its target partitions with; every other request uses
 /// [`OTHER_PRIORITY`], so a holder of a partition that should move is asked to step down.
@@ -42,6 +42,7 @@ impl PartitionLoop {
                 self.target = plan.target.into_iter().collect();
                 unheld = Some(plan.unheld);
                 held_in_storage = plan.held;
+                self.count_mismatch(plan.beyond_count);
                 if plan.settled {
                     Pace::Steady
                 } else {
@@ -66,6 +67,28 @@ impl PartitionLoop {
         self.withdraw_dropped(&before, &previous_target).await;
         self.release_strays(&held_in_storage).await;
         Ok(pace)
+    }
+
+    /// Says, once per episode, that a member of the group was configured with more
+    /// partitions than this one (`beyond_count`, the highest partition it took), and keeps
+    /// the gauge of it. The members never agree on the assignment then: every member of a
+    /// group must be started with the same partition count.
+    fn count_mismatch(&mut self, beyond_count: Option<u32>) {
+        let mismatched = beyond_count.is_some();
+        if mismatched != self.count_mismatched {
+            metrics::gauge!(telemetry::PARTITION_COUNT_MISMATCH,
+                "group" => self.shared.group.clone(), "owner" => self.shared.owner.clone())
+            .set(f64::from(u8::from(mismatched)));
+        }
+        if let (Some(partition), false) = (beyond_count, self.count_mismatched) {
+            tracing::warn!(group = %self.shared.group, owner = %self.shared.owner,
+                partitions = self.shared.partitions, seen = partition,
+                "another member of the group was started with more partitions: partition \
+                 {partition} is held, this member counts {}; members of one group must count \
+                 the same partitions, or they never agree on who holds which",
+                self.shared.partitions);
+        }
+        self.count_mismatched = mismatched;
     }
 
     /// Asks for the target partitions released since the last claim, without reading the
