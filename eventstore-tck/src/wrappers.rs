@@ -175,6 +175,7 @@ pub struct Unreliable<S> {
     hung_calls: AtomicUsize,
     failed_calls: AtomicUsize,
     holding_subscriptions: watch::Sender<bool>,
+    queries: AtomicUsize,
 }
 
 impl<S> Unreliable<S> {
@@ -188,6 +189,7 @@ impl<S> Unreliable<S> {
             hung_calls: AtomicUsize::new(0),
             failed_calls: AtomicUsize::new(0),
             holding_subscriptions: watch::Sender::new(false),
+            queries: AtomicUsize::new(0),
         }
     }
 
@@ -230,6 +232,11 @@ impl<S> Unreliable<S> {
     /// bug would, and so does the task that made it.
     pub fn panic(&self, panicking: bool) {
         self.panicking.store(panicking, Ordering::SeqCst);
+    }
+
+    /// How many `query` calls were made through it so far, answered or not.
+    pub fn queries(&self) -> usize {
+        self.queries.load(Ordering::SeqCst)
     }
 
     /// Switches the hold on subscriptions on or off: while it is on, subscriptions wait; once it
@@ -302,6 +309,7 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
+        self.queries.fetch_add(1, Ordering::SeqCst);
         self.gate().await?;
         self.inner
             .query(filter, stream, after, limit, direction)
