@@ -9,7 +9,7 @@ use eventstore_api::EventStorageError;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 
-use crate::connection_health::ConnectionHealth;
+use crate::connection_health::{ConnectionHealth, Handling};
 use crate::init_mode::DatabaseInitMode;
 use crate::pooler_parameter;
 use crate::prefix::TablePrefix;
@@ -416,15 +416,19 @@ impl PostgresEventStorageBuilder {
                     .before_acquire({
                         let health = Arc::clone(&settings.health);
                         move |connection, metadata| {
-                            // A session opened before a write was refused as read-only may
-                            // reach a standby: replace it.
-                            let keep = !health.made_before_read_only_refusal(metadata.age);
-                            let ping = keep && health.needs_ping(metadata.idle_for);
+                            let (handling, delegated) =
+                                health.on_acquire(metadata.age, metadata.idle_for);
                             Box::pin(async move {
-                                if ping {
-                                    connection.ping().await?;
+                                // A call taking its connection through the health's acquire
+                                // sees to it there, with a timeout.
+                                if delegated {
+                                    return Ok(true);
                                 }
-                                Ok(keep)
+                                match handling {
+                                    Handling::Use => Ok(true),
+                                    Handling::Ping => connection.ping().await.map(|()| true),
+                                    Handling::Discard => Ok(false),
+                                }
                             })
                         }
                     })

@@ -9,18 +9,30 @@
 //! a broken connection is run once more: a read changes nothing, so repeating it is safe.
 //! Writes are not repeated; their caller cannot tell whether the server committed them.
 //!
-//! A write refused because its session is read-only (SQLSTATE `25006`) means the connection
-//! reached a standby: after a failover behind a DNS name or a virtual address, sessions made
-//! before it may still reach the former primary, now a standby. Every connection made before
-//! such a refusal is replaced before its next use, instead of failing writes until the pool
-//! retires it.
+//! Some failures condemn every connection made before them, each replaced before its next
+//! use instead of failing calls until the pool retires it:
+//! - a write refused because its session is read-only (SQLSTATE `25006`): the connection
+//!   reached a standby, as sessions made before a failover behind a DNS name or a virtual
+//!   address may, still reaching the former primary;
+//! - a ping unanswered within [`PING_TIMEOUT`]: the server went away without closing the
+//!   connection (a failed host, a dropped network path, an address moved to a new primary),
+//!   and every connection to it waits on a socket that never delivers again.
+//!
+//! The driver closes a connection it rejects by telling the server, and waits for a server
+//! that is gone. So a call takes its connection through [`ConnectionHealth::acquire`]: the
+//! pool's hook only says what the connection needs (see [`Handling`]), and the call pings it
+//! with a timeout and drops the socket of one it gives up, without waiting for anything.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use eventstore_api::{EventStorageError, StorageResult};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgDatabaseError;
+use sqlx::{Connection, PgPool, Postgres};
+use tokio::time::timeout;
 
 /// A connection back from a call this recently is handed out without a ping, unless a broken
 /// connection was seen lately: the driver checked it alive when the pool took it back.
@@ -29,6 +41,26 @@ pub(crate) const ALIVE_WITHOUT_PING: Duration = Duration::from_millis(500);
 /// How long after a broken connection every connection is pinged before use.
 pub(crate) const DISTRUST_FOR: Duration = Duration::from_secs(5);
 
+/// How long a ping before a call may take: a healthy server answers in a millisecond or so.
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a pooled connection needs before a call may use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handling {
+    /// Nothing: back from a call moments ago.
+    Use,
+    /// A ping: idle for a while, or connections broke lately.
+    Ping,
+    /// Replacing: made before a failure that condemns connections.
+    Discard,
+}
+
+tokio::task_local! {
+    /// What the pool's hook found the connection it handed to [`ConnectionHealth::acquire`]
+    /// needs; unset for any other acquisition, where the hook sees to it itself.
+    static HANDED_OUT: Cell<Handling>;
+}
+
 /// SQLSTATE `admin_shutdown` and `crash_shutdown`: the server ended the session.
 const SESSION_ENDED: [&str; 2] = ["57P01", "57P02"];
 /// SQLSTATE class `connection_exception`.
@@ -36,12 +68,12 @@ const CONNECTION_EXCEPTION_CLASS: &str = "08";
 /// SQLSTATE `read_only_sql_transaction`: a write in a read-only session, as on a standby.
 const READ_ONLY_TRANSACTION: &str = "25006";
 
-/// When the storage last saw a call fail because its connection broke, or because its
-/// session was read-only.
+/// When the storage last saw a call fail because its connection broke, and since when
+/// connections made before are condemned.
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionHealth {
     broken_at: Mutex<Option<Instant>>,
-    read_only_refused_at: Mutex<Option<Instant>>,
+    condemned_before: Mutex<Option<Instant>>,
 }
 
 impl ConnectionHealth {
@@ -49,19 +81,71 @@ impl ConnectionHealth {
     pub(crate) const fn new() -> Self {
         ConnectionHealth {
             broken_at: Mutex::new(None),
-            read_only_refused_at: Mutex::new(None),
+            condemned_before: Mutex::new(None),
         }
     }
 
-    /// Whether a connection opened `age` ago was opened before the last write refused as
-    /// read-only, and so may reach a standby.
-    pub(crate) fn made_before_read_only_refusal(&self, age: Duration) -> bool {
-        let refused_at = *lock(&self.read_only_refused_at);
-        refused_at.is_some_and(|at| age > at.elapsed())
+    /// What a pooled connection made `age` ago and idle for `idle_for` needs before a call;
+    /// for the pool's hook, which hands the answer to [`ConnectionHealth::acquire`] when that
+    /// is who asked (`true`), and must see to the connection itself otherwise.
+    pub(crate) fn on_acquire(&self, age: Duration, idle_for: Duration) -> (Handling, bool) {
+        let handling = if self.condemned(age) {
+            Handling::Discard
+        } else if self.needs_ping(idle_for) {
+            Handling::Ping
+        } else {
+            Handling::Use
+        };
+        let delegated = HANDED_OUT.try_with(|cell| cell.set(handling)).is_ok();
+        (handling, delegated)
+    }
+
+    /// A connection of `pool` fit for a call: one that needs a ping gets it, within
+    /// [`PING_TIMEOUT`]; one that fails it, does not answer it, or is condemned is dropped
+    /// (its socket closed, nothing sent) and another taken, a new one in the end.
+    pub(crate) async fn acquire(
+        &self,
+        pool: &PgPool,
+    ) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        loop {
+            let acquired = HANDED_OUT.scope(Cell::new(Handling::Use), async {
+                let connection = pool.acquire().await?;
+                Ok::<_, sqlx::Error>((connection, HANDED_OUT.with(Cell::get)))
+            });
+            let (mut connection, handling) = acquired.await?;
+            match handling {
+                Handling::Use => return Ok(connection),
+                Handling::Discard => {}
+                Handling::Ping => match timeout(PING_TIMEOUT, connection.ping()).await {
+                    Ok(Ok(())) => return Ok(connection),
+                    Ok(Err(error)) => self.observe(&error),
+                    Err(_elapsed) => {
+                        tracing::info!(after = ?PING_TIMEOUT,
+                            "a pooled connection did not answer a ping; replacing every \
+                             connection made before it");
+                        self.condemn_connections_made_until_now();
+                    }
+                },
+            }
+            // Given up: closed here, without a word to a server that may be gone.
+            drop(connection.detach());
+        }
+    }
+
+    /// Whether a connection opened `age` ago was opened before the last failure that
+    /// condemns connections, and so must be replaced.
+    fn condemned(&self, age: Duration) -> bool {
+        let condemned_before = *lock(&self.condemned_before);
+        condemned_before.is_some_and(|at| age > at.elapsed())
+    }
+
+    /// Condemns every connection made until now.
+    fn condemn_connections_made_until_now(&self) {
+        *lock(&self.condemned_before) = Some(Instant::now());
     }
 
     /// Whether a pooled connection idle for `idle_for` must be pinged before a call uses it.
-    pub(crate) fn needs_ping(&self, idle_for: Duration) -> bool {
+    fn needs_ping(&self, idle_for: Duration) -> bool {
         idle_for >= ALIVE_WITHOUT_PING || self.distrusted()
     }
 
@@ -70,7 +154,7 @@ impl ConnectionHealth {
         if broke_the_connection(error) {
             *lock(&self.broken_at) = Some(Instant::now());
         } else if sqlstate(error).as_deref() == Some(READ_ONLY_TRANSACTION) {
-            *lock(&self.read_only_refused_at) = Some(Instant::now());
+            self.condemn_connections_made_until_now();
         }
     }
 
@@ -174,13 +258,13 @@ mod tests {
     #[test]
     fn a_read_only_refusal_condemns_the_connections_made_before_it() {
         let health = ConnectionHealth::new();
-        assert!(!health.made_before_read_only_refusal(Duration::from_secs(3600)));
+        assert!(!health.condemned(Duration::from_secs(3600)));
         let read_only = sqlx::Error::Database(Box::new(ReadOnly));
         health.observe(&read_only);
-        assert!(health.made_before_read_only_refusal(Duration::from_secs(1)));
+        assert!(health.condemned(Duration::from_secs(1)));
         std::thread::sleep(Duration::from_millis(20));
         assert!(
-            !health.made_before_read_only_refusal(Duration::from_millis(10)),
+            !health.condemned(Duration::from_millis(10)),
             "a connection made after the refusal is kept"
         );
         assert!(

@@ -38,7 +38,9 @@ impl CallConnection {
     ) -> StorageResult<CallConnection> {
         let failing = |e| settings.failing(operation).map(e);
         if settings.prepared_statements {
-            pool.acquire()
+            settings
+                .health
+                .acquire(pool)
                 .await
                 .map(CallConnection::Pooled)
                 .map_err(failing)

@@ -37,6 +37,7 @@ mod read_your_writes;
 mod restart;
 mod search_path;
 mod session_locks;
+mod silent_server;
 mod step_down_ceiling;
 mod streaming_read;
 mod throwaway_cluster;
