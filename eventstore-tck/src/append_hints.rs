@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use eventstore_api::elector::LeaderElector;
-use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+use eventstore_api::projector::{
+    ElectedProjector, Projection, ProjectionError, Projector, ProjectorError, ProjectorRun,
+};
 use eventstore_api::{
     AppendHint, AppendHints, AppendNotice, Capability, EventFilter, EventStorage, EventStreamId,
     StoredEvent,
@@ -113,28 +115,7 @@ pub async fn an_elected_projector_projects_an_append_at_once<F: StorageFactory>(
         return;
     }
     let storage: Arc<dyn EventStorage> = Arc::new(storage);
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let recording = Recording(Arc::clone(&seen), EventFilter::match_all());
-    let projector = Projector::builder(Arc::clone(&storage), recording)
-        .stream(orders())
-        .bookmark("hinted")
-        .build()
-        .expect("the projector builds");
-    let elector = LeaderElector::builder(Arc::clone(&storage), "hinted-projector")
-        .owner("node-a")
-        .start()
-        .expect("the elector starts");
-    let mut leadership = elector.watch();
-    support::within(DEADLINE, "node-a leads", leadership.wait_for_leadership()).await;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut elected = ElectedProjector::new(projector, elector.watch()).poll_interval(LONG_POLL);
-    let running = tokio::spawn(async move {
-        elected
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let running = RunningProjector::start(&storage, EventFilter::match_all()).await;
     // Once the first event is projected the projector waits: for a hint, or for a minute.
     for label in ["first", "hinted"] {
         let stored = append(&*storage, &orders(), vec![labelled("A", label)]).await;
@@ -143,19 +124,14 @@ pub async fn an_elected_projector_projects_an_append_at_once<F: StorageFactory>(
             PUSHED,
             &format!("the {label} event is projected without waiting for the minute-long poll"),
             async {
-                while !recorded(&seen).contains(&position) {
+                while !running.recorded().contains(&position) {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             },
         )
         .await;
     }
-    let _ = stop.send(());
-    running
-        .await
-        .expect("the projector task")
-        .expect("the projector ran");
-    elector.shutdown().await.expect("shutdown");
+    running.stop().await;
 }
 
 /// A hint for an event the projection does not read (another type on its stream) costs the
@@ -173,35 +149,14 @@ pub async fn a_hint_for_an_event_the_projection_does_not_read_costs_one_look<F: 
     }
     let counted = Arc::new(Unreliable::new(storage));
     let storage: Arc<dyn EventStorage> = counted.clone();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let recording = Recording(Arc::clone(&seen), EventFilter::for_types(["A"]));
-    let projector = Projector::builder(Arc::clone(&storage), recording)
-        .stream(orders())
-        .bookmark("typed")
-        .build()
-        .expect("the projector builds");
-    let elector = LeaderElector::builder(Arc::clone(&storage), "typed-projector")
-        .owner("node-a")
-        .start()
-        .expect("the elector starts");
-    let mut leadership = elector.watch();
-    support::within(DEADLINE, "node-a leads", leadership.wait_for_leadership()).await;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut elected = ElectedProjector::new(projector, elector.watch()).poll_interval(LONG_POLL);
-    let running = tokio::spawn(async move {
-        elected
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let running = RunningProjector::start(&storage, EventFilter::for_types(["A"])).await;
     let stored = append(&*storage, &orders(), vec![labelled("A", "read")]).await;
     let position = stored[0].reference.position;
     support::within(
         PUSHED,
         "the event of the projection's type is projected",
         async {
-            while !recorded(&seen).contains(&position) {
+            while !running.recorded().contains(&position) {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         },
@@ -222,13 +177,9 @@ pub async fn a_hint_for_an_event_the_projection_does_not_read_costs_one_look<F: 
     // The window in which a projector that kept looking would read several times.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let looks = counted.queries() - in_sight;
-    let _ = stop.send(());
-    running
-        .await
-        .expect("the projector task")
-        .expect("the projector ran");
-    elector.shutdown().await.expect("shutdown");
-    assert_eq!(recorded(&seen), [position], "only the event of its type");
+    let recorded = running.recorded();
+    running.stop().await;
+    assert_eq!(recorded, [position], "only the event of its type");
     assert!(
         looks <= 3,
         "hint rule: a hint for an event the projection does not read costs one look once the \
@@ -324,8 +275,63 @@ impl Projection for Recording {
     }
 }
 
-fn recorded(seen: &Mutex<Vec<u64>>) -> Vec<u64> {
-    seen.lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone()
+/// An elected projector recording the positions of the events of `filter` on [`orders`],
+/// leading on its own elector, and polling only every [`LONG_POLL`].
+struct RunningProjector {
+    seen: Arc<Mutex<Vec<u64>>>,
+    elector: LeaderElector,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<ProjectorRun, ProjectorError>>,
+}
+
+impl RunningProjector {
+    /// Starts it on `storage` and returns once it leads.
+    async fn start(storage: &Arc<dyn EventStorage>, filter: EventFilter) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let projector =
+            Projector::builder(Arc::clone(storage), Recording(Arc::clone(&seen), filter))
+                .stream(orders())
+                .bookmark("hinted")
+                .build()
+                .expect("the projector builds");
+        let elector = LeaderElector::builder(Arc::clone(storage), "hinted-projector")
+            .owner("node-a")
+            .start()
+            .expect("the elector starts");
+        let mut leadership = elector.watch();
+        support::within(DEADLINE, "node-a leads", leadership.wait_for_leadership()).await;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut elected =
+            ElectedProjector::new(projector, elector.watch()).poll_interval(LONG_POLL);
+        let task = tokio::spawn(async move {
+            elected
+                .run_until(async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        RunningProjector {
+            seen,
+            elector,
+            stop,
+            task,
+        }
+    }
+
+    /// The positions of the events projected so far.
+    fn recorded(&self) -> Vec<u64> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task
+            .await
+            .expect("the projector task")
+            .expect("the projector ran");
+        self.elector.shutdown().await.expect("shutdown");
+    }
 }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod app_role;
 pub mod sessions;
 pub mod silent_proxy;
 

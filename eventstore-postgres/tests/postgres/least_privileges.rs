@@ -7,46 +7,27 @@ use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Fence,
     LeaseRequest, LeaseStatus, Limit, Tags,
 };
-use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage, GRANTS_SQL};
+use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage};
 use serde_json::json;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, Executor};
+use sqlx::ConnectOptions;
 use std::str::FromStr;
 
 use crate::common;
+use crate::common::app_role;
 
 #[tokio::test]
 async fn an_application_role_with_only_the_shipped_grants_can_do_everything() {
-    if common::needs_direct_connection(
-        "it connects as a role of its own, which the pooler's auth file does not list",
-    ) {
+    if common::needs_direct_connection(app_role::WHY_DIRECT) {
         return;
     }
     let Some(admin) = common::try_pool().await else {
         return;
     };
     let prefix = common::unique_prefix();
-    let role = format!("{prefix}app");
-    common::storage_on(&prefix).await.close().await.unwrap();
-    admin
-        .execute(format!("CREATE ROLE {role} LOGIN").as_str())
-        .await
-        .unwrap();
-    admin
-        .execute(
-            GRANTS_SQL
-                .replace("__prefix__", &prefix)
-                .replace("__app_role__", &role)
-                .as_str(),
-        )
-        .await
-        .expect("applying the shipped grants");
-
+    let role = app_role::create(&admin, &prefix, "app").await;
     let outcome = exercise(&prefix, &role).await;
-    admin
-        .execute(format!("DROP OWNED BY {role}; DROP ROLE {role}").as_str())
-        .await
-        .unwrap();
+    app_role::drop(&admin, &role).await;
     outcome.unwrap();
 }
 

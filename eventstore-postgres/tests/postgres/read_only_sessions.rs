@@ -12,42 +12,30 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use eventstore_api::{EventStorage, EventStorageError, LeaseRequest, LeaseStatus};
-use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage, GRANTS_SQL};
+use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Executor};
 
 use crate::common;
+use crate::common::app_role;
 
 #[tokio::test]
 async fn sessions_made_before_a_write_was_refused_as_read_only_are_replaced() {
-    if common::needs_direct_connection(
-        "it connects as a role of its own, which the pooler's auth file does not list",
-    ) {
+    if common::needs_direct_connection(app_role::WHY_DIRECT) {
         return;
     }
     let Some(admin) = common::try_pool().await else {
         return;
     };
     let prefix = common::unique_prefix();
-    let role = format!("{prefix}standby");
-    common::storage_on(&prefix).await.close().await.unwrap();
-    let grants = GRANTS_SQL
-        .replace("__prefix__", &prefix)
-        .replace("__app_role__", &role);
-    admin
-        .execute(format!("CREATE ROLE {role} LOGIN; {grants}").as_str())
-        .await
-        .unwrap();
+    let role = app_role::create(&admin, &prefix, "standby").await;
     admin
         .execute(format!("ALTER ROLE {role} SET default_transaction_read_only = on").as_str())
         .await
         .unwrap();
 
     let outcome = write_after_promotion(&admin, &prefix, &role).await;
-    admin
-        .execute(format!("DROP OWNED BY {role}; DROP ROLE {role}").as_str())
-        .await
-        .unwrap();
+    app_role::drop(&admin, &role).await;
     outcome.unwrap();
 }
 

@@ -11,18 +11,24 @@ use crate::EventStorageError;
 
 impl PartitionLoop {
     /// Withdraws the contender registrations of partitions neither in the target nor held any
-    /// more, so that a stale registration never asks their holder to step down.
+    /// more, so that a stale registration never asks their holder to step down; and releases
+    /// those the storage still records this member as holding (`held_in_storage`, as the round
+    /// read them) though it neither holds nor hands them over as far as it knows: after a
+    /// lapse, or an answer that came too late to count, nothing works on them here, and they
+    /// would keep their target member waiting for their ttl.
     pub(super) async fn withdraw_dropped(
         &self,
         previous: &Holdings,
         previous_target: &BTreeSet<u32>,
+        held_in_storage: &BTreeSet<u32>,
     ) {
         let holdings = self.shared.holdings();
         let dropped: BTreeSet<u32> = previous
             .held
             .keys()
             .chain(previous.handing_over.keys())
-            .chain(previous_target.iter())
+            .chain(previous_target)
+            .chain(held_in_storage)
             .copied()
             .filter(|partition| {
                 !self.target.contains(partition)
@@ -32,29 +38,6 @@ impl PartitionLoop {
             .collect();
         if !dropped.is_empty() {
             self.release(dropped.into_iter().collect()).await;
-        }
-    }
-
-    /// Releases the partitions the storage says this member holds (`held_in_storage`, as a
-    /// round read them) that are neither in its target nor held or handed over as far as it
-    /// knows: after a lapse, or an answer that came too late to count, the storage may still
-    /// record them, and they would keep their target member waiting for their ttl. Nothing
-    /// works on them here, so they go at once.
-    pub(super) async fn release_strays(&self, held_in_storage: &BTreeSet<u32>) {
-        let holdings = self.shared.holdings();
-        let strays: Vec<u32> = held_in_storage
-            .iter()
-            .copied()
-            .filter(|partition| {
-                !self.target.contains(partition)
-                    && !holdings.held.contains_key(partition)
-                    && !holdings.handing_over.contains_key(partition)
-            })
-            .collect();
-        if !strays.is_empty() {
-            tracing::info!(group = %self.shared.group, owner = %self.shared.owner,
-                partitions = ?strays, "releasing partitions held in storage but no longer worked on");
-            self.release(strays).await;
         }
     }
 

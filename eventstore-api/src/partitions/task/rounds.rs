@@ -64,8 +64,8 @@ impl PartitionLoop {
             Scope::Changes => self.changes(&before, unheld.as_ref()),
         };
         self.send_and_apply(scope, partitions).await?;
-        self.withdraw_dropped(&before, &previous_target).await;
-        self.release_strays(&held_in_storage).await;
+        self.withdraw_dropped(&before, &previous_target, &held_in_storage)
+            .await;
         Ok(pace)
     }
 
