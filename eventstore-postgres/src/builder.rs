@@ -246,15 +246,18 @@ impl PostgresEventStorageBuilder {
         self
     }
 
-    /// How often the notification listener's connection must answer a query (default
-    /// [`DEFAULT_LISTENER_HEARTBEAT`], 10 s; at least 50 ms).
+    /// How often the notification listener's connection must answer a query, and deliver a
+    /// notification (default [`DEFAULT_LISTENER_HEARTBEAT`], 10 s; at least 50 ms).
     ///
     /// A server that vanished without closing the connection (a failed host, a dropped
-    /// network path) leaves the listener waiting on a socket that never delivers again. The
-    /// listener asks its connection to answer every interval; one that does not answer within
-    /// the interval is taken as lost: the listener reconnects, and subscribers are told they
-    /// may have missed notices ([`LeaseNotice::Missed`]), so that electors ask the storage
-    /// at once instead of waiting for their next poll.
+    /// network path) leaves the listener waiting on a socket that never delivers again; a
+    /// pooler in transaction mode may run the listener's `LISTEN` on a server connection it
+    /// then hands to other clients, so that notifications are lost while queries work. Every
+    /// interval the listener notifies a channel only it listens on. A connection that does
+    /// not answer within the interval, or whose notice has not come back by the next one, is
+    /// taken as lost: the listener reconnects, and subscribers are told they may have missed
+    /// notices ([`LeaseNotice::Missed`]), so that electors ask the storage at once instead of
+    /// waiting for their next poll.
     ///
     /// [`LeaseNotice::Missed`]: eventstore_api::LeaseNotice::Missed
     pub fn listener_heartbeat(mut self, heartbeat: Duration) -> Self {

@@ -25,6 +25,8 @@ pub(crate) struct Listener {
     hubs: Arc<dispatch::Hubs>,
     connect_options: PgConnectOptions,
     heartbeat: Duration,
+    /// The channel only this listener listens on, which its heartbeats notify.
+    probe_channel: String,
     state: Mutex<State>,
 }
 
@@ -47,11 +49,13 @@ struct Running {
 impl Listener {
     /// A listener, not yet connected, that will connect with `connect_options`, listen on
     /// `lease_channel` and `append_channel`, and take a connection that does not answer a
-    /// query every `heartbeat` as lost.
+    /// heartbeat within `heartbeat`, or whose heartbeat's notice on `probe_channel` does not
+    /// come back by the next, as lost. Nothing else may listen on `probe_channel`.
     pub(crate) fn new(
         connect_options: PgConnectOptions,
         lease_channel: String,
         append_channel: String,
+        probe_channel: String,
         heartbeat: Duration,
     ) -> Self {
         Listener {
@@ -63,6 +67,7 @@ impl Listener {
             }),
             connect_options: connect_options.application_name(APPLICATION_NAME),
             heartbeat,
+            probe_channel,
             state: Mutex::new(State::Idle),
         }
     }
@@ -119,6 +124,7 @@ impl Listener {
                 hubs: Arc::clone(&self.hubs),
                 connect_options: self.connect_options.clone(),
                 heartbeat: self.heartbeat,
+                probe_channel: self.probe_channel.clone(),
             },
             stop_requested,
             first_attempt,

@@ -48,6 +48,12 @@ impl Shared {
             listen_options,
             prefix.name(lease_notification::CHANNEL_SUFFIX),
             prefix.name(append_notification::CHANNEL_SUFFIX),
+            // Its own: the listeners of other storages on this prefix never hear its probes.
+            format!(
+                "{}{:016x}",
+                prefix.name("probe_"),
+                uuid::Uuid::new_v4().as_u64_pair().0
+            ),
             settings.listener_heartbeat,
         );
         let renewals = ExpectedRenewals::new(&prefix.name("leases"), settings.session_defaults);

@@ -3,15 +3,18 @@
 //! notifications in between.
 //!
 //! A connection can also go silent without closing: a server that vanished without a reset
-//! (a failed host, a dropped network path) leaves a socket that never delivers again. A
-//! heartbeat query on the listening connection finds that out: one unanswered within a
-//! heartbeat interval counts as a lost connection.
+//! (a failed host, a dropped network path) leaves a socket that never delivers again. Or it
+//! can answer queries and still never deliver a notification: a pooler in transaction mode
+//! runs the `LISTEN` on a server connection it then hands to other clients. Every heartbeat
+//! therefore notifies a channel only this listener listens on: a heartbeat unanswered within
+//! the interval counts as a lost connection, and one whose notice has not come back by the
+//! next heartbeat as a connection that does not deliver.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{Executor, PgPool};
+use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout, Instant};
 
@@ -29,6 +32,8 @@ pub(super) struct Listen {
     pub(super) connect_options: PgConnectOptions,
     /// How often the listening connection is asked to answer, and how long it may take.
     pub(super) heartbeat: Duration,
+    /// The channel each heartbeat notifies, which only this listener listens on.
+    pub(super) probe_channel: String,
 }
 
 /// Why forwarding ended.
@@ -36,6 +41,8 @@ enum Ended {
     Stopped,
     /// The connection was lost: closed, failing, or silent; the words say which.
     Lost(String),
+    /// The connection answers, but a heartbeat's notice did not come back to it.
+    Undelivered,
 }
 
 /// Listens until `stop` turns `true` or its sender goes; sets `first_attempt` once the first
@@ -45,7 +52,6 @@ pub(super) async fn listen_until_stopped(
     mut stop: watch::Receiver<bool>,
     first_attempt: watch::Sender<bool>,
 ) {
-    let mut backoff = Backoff::default();
     let mut outage = Outage::default();
     loop {
         // A pool of its own for each attempt: a connection that went silent may never come
@@ -53,14 +59,13 @@ pub(super) async fn listen_until_stopped(
         let pool = listener_pool(&listen.connect_options);
         let attempt = tokio::select! {
             () = stop_requested(&mut stop) => break,
-            attempt = start_listening(&pool, &listen.hubs) => attempt,
+            attempt = start_listening(&pool, &listen) => attempt,
         };
         first_attempt.send_replace(true);
         match attempt {
             Ok(mut listener) => {
-                outage.listening(&listen);
-                backoff.reset();
-                match forward(&mut listener, &listen, &mut stop).await {
+                outage.listening(&listen.hubs);
+                match forward(&mut listener, &listen, &mut stop, &mut outage).await {
                     Ended::Stopped => {
                         drop(listener);
                         close(pool).await;
@@ -71,13 +76,14 @@ pub(super) async fn listen_until_stopped(
                         error = why,
                         "the notification listener lost its connection; reconnecting"
                     ),
+                    Ended::Undelivered => outage.undelivered(&listen),
                 }
             }
             Err(error) => outage.failed(&listen.hubs, &error),
         }
         tokio::select! {
             () = stop_requested(&mut stop) => break,
-            () = tokio::time::sleep(backoff.next_wait()) => {}
+            () = tokio::time::sleep(outage.backoff.next_wait()) => {}
         }
     }
 }
@@ -102,32 +108,39 @@ async fn close(pool: PgPool) {
     }
 }
 
-/// What the attempts so far mean for subscribers and the log.
+/// What the attempts so far mean for subscribers, the log, and the wait before the next one.
 #[derive(Default)]
 struct Outage {
     /// An attempt was made before: listening now follows a time nobody listened.
     attempted_before: bool,
-    /// The last attempt failed and said so with a warning; later failures only say so at
-    /// debug level, so that a listener that never works warns once.
+    /// Pushes stopped working and a warning said so; until a notice comes back, further
+    /// failures only say so at debug level, so that a listener that never works warns once.
     warned: bool,
+    /// Starts over only once a notice came back: a connection that never delivers is not
+    /// made again and again at the shortest wait.
+    backoff: Backoff,
 }
 
 impl Outage {
-    fn listening(&mut self, listen: &Listen) {
+    /// Listening on a new connection.
+    fn listening(&mut self, hubs: &Hubs) {
         if self.attempted_before {
             // Whatever changed while nobody listened went unnoticed.
-            listen.hubs.missed();
+            hubs.missed();
         }
+        self.attempted_before = true;
+    }
+
+    /// A heartbeat's notice came back: what is notified from now on is pushed.
+    fn delivered(&mut self, hubs: &Hubs) {
         if self.warned {
             tracing::info!(
-                channels = ?listen.hubs.channels(),
+                channels = ?hubs.channels(),
                 "lease changes and append hints are pushed again"
             );
         }
-        *self = Outage {
-            attempted_before: true,
-            warned: false,
-        };
+        self.warned = false;
+        self.backoff.reset();
     }
 
     fn failed(&mut self, hubs: &Hubs, error: &sqlx::Error) {
@@ -146,10 +159,28 @@ impl Outage {
                  silent until then"
             );
         }
-        *self = Outage {
-            attempted_before: true,
-            warned: true,
-        };
+        self.attempted_before = true;
+        self.warned = true;
+    }
+
+    fn undelivered(&mut self, listen: &Listen) {
+        if self.warned {
+            tracing::debug!(
+                channels = ?listen.hubs.channels(),
+                "notifications still do not reach the listener's connection"
+            );
+        } else {
+            tracing::warn!(
+                channels = ?listen.hubs.channels(),
+                heartbeat = ?listen.heartbeat,
+                "notifications do not reach the listener's connection, though it answers \
+                 queries: is a pooler in transaction mode between it and the server? Give the \
+                 storage a listen url that reaches the server directly. Until then the \
+                 listener connects again after each heartbeat, and subscribers hear that they \
+                 may have missed notices, so that they ask the storage"
+            );
+        }
+        self.warned = true;
     }
 }
 
@@ -158,14 +189,18 @@ async fn stop_requested(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-/// A listener on the channels of `hubs`, within [`ATTEMPT_TIMEOUT`].
-async fn start_listening(pool: &PgPool, hubs: &Hubs) -> Result<PgListener, sqlx::Error> {
+/// A listener on the channels of the hubs and the probe channel, within [`ATTEMPT_TIMEOUT`].
+async fn start_listening(pool: &PgPool, listen: &Listen) -> Result<PgListener, sqlx::Error> {
     let attempt = async {
         let mut listener = PgListener::connect_with(pool).await?;
         // A lost connection ends forwarding, so that this task reconnects with backoff and
         // says that notices may have been missed.
         listener.eager_reconnect(false);
-        listener.listen_all(hubs.channels()).await?;
+        let channels = listen.hubs.channels();
+        let probe = [listen.probe_channel.as_str()];
+        listener
+            .listen_all(channels.into_iter().chain(probe))
+            .await?;
         Ok(listener)
     };
     tokio::time::timeout(ATTEMPT_TIMEOUT, attempt)
@@ -185,14 +220,16 @@ fn explain(error: &sqlx::Error) -> String {
     }
 }
 
-/// Publishes every notification until a stop is asked for or the connection is lost; asks
-/// the connection to answer every heartbeat interval.
+/// Publishes every notification until a stop is asked for or the connection is lost; every
+/// heartbeat interval, notifies the probe channel, the first time at once.
 async fn forward(
     listener: &mut PgListener,
     listen: &Listen,
     stop: &mut watch::Receiver<bool>,
+    outage: &mut Outage,
 ) -> Ended {
-    let mut next_heartbeat = Instant::now() + listen.heartbeat;
+    let mut probes = Probes::default();
+    let mut next_heartbeat = Instant::now();
     loop {
         // Receiving is cancel-safe: a notification half read when the heartbeat is due stays
         // buffered for the next receive.
@@ -200,10 +237,17 @@ async fn forward(
             () = stop_requested(stop) => return Ended::Stopped,
             received = listener.try_recv() => received,
             () = sleep_until(next_heartbeat) => {
+                if probes.awaited.is_some() {
+                    return Ended::Undelivered;
+                }
+                let payload = probes.send();
+                // The channel in the text, for whoever looks at `pg_stat_activity`.
+                let statement = format!("SELECT pg_notify('{}', $1)", listen.probe_channel);
+                let notify = sqlx::query(&statement).bind(&payload).persistent(false);
                 // Notifications that arrive meanwhile are buffered, and received next.
                 let answered = tokio::select! {
                     () = stop_requested(stop) => return Ended::Stopped,
-                    answered = timeout(listen.heartbeat, listener.execute("SELECT 1")) => answered,
+                    answered = timeout(listen.heartbeat, notify.execute(&mut *listener)) => answered,
                 };
                 match answered {
                     Ok(Ok(_)) => {}
@@ -220,11 +264,61 @@ async fn forward(
             }
         };
         match received {
+            Ok(Some(notification)) if notification.channel() == listen.probe_channel => {
+                if probes.came_back(notification.payload()) {
+                    outage.delivered(&listen.hubs);
+                }
+            }
             Ok(Some(notification)) => listen
                 .hubs
                 .publish(notification.channel(), notification.payload()),
             Ok(None) => return Ended::Lost("connection closed".to_owned()),
             Err(error) => return Ended::Lost(error.to_string()),
         }
+    }
+}
+
+/// The heartbeats' notices on one connection: each carries a number of its own, so that a
+/// late one is not taken for the one awaited.
+#[derive(Default)]
+struct Probes {
+    sent: u64,
+    /// The payload of the last notice sent, until it comes back.
+    awaited: Option<String>,
+}
+
+impl Probes {
+    /// The payload of the next notice, now awaited.
+    fn send(&mut self) -> String {
+        self.sent += 1;
+        let payload = self.sent.to_string();
+        self.awaited = Some(payload.clone());
+        payload
+    }
+
+    /// Whether `payload` is the notice awaited, which then is no longer.
+    fn came_back(&mut self, payload: &str) -> bool {
+        let awaited = self.awaited.as_deref() == Some(payload);
+        if awaited {
+            self.awaited = None;
+        }
+        awaited
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_last_notice_sent_counts_as_come_back() {
+        let mut probes = Probes::default();
+        let first = probes.send();
+        let second = probes.send();
+        assert!(!probes.came_back(&first));
+        assert!(probes.awaited.is_some());
+        assert!(probes.came_back(&second));
+        assert!(probes.awaited.is_none());
+        assert!(!probes.came_back(&second));
     }
 }

@@ -3,8 +3,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod app_role;
+pub mod fault_proxy;
 pub mod sessions;
-pub mod silent_proxy;
 
 use std::time::Duration;
 

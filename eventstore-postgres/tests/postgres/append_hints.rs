@@ -11,15 +11,12 @@ use eventstore_api::{
 };
 use eventstore_postgres::PostgresEventStorage;
 use serde_json::json;
-use sqlx::PgPool;
 
 use crate::common;
+use crate::lease_changes::listener_pid;
 
 /// The longest any notice may take to arrive.
 const DEADLINE: Duration = Duration::from_secs(10);
-
-/// The `application_name` of every storage's listener connection.
-const LISTENER_APPLICATION: &str = "eventstore-listener";
 
 fn orders() -> EventStreamId {
     EventStreamId::for_context("orders")
@@ -61,20 +58,6 @@ fn hint_of(stream: &EventStreamId, stored: &[StoredEvent]) -> AppendHint {
         stream: stream.clone(),
         last: stored.last().expect("an append stores events").reference,
     }
-}
-
-/// The backend pid of the one storage's listener connection of `prefix`, found by its
-/// application name and the `LISTEN` of the appends channel it ran last.
-async fn listener_pid(admin: &PgPool, prefix: &str) -> Option<i32> {
-    sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity \
-         WHERE application_name = $1 AND position($2 IN query) > 0",
-    )
-    .bind(LISTENER_APPLICATION)
-    .bind(format!("LISTEN \"{prefix}appends\""))
-    .fetch_optional(admin)
-    .await
-    .unwrap()
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::PgPool;
 
 use crate::common;
-use crate::common::silent_proxy::SilentProxy;
+use crate::common::fault_proxy::FaultProxy;
 
 /// The longest any notice may take to arrive.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -88,20 +88,21 @@ async fn ask(
 }
 
 /// The backend pids of the listener connections of `prefix` (one per storage), found by
-/// their application name and the `LISTEN` they ran last.
+/// their application name and the statement they ran last, which names a channel of the
+/// prefix: the `LISTEN` of its channels, or a heartbeat's notice.
 pub(crate) async fn listener_pids(admin: &PgPool, prefix: &str) -> sqlx::Result<Vec<i32>> {
     sqlx::query_scalar(
         "SELECT pid FROM pg_stat_activity \
          WHERE application_name = $1 AND position($2 IN query) > 0",
     )
     .bind(LISTENER_APPLICATION)
-    .bind(format!("LISTEN \"{prefix}lease_changes\""))
+    .bind(prefix)
     .fetch_all(admin)
     .await
 }
 
 /// The backend pid of the one storage's listener connection of `prefix`.
-async fn listener_pid(admin: &PgPool, prefix: &str) -> Option<i32> {
+pub(crate) async fn listener_pid(admin: &PgPool, prefix: &str) -> Option<i32> {
     listener_pids(admin, prefix).await.unwrap().first().copied()
 }
 
@@ -393,7 +394,7 @@ async fn a_listener_whose_server_went_silent_reconnects_and_says_notices_may_hav
     let Some(_admin) = common::try_pool().await else {
         return;
     };
-    let proxy = SilentProxy::start(&common::direct_url()).await;
+    let proxy = FaultProxy::start(&common::direct_url()).await;
     let storage = common::builder(&common::unique_prefix())
         .listen_url(proxy.url())
         .listener_heartbeat(Duration::from_millis(200))
@@ -416,6 +417,56 @@ async fn a_listener_whose_server_went_silent_reconnects_and_says_notices_may_hav
     // Told after listening again, on a new connection: what changes from now on is pushed.
     ask(&storage, "orders", "b", 0).await;
     assert_eq!(next_change(&mut changes, "orders").await, joined("b", 0));
+    storage.close().await.unwrap();
+}
+
+/// A connection that answers queries but never delivers a notification, as behind a pooler
+/// in transaction mode, is found out by the heartbeat's own notice: the listener connects
+/// again, and subscribers hear that they may have missed notices, so that electors ask the
+/// storage instead of waiting for pushes that never come.
+#[tokio::test]
+async fn a_listener_whose_notifications_are_not_delivered_says_notices_may_have_been_missed() {
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    // The listener's task runs on this thread (a current-thread runtime), so it logs here.
+    let logs = log_capture::Logs::default();
+    let _capture = tracing::subscriber::set_default(logs.subscriber());
+    let proxy = FaultProxy::start(&common::direct_url()).await;
+    let storage = common::builder(&common::unique_prefix())
+        .listen_url(proxy.url())
+        .listener_heartbeat(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let mut changes = storage
+        .subscribe_lease_changes(LeaseScope::lease("orders"))
+        .await
+        .unwrap();
+    ask(&storage, "orders", "a", 0).await;
+    assert_eq!(
+        next_changes(&mut changes, "orders", 2).await,
+        [joined("a", 0), acquired("a", 1, false)]
+    );
+
+    proxy.drop_notifications();
+    ask(&storage, "orders", "b", 0).await;
+    assert_eq!(next_notice(&mut changes).await, LeaseNotice::Missed);
+    // Again at every new connection, with one warning in all.
+    assert_eq!(next_notice(&mut changes).await, LeaseNotice::Missed);
+    common::eventually(
+        "a second connection to go undelivered",
+        DEADLINE,
+        || async { (logs.count(tracing::Level::DEBUG, "still do not reach") >= 1).then_some(()) },
+    )
+    .await;
+    let warnings = logs.all(tracing::Level::WARN);
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("pooler in transaction mode") && warnings[0].contains("listen url"),
+        "{}",
+        warnings[0]
+    );
     storage.close().await.unwrap();
 }
 
@@ -474,16 +525,8 @@ async fn clones_share_one_listener_connection() {
         .subscribe_lease_changes(LeaseScope::lease("orders"))
         .await
         .unwrap();
-    let listeners: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity \
-         WHERE application_name = $1 AND position($2 IN query) > 0",
-    )
-    .bind(LISTENER_APPLICATION)
-    .bind(format!("LISTEN \"{prefix}lease_changes\""))
-    .fetch_one(&admin)
-    .await
-    .unwrap();
-    assert_eq!(listeners, 1);
+    let listeners = listener_pids(&admin, &prefix).await.unwrap();
+    assert_eq!(listeners.len(), 1, "{listeners:?}");
 
     ask(&clone, "orders", "a", 0).await;
     assert_eq!(next_change(&mut first, "orders").await, joined("a", 0));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use eventstore_api::{EventStorage, LeaseRequest, LeaseStatus};
 
 use crate::common;
-use crate::common::silent_proxy::SilentProxy;
+use crate::common::fault_proxy::FaultProxy;
 
 /// Far longer than the test may take: a call that waits for it has failed the test.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -25,7 +25,7 @@ async fn idle_connections_whose_server_went_silent_are_replaced_at_the_first_una
     let Some(_admin) = common::try_pool().await else {
         return;
     };
-    let proxy = SilentProxy::start(&common::direct_url()).await;
+    let proxy = FaultProxy::start(&common::direct_url()).await;
     let storage = common::builder(&common::unique_prefix())
         .url(proxy.url())
         .max_connections(3)
