@@ -19,9 +19,10 @@
 //!   and every connection to it waits on a socket that never delivers again.
 //!
 //! The driver closes a connection it rejects by telling the server, and waits for a server
-//! that is gone. So a call takes its connection through [`ConnectionHealth::acquire`]: the
-//! pool's hook only says what the connection needs (see [`Handling`]), and the call pings it
-//! with a timeout and drops the socket of one it gives up, without waiting for anything.
+//! that is gone. So a call takes its connection through [`ConnectionHealth::acquire`] (or
+//! [`ConnectionHealth::begin`], for a call that starts with a transaction): the pool's hook
+//! only says what the connection needs (see [`Handling`]), and the call pings it with a
+//! timeout and drops the socket of one it gives up, without waiting for anything.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use eventstore_api::{EventStorageError, StorageResult};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgDatabaseError;
-use sqlx::{Connection, PgPool, Postgres};
+use sqlx::{Connection, PgPool, Postgres, Transaction};
 use tokio::time::timeout;
 
 /// A connection back from a call this recently is handed out without a ping, unless a broken
@@ -130,6 +131,19 @@ impl ConnectionHealth {
             // Given up: closed here, without a word to a server that may be gone.
             drop(connection.detach());
         }
+    }
+
+    /// A transaction begun with `statement` on a connection of `pool` taken as
+    /// [`ConnectionHealth::acquire`] takes it: a call that starts with a transaction waits no
+    /// longer on a silent connection than any other.
+    pub(crate) async fn begin(
+        &self,
+        pool: &PgPool,
+        statement: &'static str,
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        let connection = self.acquire(pool).await?;
+        // What the pool's own `begin_with` does with the connection it acquires.
+        Transaction::begin(connection, Some(statement.into())).await
     }
 
     /// Whether a connection opened `age` ago was opened before the last failure that

@@ -185,8 +185,9 @@ async fn initialize_schema(
                 }
                 drop(connection);
             }
-            let mut transaction = pool
-                .begin_with(BEGIN_READ_COMMITTED)
+            let mut transaction = settings
+                .health
+                .begin(pool, BEGIN_READ_COMMITTED)
                 .await
                 .map_err(|e| failing.map(e))?;
             // One creator per prefix at a time; the others wait here, then find it done.

@@ -109,8 +109,9 @@ impl Shared {
         &self,
         operation: &str,
     ) -> StorageResult<Transaction<'static, Postgres>> {
-        self.pool
-            .begin_with(BEGIN_READ_COMMITTED)
+        self.settings
+            .health
+            .begin(&self.pool, BEGIN_READ_COMMITTED)
             .await
             .map_err(|e| self.settings.failing(operation).map(e))
     }

@@ -45,7 +45,9 @@ impl CallConnection {
                 .map(CallConnection::Pooled)
                 .map_err(failing)
         } else {
-            pool.begin_with(BEGIN_READ_COMMITTED)
+            settings
+                .health
+                .begin(pool, BEGIN_READ_COMMITTED)
                 .await
                 .map(CallConnection::Transaction)
                 .map_err(failing)

@@ -4,9 +4,12 @@
 //! all, so the next call connects anew instead of waiting out the pool's acquire timeout on
 //! each of them in turn.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, LeaseRequest, LeaseStatus};
+use eventstore_api::{
+    AppendCriteria, EventStorage, EventStreamId, EventToStore, LeaseRequest, LeaseStatus,
+};
 
 use crate::common;
 use crate::common::fault_proxy::FaultProxy;
@@ -63,4 +66,63 @@ async fn idle_connections_whose_server_went_silent_are_replaced_at_the_first_una
         assert_eq!(answer.status, expected, "{owner}");
     }
     storage.close().await.unwrap();
+}
+
+/// Calls that start with a transaction of their own take their connection the same way:
+/// appends that check something first (here, an idempotency key), and every call of a
+/// storage without prepared statements (as behind a pooler in transaction mode).
+#[tokio::test]
+async fn calls_that_begin_a_transaction_replace_silent_connections_as_quickly() {
+    if common::needs_direct_connection("its storage connects through a proxy to the server") {
+        return;
+    }
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    for prepared_statements in [true, false] {
+        let proxy = FaultProxy::start(&common::direct_url()).await;
+        let storage = common::builder(&common::unique_prefix())
+            .url(proxy.url())
+            .prepared_statements(prepared_statements)
+            .max_connections(3)
+            .min_connections(3)
+            .idle_timeout(None)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .build()
+            .await
+            .unwrap();
+        let stream = EventStreamId::for_context("orders");
+        let keys = AtomicU32::new(0);
+        let append = || {
+            let key = format!("k-{}", keys.fetch_add(1, Ordering::SeqCst));
+            let event = EventToStore::new("Placed", serde_json::json!({ "n": 1 }))
+                .with_idempotency_key(key);
+            storage.append(AppendCriteria::none(), &stream, vec![event])
+        };
+        // Side by side, so that the pool has more than one connection to go silent.
+        let (a, b, c) = tokio::join!(append(), append(), append());
+        for appended in [a, b, c] {
+            appended.unwrap();
+        }
+        // Idle long enough that the next use pings first: a precondition, not a wait for an
+        // event.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+
+        proxy.silence_open_connections();
+        for call in 0..3 {
+            tokio::time::timeout(DEADLINE, append())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("append {call} (prepared statements {prepared_statements}) waited on a silent connection")
+                })
+                .unwrap();
+        }
+        let lease = LeaseRequest::new("jobs", "pod-a", 0, Duration::from_secs(60));
+        let answer = tokio::time::timeout(DEADLINE, storage.request_lease(lease))
+            .await
+            .expect("a lease request after the appends")
+            .unwrap();
+        assert_eq!(answer.status, LeaseStatus::Leader);
+        storage.close().await.unwrap();
+    }
 }
