@@ -42,9 +42,9 @@ pub const LEASE_STEP_DOWNS: &str = "eventstore_lease_step_downs_total";
 pub const LEASE_RELEASES: &str = "eventstore_lease_releases_total";
 /// Gauge: 1 while an elector leads, else 0, labelled `lease` and `owner`.
 pub const ELECTOR_LEADER: &str = "eventstore_elector_leader";
-/// Gauge: 1 while a partition elector sees a partition of its group at or above its own
-/// partition count (another member was configured with more partitions), else 0, labelled
-/// `group` and `owner`.
+/// Gauge: 1 while a partition elector sees a member of its group that counts other
+/// partitions (announced with its membership, or a partition held at or above this member's
+/// count), else 0 (and 0 once the elector stops), labelled `group` and `owner`.
 pub const PARTITION_COUNT_MISMATCH: &str = "eventstore_partition_count_mismatch";
 /// Counter: fenced writes refused, labelled `lease`.
 pub const FENCED_REFUSALS: &str = "eventstore_fenced_refusals_total";

@@ -3,7 +3,8 @@
 //!
 //! Every instance of a deployment starts a [`PartitionElector`] for the same group. It holds
 //! the leases `{group}/{partition}` for partitions `0..partitions` and announces itself with a
-//! membership lease `{group}/members/{owner}`. Once per request interval it
+//! membership lease `{group}/members/{owner}`, whose priority is its partition count. Once
+//! per request interval it
 //!
 //! 1. reads the group from the storage: the live members and who holds which partition,
 //!    judged on the storage's clock ([`EventStorage::get_leases`] and
@@ -263,11 +264,13 @@ impl PartitionElector {
     /// A builder for an elector of `partitions` partitions of `group` on `storage`.
     ///
     /// Every member of a group must count the same partitions: members that count
-    /// differently never agree on who holds which. A member that sees a partition of its group
-    /// at or above its own count held by another logs a warning once and sets the gauge
+    /// differently never agree on who holds which. Each member announces its count as the
+    /// priority of its membership lease (which nobody else asks for). A member that sees
+    /// another live member announce another count, or a partition of its group at or above
+    /// its own count held, logs a warning once and sets the gauge
     /// [`PARTITION_COUNT_MISMATCH`](crate::telemetry::PARTITION_COUNT_MISMATCH) to 1 for as
-    /// long as it sees one (the member with the smaller count is the one that can tell); it
-    /// runs on, so that a rolling change of the count can pass through.
+    /// long as it sees either (0 again once it stops); it runs on, so that a rolling change
+    /// of the count can pass through.
     pub fn builder(
         storage: Arc<dyn EventStorage>,
         group: impl Into<String>,

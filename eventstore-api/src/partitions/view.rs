@@ -18,6 +18,9 @@ pub(crate) struct GroupView {
     holders: BTreeMap<u32, usize>,
     /// The highest partition held live at or above this member's partition count, if any.
     beyond_count: Option<u32>,
+    /// The partition counts live members announce with their membership, by member; members
+    /// that announce none (priority 0, as before counts were announced) are left out.
+    counts: BTreeMap<String, u32>,
 }
 
 impl GroupView {
@@ -55,10 +58,24 @@ impl GroupView {
                 _ => None,
             })
             .max();
+        let counts = leases
+            .iter()
+            .filter(live)
+            .filter_map(|lease| match names.parse(&lease.lease_name) {
+                Some(GroupLease::Member(owner)) if owner == lease.owner => {
+                    let count = u32::try_from(lease.priority)
+                        .ok()
+                        .filter(|count| *count > 0)?;
+                    Some((owner.to_owned(), count))
+                }
+                _ => None,
+            })
+            .collect();
         GroupView {
             members,
             holders,
             beyond_count,
+            counts,
         }
     }
 
@@ -79,6 +96,11 @@ impl GroupView {
         let assignment: Option<Assignment> = assign(partitions, &self.members, &self.holders);
         let index = self.members.binary_search_by(|m| m.as_str().cmp(member));
         let beyond_count = self.beyond_count;
+        let other_count = self
+            .counts
+            .iter()
+            .find(|(owner, count)| *owner != member && **count != partitions)
+            .map(|(owner, count)| (owner.clone(), *count));
         match (assignment, index) {
             (Some(assignment), Ok(index)) => Plan {
                 target: assignment.partitions_of(index),
@@ -93,6 +115,7 @@ impl GroupView {
                     .map(|(partition, _)| *partition)
                     .collect(),
                 beyond_count,
+                other_count,
             },
             _ => Plan {
                 target: Vec::new(),
@@ -100,6 +123,7 @@ impl GroupView {
                 unheld: BTreeSet::new(),
                 held: BTreeSet::new(),
                 beyond_count,
+                other_count,
             },
         }
     }
@@ -119,6 +143,9 @@ pub(crate) struct Plan {
     /// The highest partition held live at or above this member's partition count: another
     /// member was configured with more partitions.
     pub(crate) beyond_count: Option<u32>,
+    /// A live member that announces another partition count than this member's, and that
+    /// count.
+    pub(crate) other_count: Option<(String, u32)>,
 }
 
 #[cfg(test)]
@@ -171,6 +198,29 @@ mod tests {
         assert_eq!(plan.beyond_count, Some(5));
         let plan = view(vec![lease("g/3", "b", now)]).plan(4, "me");
         assert_eq!(plan.beyond_count, None);
+    }
+
+    #[test]
+    fn a_live_member_announcing_another_count_is_seen_and_others_are_not() {
+        let now = Utc::now();
+        let old = now - chrono::Duration::seconds(11);
+        let names = GroupNames::new("g", 4);
+        let member = |owner: &str, count: i64, at| Lease {
+            priority: count,
+            ..lease(&format!("g/members/{owner}"), owner, at)
+        };
+        let plan = |leases: Vec<Lease>| GroupView::read(&names, &leases, now, "me").plan(4, "me");
+        assert_eq!(
+            plan(vec![member("a", 4, now), member("b", 6, now)]).other_count,
+            Some(("b".to_owned(), 6))
+        );
+        // Announcing the same count, announcing none, or no longer live: nothing to see.
+        let plan = plan(vec![
+            member("a", 4, now),
+            member("b", 0, now),
+            member("c", 2, old),
+        ]);
+        assert_eq!(plan.other_count, None);
     }
 
     #[test]

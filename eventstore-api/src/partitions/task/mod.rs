@@ -111,15 +111,17 @@ pub(super) struct PartitionLoop {
     pub(super) registered: BTreeSet<u32>,
     /// A request was sent: a subscription ready after it missed whatever changed in between.
     pub(super) requested: bool,
-    /// The last read of the group showed a partition beyond this member's count.
+    /// The last read of the group showed a member counting other partitions than this one.
     pub(super) count_mismatched: bool,
 }
 
 impl Drop for PartitionLoop {
     /// However the loop ends (returned, aborted, or a panic in a storage it called), watchers
-    /// hear that it stopped instead of waiting for a change that never comes.
+    /// hear that it stopped instead of waiting for a change that never comes, and the
+    /// mismatch gauge no longer speaks for a member that is gone.
     fn drop(&mut self) {
         self.shared.lapse(true);
+        self.count_mismatch(None, None);
     }
 }
 

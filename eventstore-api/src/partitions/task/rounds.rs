@@ -15,7 +15,9 @@ use crate::{telemetry, EventStorageError, LeaseRequest, LeaseResponse, LeaseStat
 /// The priority a member asks for its target partitions with; every other request uses
 /// [`OTHER_PRIORITY`], so a holder of a partition that should move is asked to step down.
 const TARGET_PRIORITY: i64 = 1;
-/// The priority of the membership lease and of held partitions that should move.
+/// The priority of held partitions that should move. A membership lease is asked for with
+/// the member's partition count instead: nobody else asks for it, so its priority serves
+/// to tell the other members what this one counts.
 const OTHER_PRIORITY: i64 = 0;
 
 /// What a round sends.
@@ -42,7 +44,7 @@ impl PartitionLoop {
                 self.target = plan.target.into_iter().collect();
                 unheld = Some(plan.unheld);
                 held_in_storage = plan.held;
-                self.count_mismatch(plan.beyond_count);
+                self.count_mismatch(plan.beyond_count, plan.other_count);
                 if plan.settled {
                     Pace::Steady
                 } else {
@@ -69,24 +71,39 @@ impl PartitionLoop {
         Ok(pace)
     }
 
-    /// Says, once per episode, that a member of the group was configured with more
-    /// partitions than this one (`beyond_count`, the highest partition it took), and keeps
-    /// the gauge of it. The members never agree on the assignment then: every member of a
-    /// group must be started with the same partition count.
-    fn count_mismatch(&mut self, beyond_count: Option<u32>) {
-        let mismatched = beyond_count.is_some();
+    /// Says, once per episode, that a member of the group was configured with another
+    /// partition count, and keeps the gauge of it: a member that announces another count
+    /// with its membership (`other_count`), or partitions held at or beyond this member's
+    /// count (`beyond_count`, the highest such). The members never agree on the assignment
+    /// then: every member of a group must be started with the same partition count.
+    pub(super) fn count_mismatch(
+        &mut self,
+        beyond_count: Option<u32>,
+        other_count: Option<(String, u32)>,
+    ) {
+        let mismatched = beyond_count.is_some() || other_count.is_some();
         if mismatched != self.count_mismatched {
             metrics::gauge!(telemetry::PARTITION_COUNT_MISMATCH,
                 "group" => self.shared.group.clone(), "owner" => self.shared.owner.clone())
             .set(f64::from(u8::from(mismatched)));
         }
-        if let (Some(partition), false) = (beyond_count, self.count_mismatched) {
-            tracing::warn!(group = %self.shared.group, owner = %self.shared.owner,
-                partitions = self.shared.partitions, seen = partition,
-                "another member of the group was started with more partitions: partition \
-                 {partition} is held, this member counts {}; members of one group must count \
-                 the same partitions, or they never agree on who holds which",
-                self.shared.partitions);
+        if mismatched && !self.count_mismatched {
+            let partitions = self.shared.partitions;
+            match (other_count, beyond_count) {
+                (Some((member, count)), _) => tracing::warn!(group = %self.shared.group,
+                    owner = %self.shared.owner, partitions, other_member = %member,
+                    other_count = count,
+                    "member {member} of the group counts {count} partitions, this member \
+                     counts {partitions}; members of one group must count the same \
+                     partitions, or they never agree on who holds which"),
+                (None, Some(partition)) => tracing::warn!(group = %self.shared.group,
+                    owner = %self.shared.owner, partitions, seen = partition,
+                    "another member of the group was started with more partitions: partition \
+                     {partition} is held, this member counts {partitions}; members of one \
+                     group must count the same partitions, or they never agree on who holds \
+                     which"),
+                (None, None) => {}
+            }
         }
         self.count_mismatched = mismatched;
     }
@@ -173,7 +190,7 @@ impl PartitionLoop {
         let mut requests = Vec::with_capacity(partitions.len() + 1);
         if renewal {
             let membership = member_lease_name(&self.shared.group, &self.shared.owner);
-            requests.push(self.request(membership, OTHER_PRIORITY));
+            requests.push(self.request(membership, i64::from(self.shared.partitions)));
         }
         for partition in &partitions {
             let priority = if self.target.contains(partition) {
