@@ -435,6 +435,15 @@ impl PostgresEventStorageBuilder {
                             })
                         }
                     })
+                    // Before the pool's own ping of a connection back from a call, which has
+                    // no limit: see `ConnectionHealth::keep_released`.
+                    .after_release({
+                        let health = Arc::clone(&settings.health);
+                        move |connection, _metadata| {
+                            let health = Arc::clone(&health);
+                            Box::pin(async move { health.keep_released(connection).await })
+                        }
+                    })
                     .connect_with(options)
                     .await
                     .map_err(|error| settings.failing("connect").map(error))?;

@@ -26,13 +26,13 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use eventstore_api::{EventStorageError, StorageResult};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgDatabaseError;
-use sqlx::{Connection, PgPool, Postgres, Transaction};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
 use tokio::time::timeout;
 
 /// A connection back from a call this recently is handed out without a ping, unless a broken
@@ -75,6 +75,8 @@ const READ_ONLY_TRANSACTION: &str = "25006";
 pub(crate) struct ConnectionHealth {
     broken_at: Mutex<Option<Instant>>,
     condemned_before: Mutex<Option<Instant>>,
+    /// When a call last gave its connection back part-way (see [`CallInProgress`]).
+    given_back_part_way_at: Mutex<Option<Instant>>,
 }
 
 impl ConnectionHealth {
@@ -83,6 +85,7 @@ impl ConnectionHealth {
         ConnectionHealth {
             broken_at: Mutex::new(None),
             condemned_before: Mutex::new(None),
+            given_back_part_way_at: Mutex::new(None),
         }
     }
 
@@ -146,6 +149,36 @@ impl ConnectionHealth {
         Transaction::begin(connection, Some(statement.into())).await
     }
 
+    /// Whether the pool keeps a connection back from a call: yes at once, unless a call
+    /// gave its connection back part-way moments ago; then only a connection that answers a
+    /// ping within [`PING_TIMEOUT`]. For the pool's release hook.
+    ///
+    /// The pool pings every connection it takes back, without a limit. A call abandoned while
+    /// its statement waited on a server that went silent (a caller's timeout, an elector's
+    /// deadline) leaves a connection whose ping never returns, and its place in the pool stays
+    /// taken until the operating system gives up on the socket, many minutes later; a few
+    /// such calls and no call gets a connection. Answered with an error, the pool drops the
+    /// connection without a word to the server.
+    pub(crate) async fn keep_released(
+        &self,
+        connection: &mut PgConnection,
+    ) -> Result<bool, sqlx::Error> {
+        let part_way = *lock(&self.given_back_part_way_at);
+        if part_way.is_none_or(|at| at.elapsed() >= DISTRUST_FOR) {
+            return Ok(true);
+        }
+        match timeout(PING_TIMEOUT, connection.ping()).await {
+            Ok(answered) => answered.map(|()| true),
+            Err(_elapsed) => {
+                tracing::info!(after = ?PING_TIMEOUT,
+                    "a connection given back part-way through a call did not answer a ping; \
+                     dropping it and replacing every connection made before it");
+                self.condemn_connections_made_until_now();
+                Err(sqlx::Error::PoolTimedOut)
+            }
+        }
+    }
+
     /// Whether a connection opened `age` ago was opened before the last failure that
     /// condemns connections, and so must be replaced.
     fn condemned(&self, age: Duration) -> bool {
@@ -190,6 +223,39 @@ impl ConnectionHealth {
     fn distrusted(&self) -> bool {
         let broken_at = *lock(&self.broken_at);
         broken_at.is_some_and(|at| at.elapsed() < DISTRUST_FOR)
+    }
+}
+
+/// Held while a call uses a connection. Dropped before [`CallInProgress::finished`] (the call
+/// was cancelled, or failed), it tells the health that a connection went back to the pool
+/// part-way through a call, whose state nobody knows: connections released in the next
+/// [`DISTRUST_FOR`] are kept only once they answer a ping in time (see
+/// [`ConnectionHealth::keep_released`]).
+#[derive(Debug)]
+pub(crate) struct CallInProgress {
+    health: Arc<ConnectionHealth>,
+    finished: bool,
+}
+
+impl CallInProgress {
+    pub(crate) fn new(health: &Arc<ConnectionHealth>) -> Self {
+        CallInProgress {
+            health: Arc::clone(health),
+            finished: false,
+        }
+    }
+
+    /// The call's statements are done with: the connection goes back as it should.
+    pub(crate) fn finished(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for CallInProgress {
+    fn drop(&mut self) {
+        if !self.finished {
+            *lock(&self.health.given_back_part_way_at) = Some(Instant::now());
+        }
     }
 }
 

@@ -5,16 +5,15 @@
 use eventstore_api::admission::Admission;
 use eventstore_api::StorageResult;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::PgPool;
 
-use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::listener::Listener;
 use crate::own_appends::OwnAppends;
 use crate::plain_batch;
 use crate::prefix::TablePrefix;
 use crate::renewals::ExpectedRenewals;
 use crate::settings::Settings;
-use crate::statements::CallConnection;
+use crate::statements::{CallConnection, CallTransaction};
 use crate::{append_notification, lease_notification};
 
 /// What every handle of one storage shares.
@@ -105,13 +104,8 @@ impl Shared {
 
     /// Starts a `READ COMMITTED` transaction for `operation`, whatever the connection's
     /// default: every check after a lock wait must see what committed during the wait.
-    pub(crate) async fn begin(
-        &self,
-        operation: &str,
-    ) -> StorageResult<Transaction<'static, Postgres>> {
-        self.settings
-            .health
-            .begin(&self.pool, BEGIN_READ_COMMITTED)
+    pub(crate) async fn begin(&self, operation: &str) -> StorageResult<CallTransaction> {
+        CallTransaction::begin(&self.pool, &self.settings)
             .await
             .map_err(|e| self.settings.failing(operation).map(e))
     }
@@ -121,20 +115,19 @@ impl Shared {
     pub(crate) async fn finish<T>(
         &self,
         operation: &str,
-        transaction: Transaction<'static, Postgres>,
+        transaction: CallTransaction,
         outcome: StorageResult<T>,
     ) -> StorageResult<T> {
         match outcome {
             Ok(value) => {
                 transaction
-                    .commit()
+                    .finish(true)
                     .await
                     .map_err(|e| self.settings.failing(operation).map(e))?;
                 Ok(value)
             }
             Err(error) => {
-                // A broken connection cannot roll back; the driver discards it instead.
-                let _ = transaction.rollback().await;
+                let _ = transaction.finish(false).await;
                 Err(error)
             }
         }

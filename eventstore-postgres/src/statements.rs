@@ -16,13 +16,22 @@ use eventstore_api::StorageResult;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
+use crate::connection_health::CallInProgress;
 use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::settings::Settings;
 
 /// A connection for one call's statements: a pooled connection as it is when statements are
 /// prepared, else a `READ COMMITTED` transaction that [`CallConnection::end`] commits.
 #[derive(Debug)]
-pub(crate) enum CallConnection {
+pub(crate) struct CallConnection {
+    held: Held,
+    /// Says, if the call ends without [`CallConnection::end`], that the connection went back
+    /// part-way.
+    call: CallInProgress,
+}
+
+#[derive(Debug)]
+enum Held {
     /// Statements prepared under names the connection caches.
     Pooled(PoolConnection<Postgres>),
     /// Unnamed statements, kept on one server connection by the transaction.
@@ -37,32 +46,38 @@ impl CallConnection {
         operation: &str,
     ) -> StorageResult<CallConnection> {
         let failing = |e| settings.failing(operation).map(e);
-        if settings.prepared_statements {
+        // From before the connection is taken: a call abandoned while its transaction begins
+        // has given a connection back part-way too.
+        let call = CallInProgress::new(&settings.health);
+        let held = if settings.prepared_statements {
             settings
                 .health
                 .acquire(pool)
                 .await
-                .map(CallConnection::Pooled)
-                .map_err(failing)
+                .map(Held::Pooled)
+                .map_err(failing)?
         } else {
             settings
                 .health
                 .begin(pool, BEGIN_READ_COMMITTED)
                 .await
-                .map(CallConnection::Transaction)
-                .map_err(failing)
-        }
+                .map(Held::Transaction)
+                .map_err(failing)?
+        };
+        Ok(CallConnection { held, call })
     }
 
     /// Ends the call after its statements succeeded: commits its transaction, if any.
     pub(crate) async fn end(self, settings: &Settings, operation: &str) -> StorageResult<()> {
-        match self {
-            CallConnection::Pooled(_) => Ok(()),
-            CallConnection::Transaction(transaction) => transaction
+        let CallConnection { held, call } = self;
+        if let Held::Transaction(transaction) = held {
+            transaction
                 .commit()
                 .await
-                .map_err(|e| settings.failing(operation).map(e)),
+                .map_err(|e| settings.failing(operation).map(e))?;
         }
+        call.finished();
+        Ok(())
     }
 }
 
@@ -70,18 +85,65 @@ impl Deref for CallConnection {
     type Target = PgConnection;
 
     fn deref(&self) -> &PgConnection {
-        match self {
-            CallConnection::Pooled(connection) => connection,
-            CallConnection::Transaction(transaction) => transaction,
+        match &self.held {
+            Held::Pooled(connection) => connection,
+            Held::Transaction(transaction) => transaction,
         }
     }
 }
 
 impl DerefMut for CallConnection {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        match self {
-            CallConnection::Pooled(connection) => connection,
-            CallConnection::Transaction(transaction) => transaction,
+        match &mut self.held {
+            Held::Pooled(connection) => connection,
+            Held::Transaction(transaction) => transaction,
         }
+    }
+}
+
+/// A call's own `READ COMMITTED` transaction, which [`CallTransaction::finish`] ends.
+#[derive(Debug)]
+pub(crate) struct CallTransaction {
+    transaction: Transaction<'static, Postgres>,
+    /// Says, if the call ends without [`CallTransaction::finish`], that the connection went
+    /// back part-way.
+    call: CallInProgress,
+}
+
+impl CallTransaction {
+    /// A transaction begun on a connection of `pool`, as `settings` take connections.
+    pub(crate) async fn begin(pool: &PgPool, settings: &Settings) -> Result<Self, sqlx::Error> {
+        // From before the connection is taken, as for a `CallConnection`.
+        let call = CallInProgress::new(&settings.health);
+        let transaction = settings.health.begin(pool, BEGIN_READ_COMMITTED).await?;
+        Ok(CallTransaction { transaction, call })
+    }
+
+    /// Commits when `commit`, else rolls back; either way the call is done with the
+    /// connection. A broken connection cannot roll back; the driver discards it instead.
+    pub(crate) async fn finish(self, commit: bool) -> Result<(), sqlx::Error> {
+        let CallTransaction { transaction, call } = self;
+        let ended = if commit {
+            transaction.commit().await
+        } else {
+            let _ = transaction.rollback().await;
+            Ok(())
+        };
+        call.finished();
+        ended
+    }
+}
+
+impl Deref for CallTransaction {
+    type Target = Transaction<'static, Postgres>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.transaction
+    }
+}
+
+impl DerefMut for CallTransaction {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.transaction
     }
 }

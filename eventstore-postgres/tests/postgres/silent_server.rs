@@ -126,3 +126,54 @@ async fn calls_that_begin_a_transaction_replace_silent_connections_as_quickly() 
         storage.close().await.unwrap();
     }
 }
+
+/// A call abandoned while its statement waits on a server that went silent (a caller's
+/// timeout, an elector's deadline) gives its connection back part-way. Its place in the pool
+/// is free again once that connection misses a ping, not when the operating system gives up
+/// on the socket many minutes later: with one connection in the pool, the next call runs.
+#[tokio::test]
+async fn a_call_abandoned_on_a_silent_connection_frees_its_place_in_the_pool() {
+    if common::needs_direct_connection("its storage connects through a proxy to the server") {
+        return;
+    }
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    for prepared_statements in [true, false] {
+        let proxy = FaultProxy::start(&common::direct_url()).await;
+        let storage = common::builder(&common::unique_prefix())
+            .url(proxy.url())
+            .prepared_statements(prepared_statements)
+            .max_connections(1)
+            .idle_timeout(None)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .build()
+            .await
+            .unwrap();
+        let request = LeaseRequest::new("jobs", "pod-a", 0, Duration::from_secs(60));
+        let leader = storage.request_lease(request.clone()).await.unwrap();
+        assert_eq!(leader.status, LeaseStatus::Leader);
+
+        // Right after a call, so that the next one takes the connection without a ping and
+        // sends its statement into the silence.
+        proxy.silence_open_connections();
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(300),
+            storage.request_lease(request.clone()),
+        )
+        .await;
+        assert!(
+            abandoned.is_err(),
+            "the call cannot be answered: {abandoned:?}"
+        );
+
+        let answer = tokio::time::timeout(DEADLINE, storage.request_lease(request))
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the call after (prepared statements {prepared_statements}) found no place in the pool")
+            })
+            .unwrap();
+        assert_eq!(answer.status, LeaseStatus::Leader);
+        storage.close().await.unwrap();
+    }
+}
