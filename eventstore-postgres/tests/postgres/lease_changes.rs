@@ -386,15 +386,9 @@ async fn a_killed_listener_reconnects_and_says_notices_may_have_been_missed() {
     storage.close().await.unwrap();
 }
 
-/// A server that vanished without closing the connection leaves the listener on a socket
-/// that never delivers again; the heartbeat finds that out, and the listener reconnects and
-/// says so.
-#[tokio::test]
-async fn a_listener_whose_server_went_silent_reconnects_and_says_notices_may_have_been_missed() {
-    let Some(_admin) = common::try_pool().await else {
-        return;
-    };
-    let proxy = FaultProxy::start(&common::direct_url()).await;
+/// A storage whose listener connects through `proxy` with a heartbeat of 200 ms, and a
+/// subscription to the lease `orders` that has heard a first change pushed.
+async fn listening_through(proxy: &FaultProxy) -> (PostgresEventStorage, LeaseChanges) {
     let storage = common::builder(&common::unique_prefix())
         .listen_url(proxy.url())
         .listener_heartbeat(Duration::from_millis(200))
@@ -410,6 +404,19 @@ async fn a_listener_whose_server_went_silent_reconnects_and_says_notices_may_hav
         next_changes(&mut changes, "orders", 2).await,
         [joined("a", 0), acquired("a", 1, false)]
     );
+    (storage, changes)
+}
+
+/// A server that vanished without closing the connection leaves the listener on a socket
+/// that never delivers again; the heartbeat finds that out, and the listener reconnects and
+/// says so.
+#[tokio::test]
+async fn a_listener_whose_server_went_silent_reconnects_and_says_notices_may_have_been_missed() {
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    let proxy = FaultProxy::start(&common::direct_url()).await;
+    let (storage, mut changes) = listening_through(&proxy).await;
 
     proxy.silence_open_connections();
     assert_eq!(next_notice(&mut changes).await, LeaseNotice::Missed);
@@ -433,21 +440,7 @@ async fn a_listener_whose_notifications_are_not_delivered_says_notices_may_have_
     let logs = log_capture::Logs::default();
     let _capture = tracing::subscriber::set_default(logs.subscriber());
     let proxy = FaultProxy::start(&common::direct_url()).await;
-    let storage = common::builder(&common::unique_prefix())
-        .listen_url(proxy.url())
-        .listener_heartbeat(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap();
-    let mut changes = storage
-        .subscribe_lease_changes(LeaseScope::lease("orders"))
-        .await
-        .unwrap();
-    ask(&storage, "orders", "a", 0).await;
-    assert_eq!(
-        next_changes(&mut changes, "orders", 2).await,
-        [joined("a", 0), acquired("a", 1, false)]
-    );
+    let (storage, mut changes) = listening_through(&proxy).await;
 
     proxy.drop_notifications();
     ask(&storage, "orders", "b", 0).await;

@@ -11,6 +11,8 @@ use eventstore_api::{
     AppendCriteria, EventStorage, EventStreamId, EventToStore, LeaseRequest, LeaseStatus,
 };
 
+use eventstore_postgres::PostgresEventStorage;
+
 use crate::common;
 use crate::common::fault_proxy::FaultProxy;
 
@@ -20,24 +22,39 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(120);
 /// connection, the call itself, on a loaded machine.
 const DEADLINE: Duration = Duration::from_secs(20);
 
-#[tokio::test]
-async fn idle_connections_whose_server_went_silent_are_replaced_at_the_first_unanswered_ping() {
-    if common::needs_direct_connection("its storage connects through a proxy to the server") {
-        return;
-    }
-    let Some(_admin) = common::try_pool().await else {
-        return;
-    };
-    let proxy = FaultProxy::start(&common::direct_url()).await;
-    let storage = common::builder(&common::unique_prefix())
+/// Whether these tests can run: their storages connect through a proxy, so they need a
+/// direct connection to a server that is up.
+async fn direct_server() -> bool {
+    !common::needs_direct_connection("its storage connects through a proxy to the server")
+        && common::try_pool().await.is_some()
+}
+
+/// A storage whose pool keeps `connections` open through `proxy`, waiting for a connection
+/// far longer than any test may take.
+async fn storage_through(
+    proxy: &FaultProxy,
+    prepared_statements: bool,
+    connections: u32,
+) -> PostgresEventStorage {
+    common::builder(&common::unique_prefix())
         .url(proxy.url())
-        .max_connections(3)
-        .min_connections(3)
+        .prepared_statements(prepared_statements)
+        .max_connections(connections)
+        .min_connections(connections)
         .idle_timeout(None)
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .build()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn idle_connections_whose_server_went_silent_are_replaced_at_the_first_unanswered_ping() {
+    if !direct_server().await {
+        return;
+    }
+    let proxy = FaultProxy::start(&common::direct_url()).await;
+    let storage = storage_through(&proxy, true, 3).await;
     let ttl = Duration::from_secs(60);
     let request = |owner: &str| LeaseRequest::new("jobs", owner, 0, ttl);
     let leader = storage.request_lease(request("pod-a")).await.unwrap();
@@ -73,24 +90,12 @@ async fn idle_connections_whose_server_went_silent_are_replaced_at_the_first_una
 /// storage without prepared statements (as behind a pooler in transaction mode).
 #[tokio::test]
 async fn calls_that_begin_a_transaction_replace_silent_connections_as_quickly() {
-    if common::needs_direct_connection("its storage connects through a proxy to the server") {
+    if !direct_server().await {
         return;
     }
-    let Some(_admin) = common::try_pool().await else {
-        return;
-    };
     for prepared_statements in [true, false] {
         let proxy = FaultProxy::start(&common::direct_url()).await;
-        let storage = common::builder(&common::unique_prefix())
-            .url(proxy.url())
-            .prepared_statements(prepared_statements)
-            .max_connections(3)
-            .min_connections(3)
-            .idle_timeout(None)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .build()
-            .await
-            .unwrap();
+        let storage = storage_through(&proxy, prepared_statements, 3).await;
         let stream = EventStreamId::for_context("orders");
         let keys = AtomicU32::new(0);
         let append = || {
@@ -133,23 +138,12 @@ async fn calls_that_begin_a_transaction_replace_silent_connections_as_quickly() 
 /// on the socket many minutes later: with one connection in the pool, the next call runs.
 #[tokio::test]
 async fn a_call_abandoned_on_a_silent_connection_frees_its_place_in_the_pool() {
-    if common::needs_direct_connection("its storage connects through a proxy to the server") {
+    if !direct_server().await {
         return;
     }
-    let Some(_admin) = common::try_pool().await else {
-        return;
-    };
     for prepared_statements in [true, false] {
         let proxy = FaultProxy::start(&common::direct_url()).await;
-        let storage = common::builder(&common::unique_prefix())
-            .url(proxy.url())
-            .prepared_statements(prepared_statements)
-            .max_connections(1)
-            .idle_timeout(None)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .build()
-            .await
-            .unwrap();
+        let storage = storage_through(&proxy, prepared_statements, 1).await;
         let request = LeaseRequest::new("jobs", "pod-a", 0, Duration::from_secs(60));
         let leader = storage.request_lease(request.clone()).await.unwrap();
         assert_eq!(leader.status, LeaseStatus::Leader);
