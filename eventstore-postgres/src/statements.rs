@@ -11,6 +11,7 @@
 //! that is not already in a transaction of its own runs in one.
 
 use std::ops::{Deref, DerefMut};
+use std::pin::pin;
 
 use eventstore_api::StorageResult;
 use sqlx::pool::PoolConnection;
@@ -24,10 +25,11 @@ use crate::settings::Settings;
 /// prepared, else a `READ COMMITTED` transaction that [`CallConnection::end`] commits.
 #[derive(Debug)]
 pub(crate) struct CallConnection {
-    held: Held,
     /// Says, if the call ends without [`CallConnection::end`], that the connection went back
-    /// part-way.
+    /// part-way. Declared first, so dropped first: before the connection goes back to the
+    /// pool, whose release hook reads it.
     call: CallInProgress,
+    held: Held,
 }
 
 #[derive(Debug)]
@@ -64,20 +66,22 @@ impl CallConnection {
                 .map(Held::Transaction)
                 .map_err(failing)?
         };
-        Ok(CallConnection { held, call })
+        Ok(CallConnection { call, held })
     }
 
     /// Ends the call after its statements succeeded: commits its transaction, if any.
     pub(crate) async fn end(self, settings: &Settings, operation: &str) -> StorageResult<()> {
-        let CallConnection { held, call } = self;
-        if let Held::Transaction(transaction) = held {
-            transaction
-                .commit()
+        let CallConnection { call, held } = self;
+        match held {
+            Held::Pooled(connection) => {
+                call.finished();
+                drop(connection);
+                Ok(())
+            }
+            Held::Transaction(transaction) => end_transaction(transaction, call, true)
                 .await
-                .map_err(|e| settings.failing(operation).map(e))?;
+                .map_err(|e| settings.failing(operation).map(e)),
         }
-        call.finished();
-        Ok(())
     }
 }
 
@@ -104,10 +108,10 @@ impl DerefMut for CallConnection {
 /// A call's own `READ COMMITTED` transaction, which [`CallTransaction::finish`] ends.
 #[derive(Debug)]
 pub(crate) struct CallTransaction {
-    transaction: Transaction<'static, Postgres>,
     /// Says, if the call ends without [`CallTransaction::finish`], that the connection went
-    /// back part-way.
+    /// back part-way. Declared first, so dropped first, as in a [`CallConnection`].
     call: CallInProgress,
+    transaction: Transaction<'static, Postgres>,
 }
 
 impl CallTransaction {
@@ -116,22 +120,41 @@ impl CallTransaction {
         // From before the connection is taken, as for a `CallConnection`.
         let call = CallInProgress::new(&settings.health);
         let transaction = settings.health.begin(pool, BEGIN_READ_COMMITTED).await?;
-        Ok(CallTransaction { transaction, call })
+        Ok(CallTransaction { call, transaction })
     }
 
     /// Commits when `commit`, else rolls back; either way the call is done with the
-    /// connection. A broken connection cannot roll back; the driver discards it instead.
+    /// connection.
     pub(crate) async fn finish(self, commit: bool) -> Result<(), sqlx::Error> {
-        let CallTransaction { transaction, call } = self;
-        let ended = if commit {
+        let CallTransaction { call, transaction } = self;
+        end_transaction(transaction, call, commit).await
+    }
+}
+
+/// Commits `transaction` when `commit`, else rolls it back, then says `call` finished.
+///
+/// Should the caller give up while the server does not answer, `call` must say so before the
+/// transaction's connection goes back to the pool, whose release hook reads it. Locals are
+/// dropped in the reverse order of their declaration, so the ending is pinned here first and
+/// `call` declared after it.
+async fn end_transaction(
+    transaction: Transaction<'static, Postgres>,
+    call: CallInProgress,
+    commit: bool,
+) -> Result<(), sqlx::Error> {
+    let mut ending = pin!(async move {
+        if commit {
             transaction.commit().await
         } else {
+            // A broken connection cannot roll back; the driver discards it instead.
             let _ = transaction.rollback().await;
             Ok(())
-        };
-        call.finished();
-        ended
-    }
+        }
+    });
+    let call = call;
+    let ended = ending.as_mut().await;
+    call.finished();
+    ended
 }
 
 impl Deref for CallTransaction {

@@ -136,7 +136,9 @@ async fn calls_that_begin_a_transaction_replace_silent_connections_as_quickly() 
 /// timeout, an elector's deadline) gives its connection back part-way. Its place in the pool
 /// is free again once that connection misses a ping, not when the operating system gives up
 /// on the socket many minutes later: with one connection in the pool, the next call runs.
-#[tokio::test]
+// On two worker threads, so that the pool takes the connection back on one while the call's
+// remains are dropped on the other, as in a service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_abandoned_on_a_silent_connection_frees_its_place_in_the_pool() {
     if !direct_server().await {
         return;
@@ -148,8 +150,14 @@ async fn a_call_abandoned_on_a_silent_connection_frees_its_place_in_the_pool() {
         let leader = storage.request_lease(request.clone()).await.unwrap();
         assert_eq!(leader.status, LeaseStatus::Leader);
 
-        // Right after a call, so that the next one takes the connection without a ping and
-        // sends its statement into the silence.
+        // Once the pool has the connection back (it pings a connection it takes back, and a
+        // ping the silence caught would hold the place), and right after the call, so that
+        // the next call takes the connection without a ping and sends its statement into
+        // the silence.
+        common::eventually("the connection back in the pool", DEADLINE, || async {
+            (storage.pool().num_idle() == 1).then_some(())
+        })
+        .await;
         proxy.silence_open_connections();
         let abandoned = tokio::time::timeout(
             Duration::from_millis(300),
