@@ -47,25 +47,22 @@ impl CallConnection {
         settings: &Settings,
         operation: &str,
     ) -> StorageResult<CallConnection> {
-        let failing = |e| settings.failing(operation).map(e);
-        // From before the connection is taken: a call abandoned while its transaction begins
-        // has given a connection back part-way too.
+        let mut taking = pin!(async {
+            if settings.prepared_statements {
+                settings.health.acquire(pool).await.map(Held::Pooled)
+            } else {
+                let begun = settings.health.begin(pool, BEGIN_READ_COMMITTED).await;
+                begun.map(Held::Transaction)
+            }
+        });
+        // Declared after the taking, so dropped before it: a call abandoned while its
+        // transaction begins has given a connection back part-way too (see
+        // `end_transaction`).
         let call = CallInProgress::new(&settings.health);
-        let held = if settings.prepared_statements {
-            settings
-                .health
-                .acquire(pool)
-                .await
-                .map(Held::Pooled)
-                .map_err(failing)?
-        } else {
-            settings
-                .health
-                .begin(pool, BEGIN_READ_COMMITTED)
-                .await
-                .map(Held::Transaction)
-                .map_err(failing)?
-        };
+        let held = taking
+            .as_mut()
+            .await
+            .map_err(|e| settings.failing(operation).map(e))?;
         Ok(CallConnection { call, held })
     }
 
@@ -117,9 +114,10 @@ pub(crate) struct CallTransaction {
 impl CallTransaction {
     /// A transaction begun on a connection of `pool`, as `settings` take connections.
     pub(crate) async fn begin(pool: &PgPool, settings: &Settings) -> Result<Self, sqlx::Error> {
-        // From before the connection is taken, as for a `CallConnection`.
+        let mut beginning = pin!(settings.health.begin(pool, BEGIN_READ_COMMITTED));
+        // Declared after the beginning, so dropped before it, as in `CallConnection::open`.
         let call = CallInProgress::new(&settings.health);
-        let transaction = settings.health.begin(pool, BEGIN_READ_COMMITTED).await?;
+        let transaction = beginning.as_mut().await?;
         Ok(CallTransaction { call, transaction })
     }
 
