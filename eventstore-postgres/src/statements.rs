@@ -10,6 +10,7 @@
 //! transaction the pooler keeps the connection, so without prepared statements every call
 //! that is not already in a transaction of its own runs in one.
 
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::pin::pin;
 
@@ -24,20 +25,17 @@ use crate::settings::Settings;
 /// A connection for one call's statements: a pooled connection as it is when statements are
 /// prepared, else a `READ COMMITTED` transaction that [`CallConnection::end`] commits.
 #[derive(Debug)]
-pub(crate) struct CallConnection {
-    /// Says, if the call ends without [`CallConnection::end`], that the connection went back
-    /// part-way. Declared first, so dropped first: before the connection goes back to the
-    /// pool, whose release hook reads it.
-    call: CallInProgress,
-    held: Held,
-}
-
-#[derive(Debug)]
-enum Held {
+pub(crate) enum CallConnection {
     /// Statements prepared under names the connection caches.
-    Pooled(PoolConnection<Postgres>),
+    Pooled {
+        /// Says, if the call ends without [`CallConnection::end`], that the connection went
+        /// back part-way. Declared first, so dropped first: before the connection goes back
+        /// to the pool, whose release hook reads it.
+        call: CallInProgress,
+        connection: PoolConnection<Postgres>,
+    },
     /// Unnamed statements, kept on one server connection by the transaction.
-    Transaction(Transaction<'static, Postgres>),
+    Transaction(CallTransaction),
 }
 
 impl CallConnection {
@@ -47,35 +45,28 @@ impl CallConnection {
         settings: &Settings,
         operation: &str,
     ) -> StorageResult<CallConnection> {
-        let mut taking = pin!(async {
-            if settings.prepared_statements {
-                settings.health.acquire(pool).await.map(Held::Pooled)
-            } else {
-                let begun = settings.health.begin(pool, BEGIN_READ_COMMITTED).await;
-                begun.map(Held::Transaction)
-            }
-        });
-        // Declared after the taking, so dropped before it: a call abandoned while its
-        // transaction begins has given a connection back part-way too (see
-        // `end_transaction`).
-        let call = CallInProgress::new(&settings.health);
-        let held = taking
-            .as_mut()
-            .await
-            .map_err(|e| settings.failing(operation).map(e))?;
-        Ok(CallConnection { call, held })
+        let opened = if settings.prepared_statements {
+            taken_for_a_call(settings, settings.health.acquire(pool))
+                .await
+                .map(|(call, connection)| CallConnection::Pooled { call, connection })
+        } else {
+            CallTransaction::begin(pool, settings)
+                .await
+                .map(CallConnection::Transaction)
+        };
+        opened.map_err(|e| settings.failing(operation).map(e))
     }
 
     /// Ends the call after its statements succeeded: commits its transaction, if any.
     pub(crate) async fn end(self, settings: &Settings, operation: &str) -> StorageResult<()> {
-        let CallConnection { call, held } = self;
-        match held {
-            Held::Pooled(connection) => {
+        match self {
+            CallConnection::Pooled { call, connection } => {
                 call.finished();
                 drop(connection);
                 Ok(())
             }
-            Held::Transaction(transaction) => end_transaction(transaction, call, true)
+            CallConnection::Transaction(transaction) => transaction
+                .finish(true)
                 .await
                 .map_err(|e| settings.failing(operation).map(e)),
         }
@@ -86,18 +77,18 @@ impl Deref for CallConnection {
     type Target = PgConnection;
 
     fn deref(&self) -> &PgConnection {
-        match &self.held {
-            Held::Pooled(connection) => connection,
-            Held::Transaction(transaction) => transaction,
+        match self {
+            CallConnection::Pooled { connection, .. } => connection,
+            CallConnection::Transaction(transaction) => transaction,
         }
     }
 }
 
 impl DerefMut for CallConnection {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        match &mut self.held {
-            Held::Pooled(connection) => connection,
-            Held::Transaction(transaction) => transaction,
+        match self {
+            CallConnection::Pooled { connection, .. } => connection,
+            CallConnection::Transaction(transaction) => transaction,
         }
     }
 }
@@ -114,45 +105,34 @@ pub(crate) struct CallTransaction {
 impl CallTransaction {
     /// A transaction begun on a connection of `pool`, as `settings` take connections.
     pub(crate) async fn begin(pool: &PgPool, settings: &Settings) -> Result<Self, sqlx::Error> {
-        let mut beginning = pin!(settings.health.begin(pool, BEGIN_READ_COMMITTED));
-        // Declared after the beginning, so dropped before it, as in `CallConnection::open`.
-        let call = CallInProgress::new(&settings.health);
-        let transaction = beginning.as_mut().await?;
+        let beginning = settings.health.begin(pool, BEGIN_READ_COMMITTED);
+        let (call, transaction) = taken_for_a_call(settings, beginning).await?;
         Ok(CallTransaction { call, transaction })
     }
 
     /// Commits when `commit`, else rolls back; either way the call is done with the
     /// connection.
+    ///
+    /// Should the caller give up while the server does not answer, the marker must say so
+    /// before the connection goes back to the pool, whose release hook reads it. Locals are
+    /// dropped in the reverse order of their declaration, so the ending is pinned first and
+    /// the marker moved in after it.
     pub(crate) async fn finish(self, commit: bool) -> Result<(), sqlx::Error> {
         let CallTransaction { call, transaction } = self;
-        end_transaction(transaction, call, commit).await
+        let mut ending = pin!(async move {
+            if commit {
+                transaction.commit().await
+            } else {
+                // A broken connection cannot roll back; the driver discards it instead.
+                let _ = transaction.rollback().await;
+                Ok(())
+            }
+        });
+        let call = call;
+        let ended = ending.as_mut().await;
+        call.finished();
+        ended
     }
-}
-
-/// Commits `transaction` when `commit`, else rolls it back, then says `call` finished.
-///
-/// Should the caller give up while the server does not answer, `call` must say so before the
-/// transaction's connection goes back to the pool, whose release hook reads it. Locals are
-/// dropped in the reverse order of their declaration, so the ending is pinned here first and
-/// `call` declared after it.
-async fn end_transaction(
-    transaction: Transaction<'static, Postgres>,
-    call: CallInProgress,
-    commit: bool,
-) -> Result<(), sqlx::Error> {
-    let mut ending = pin!(async move {
-        if commit {
-            transaction.commit().await
-        } else {
-            // A broken connection cannot roll back; the driver discards it instead.
-            let _ = transaction.rollback().await;
-            Ok(())
-        }
-    });
-    let call = call;
-    let ended = ending.as_mut().await;
-    call.finished();
-    ended
 }
 
 impl Deref for CallTransaction {
@@ -167,4 +147,21 @@ impl DerefMut for CallTransaction {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.transaction
     }
+}
+
+/// What `taking` takes for a call (a connection, or a transaction begun on one), with the
+/// call's marker.
+///
+/// The marker is declared after `taking` is pinned, so that a call given up while it waits
+/// drops the marker first, and the marker says the call ended part-way before the
+/// connection goes back to the pool (locals are dropped in the reverse order of their
+/// declaration; see [`CallTransaction::finish`]).
+async fn taken_for_a_call<T>(
+    settings: &Settings,
+    taking: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<(CallInProgress, T), sqlx::Error> {
+    let mut taking = pin!(taking);
+    let call = CallInProgress::new(&settings.health);
+    let taken = taking.as_mut().await?;
+    Ok((call, taken))
 }
