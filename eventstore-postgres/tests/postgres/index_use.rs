@@ -610,3 +610,66 @@ async fn conditions_and_short_reads_of_a_rare_tag_use_the_tags_index_not_the_str
         "the conditions or the short reads fetched the stream's rows: {scans:?}"
     );
 }
+
+/// Events that all carry one tag: a run, a tenant, anything many events share.
+const COMMON_TAG_EVENTS: usize = 10_000;
+
+#[tokio::test]
+async fn a_tag_every_event_carries_is_read_in_order_however_often_it_is_read() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    common::storage_on(&prefix).await.close().await.unwrap();
+    insert_events(
+        &admin,
+        &prefix,
+        "'bench', 'default', 'Measured', json_build_object('n', g), ARRAY['run:r1']",
+        1,
+        10,
+        (COMMON_TAG_EVENTS / 10) as i32,
+    )
+    .await;
+    analyze(&admin, &prefix).await;
+
+    // One connection, so that every page's statement runs on the session that would keep it:
+    // a statement kept and run five times may go over to one generic plan for every tag,
+    // which reads a tag through the tags index and sorts every event carrying it.
+    let reader = common::builder(&prefix)
+        .max_connections(1)
+        .build()
+        .await
+        .unwrap();
+    let by_tag = EventFilter::for_tags(Tags::from_pairs([("run", "r1")]));
+    const READS: usize = 6;
+    for _ in 0..READS {
+        let events = reader
+            .query(
+                &by_tag,
+                &EventStreamId::any(),
+                None,
+                Limit::none(),
+                Direction::Forward,
+            )
+            .await
+            .unwrap();
+        assert_eq!(events.len(), COMMON_TAG_EVENTS);
+    }
+    reader.close().await.unwrap();
+
+    // Pages of 1,000, then of 2,000: six statements a read.
+    let statements = READS as i64 * 6;
+    let scans = common::eventually(
+        "the reads to show in the server's statistics",
+        Duration::from_secs(30),
+        || async {
+            let scans = scans(&admin, &prefix).await;
+            (scans.idx_scan >= statements).then_some(scans)
+        },
+    )
+    .await;
+    assert_eq!(
+        scans.tags_idx_scan, 0,
+        "a read of a tag every event carries went through the tags index: {scans:?}"
+    );
+}
