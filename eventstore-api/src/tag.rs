@@ -1,8 +1,9 @@
 //! Tags: `key:value` labels that DCB queries select events by.
 
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::EventStorageError;
 
@@ -71,11 +72,19 @@ impl From<Tag> for String {
 
 /// A set of tags. Order and duplicates do not matter.
 ///
-/// Held as a sorted vector without duplicates: events carry a few tags, and a read decodes
-/// a set for every event, where a tree would allocate a node of eleven slots for one tag.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
-#[serde(transparent)]
-pub struct Tags(Vec<Tag>);
+/// Held as a sorted slice without duplicates, shared between clones: events carry a few
+/// tags, a tree would allocate a node of eleven slots for one, and the events of an entity
+/// read one after the other carry the same set, which a read then decodes once and shares.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tags(Arc<[Tag]>);
+
+impl Default for Tags {
+    fn default() -> Self {
+        // One empty set for all: an event without tags allocates nothing for them.
+        static NONE: OnceLock<Arc<[Tag]>> = OnceLock::new();
+        Tags(Arc::clone(NONE.get_or_init(|| Arc::from([]))))
+    }
+}
 
 impl Tags {
     /// No tags.
@@ -99,11 +108,15 @@ impl Tags {
     }
 
     /// These tags plus `tag`.
-    pub fn with(mut self, tag: Tag) -> Self {
-        if let Err(at) = self.0.binary_search(&tag) {
-            self.0.insert(at, tag);
+    pub fn with(self, tag: Tag) -> Self {
+        match self.0.binary_search(&tag) {
+            Ok(_) => self,
+            Err(at) => {
+                let mut tags = self.0.to_vec();
+                tags.insert(at, tag);
+                Tags(tags.into())
+            }
         }
-        self
     }
 
     /// Whether every tag of `required` is in this set.
@@ -135,9 +148,18 @@ impl Tags {
 impl FromIterator<Tag> for Tags {
     fn from_iter<I: IntoIterator<Item = Tag>>(iter: I) -> Self {
         let mut tags: Vec<Tag> = iter.into_iter().collect();
+        if tags.is_empty() {
+            return Tags::none();
+        }
         tags.sort_unstable();
         tags.dedup();
-        Tags(tags)
+        Tags(tags.into())
+    }
+}
+
+impl Serialize for Tags {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
     }
 }
 
@@ -151,7 +173,9 @@ impl IntoIterator for Tags {
     type Item = Tag;
     type IntoIter = std::vec::IntoIter<Tag>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+        // Owned tags out of a shared set: each is cloned.
+        let tags: Vec<Tag> = self.0.iter().cloned().collect();
+        tags.into_iter()
     }
 }
 
@@ -166,7 +190,7 @@ impl<'a> IntoIterator for &'a Tags {
 impl fmt::Display for Tags {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
-        for tag in &self.0 {
+        for tag in self.0.iter() {
             if !first {
                 f.write_str(",")?;
             }

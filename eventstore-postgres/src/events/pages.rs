@@ -19,6 +19,7 @@ use crate::filter_sql::{
     descending, push_filter, push_order, push_stream_between, VISIBILITY_BARRIER,
 };
 use crate::shared::Shared;
+use crate::tags_column::RepeatedTags;
 
 /// The events one statement of a streamed read asks for, and the first page of any read:
 /// a page is held in memory whole.
@@ -173,8 +174,9 @@ impl Pages {
                 .build()
                 .persistent(self.persistent(shared))
                 .fetch(connection);
+            let mut tags = RepeatedTags::default();
             while let Some(row) = fetched.try_next().await.map_err(|e| failing.map(e))? {
-                page.push(decode_read(&row, &self.stream).map_err(|e| failing.map(e))?);
+                page.push(decode_read(&row, &self.stream, &mut tags).map_err(|e| failing.map(e))?);
             }
         }
         drop(query);
@@ -235,16 +237,28 @@ impl Pages {
     }
 }
 
+/// Rows decoded between two yields of [`decode_rows`].
+const ROWS_BETWEEN_YIELDS: usize = 256;
+
 /// Decodes the rows of a page of a read of `stream` (from [`Pages::next_rows`]) onto the end
-/// of `events`, dropping each row once decoded.
-pub(crate) fn decode_rows<E: ReadEvent>(
+/// of `events`, dropping each row once decoded; `tags` holds the tags of the read's row
+/// before.
+///
+/// It yields every [`ROWS_BETWEEN_YIELDS`] rows, so that a statement sent beside it goes
+/// on: an unnamed statement is parsed first, and only sent to run once the client has
+/// heard back, which a decoding that never yielded held back until it was done.
+pub(crate) async fn decode_rows<E: ReadEvent>(
     rows: Vec<PgRow>,
     stream: &EventStreamId,
+    tags: &mut RepeatedTags,
     events: &mut Vec<E>,
 ) -> Result<(), sqlx::Error> {
     events.reserve(rows.len());
-    for row in rows {
-        events.push(E::decode(&row, stream)?);
+    for (index, row) in rows.into_iter().enumerate() {
+        if index % ROWS_BETWEEN_YIELDS == ROWS_BETWEEN_YIELDS - 1 {
+            tokio::task::yield_now().await;
+        }
+        events.push(E::decode(&row, stream, tags)?);
     }
     Ok(())
 }

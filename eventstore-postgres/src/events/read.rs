@@ -18,6 +18,7 @@ pub(crate) use super::pages::Pages;
 use super::rows::{decode_event, decode_reference, ReadEvent, EVENT_COLUMNS};
 use crate::filter_sql::{push_order, push_stream_between, VISIBILITY_BARRIER};
 use crate::shared::Shared;
+use crate::tags_column::RepeatedTags;
 
 /// The matching events of the streams `stream` covers, strictly after `after`, below the
 /// visibility barrier: page after page on one connection (see [`Pages`]).
@@ -44,16 +45,20 @@ pub(crate) async fn query<E: ReadEvent>(
     let stream = pages.stream().clone();
     let mut connection = shared.connection_for(operation).await?;
     let mut events = Vec::new();
+    let mut tags = RepeatedTags::default();
     let mut rows = pages.next_rows(shared, &mut connection, operation).await?;
     while !pages.is_done() {
-        // The decoding never yields: it runs while the next statement waits for its rows.
-        let decode = async { decode_rows(rows, &stream, &mut events) };
-        let (next, decoded) =
-            tokio::join!(pages.next_rows(shared, &mut connection, operation), decode);
+        // The decoding runs while the next statement waits for its rows.
+        let (next, decoded) = tokio::join!(
+            pages.next_rows(shared, &mut connection, operation),
+            decode_rows(rows, &stream, &mut tags, &mut events)
+        );
         decoded.map_err(|e| failing.map(e))?;
         rows = next?;
     }
-    decode_rows(rows, &stream, &mut events).map_err(|e| failing.map(e))?;
+    decode_rows(rows, &stream, &mut tags, &mut events)
+        .await
+        .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
     Ok(events)
 }

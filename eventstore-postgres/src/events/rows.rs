@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use sqlx::postgres::{PgRow, PgValueFormat};
 use sqlx::{Row, TypeInfo, ValueRef};
 
-use crate::tags_column::TagsColumn;
+use crate::tags_column::RepeatedTags;
 
 /// The columns [`decode_event`] reads, in the order it reads them by index.
 ///
@@ -69,22 +69,35 @@ pub(crate) fn read_columns(stream: &EventStreamId) -> &'static str {
 /// payload stays the JSON text the row carries.
 pub(crate) trait ReadEvent: Sized {
     /// The event from a row a read of `stream` returned, with the [`read_columns`] of
-    /// `stream`: a concrete stream's events carry that stream, the others their own.
-    fn decode(row: &PgRow, stream: &EventStreamId) -> Result<Self, sqlx::Error>;
+    /// `stream`: a concrete stream's events carry that stream, the others their own. `tags`
+    /// holds the tags of the read's row before.
+    fn decode(
+        row: &PgRow,
+        stream: &EventStreamId,
+        tags: &mut RepeatedTags,
+    ) -> Result<Self, sqlx::Error>;
 }
 
 impl ReadEvent for StoredEvent {
-    fn decode(row: &PgRow, stream: &EventStreamId) -> Result<Self, sqlx::Error> {
-        decode_read(row, stream)
+    fn decode(
+        row: &PgRow,
+        stream: &EventStreamId,
+        tags: &mut RepeatedTags,
+    ) -> Result<Self, sqlx::Error> {
+        decode_read(row, stream, tags)
     }
 }
 
 impl ReadEvent for RawStoredEvent {
-    fn decode(row: &PgRow, stream: &EventStreamId) -> Result<Self, sqlx::Error> {
+    fn decode(
+        row: &PgRow,
+        stream: &EventStreamId,
+        tags: &mut RepeatedTags,
+    ) -> Result<Self, sqlx::Error> {
         let event = if stream.is_concrete() {
-            decode_after_stream(row, stream.clone(), 3, raw_payload)?
+            decode_after_stream(row, stream.clone(), 3, raw_payload, tags)?
         } else {
-            decode_with_stream(row, raw_payload)?
+            decode_with_stream(row, raw_payload, tags)?
         };
         Ok(RawStoredEvent {
             stream: event.stream,
@@ -99,20 +112,26 @@ impl ReadEvent for RawStoredEvent {
 }
 
 /// An event from a row a read of `stream` returned, with the [`read_columns`] of `stream`: a
-/// concrete stream's events carry that stream, the others their own.
-pub(crate) fn decode_read(row: &PgRow, stream: &EventStreamId) -> Result<StoredEvent, sqlx::Error> {
+/// concrete stream's events carry that stream, the others their own. `tags` holds the tags
+/// of the read's row before.
+pub(crate) fn decode_read(
+    row: &PgRow,
+    stream: &EventStreamId,
+    tags: &mut RepeatedTags,
+) -> Result<StoredEvent, sqlx::Error> {
     if stream.is_concrete() {
-        decode_after_stream(row, stream.clone(), 3, value_payload).map(EventRow::into_stored)
+        decode_after_stream(row, stream.clone(), 3, value_payload, tags)
     } else {
-        decode_event(row)
+        decode_with_stream(row, value_payload, tags)
     }
+    .map(EventRow::into_stored)
 }
 
 /// An event from a row with the [`EVENT_COLUMNS`]: each column read by its index, each
 /// value decoded from the row's bytes once. The columns' types are not checked again for
 /// every row: the statement names them, and opening the storage checked the table's.
 pub(crate) fn decode_event(row: &PgRow) -> Result<StoredEvent, sqlx::Error> {
-    decode_with_stream(row, value_payload).map(EventRow::into_stored)
+    decode_with_stream(row, value_payload, &mut RepeatedTags::default()).map(EventRow::into_stored)
 }
 
 /// An event's fields as a row gives them, its payload decoded into `P`.
@@ -169,26 +188,33 @@ fn raw_payload(row: &PgRow, index: usize) -> Result<Box<RawValue>, sqlx::Error> 
 fn decode_with_stream<P>(
     row: &PgRow,
     payload: fn(&PgRow, usize) -> Result<P, sqlx::Error>,
+    tags: &mut RepeatedTags,
 ) -> Result<EventRow<P>, sqlx::Error> {
     let stream = EventStreamId::new(
         row.try_get_unchecked::<String, _>(3)?,
         row.try_get_unchecked::<String, _>(4)?,
     );
-    decode_after_stream(row, stream, 5, payload)
+    decode_after_stream(row, stream, 5, payload, tags)
 }
 
 /// An event of `stream` from a row that starts with `position`, `tx_bytes` and `id`, and has
 /// the columns after the stream's from index `rest` on (`event_type` to `stored_at`), its
-/// payload decoded by `payload`.
+/// payload decoded by `payload`, its tags by `tags`.
 fn decode_after_stream<P>(
     row: &PgRow,
     stream: EventStreamId,
     rest: usize,
     payload: fn(&PgRow, usize) -> Result<P, sqlx::Error>,
+    tags: &mut RepeatedTags,
 ) -> Result<EventRow<P>, sqlx::Error> {
     let position: i64 = row.try_get_unchecked(0)?;
     let tx = decode_tx(row.try_get_unchecked(1)?)?;
-    let TagsColumn(tags) = row.try_get_unchecked(rest + 2)?;
+    let tags =
+        tags.decode(row.try_get_raw(rest + 2)?)
+            .map_err(|source| sqlx::Error::ColumnDecode {
+                index: "tags".to_owned(),
+                source,
+            })?;
     Ok(EventRow {
         stream,
         event_type: row.try_get_unchecked::<String, _>(rest)?.into(),
