@@ -8,12 +8,19 @@ use futures_core::Stream;
 
 use crate::{
     Direction, EventFilter, EventReference, EventStorage, EventStorageError, EventStreamId, Limit,
-    StorageResult, StoredEvent,
+    RawStoredEvent, StorageResult, StoredEvent,
 };
 
-/// The events of a [`query_stream`](EventStorage::query_stream), in the order of its
-/// direction. An error ends the stream; dropping it part-way holds nothing open.
-pub type EventStream<'a> = Pin<Box<dyn Stream<Item = StorageResult<StoredEvent>> + Send + 'a>>;
+/// Events of type `E` read as a stream, in the order of the read's direction. An error ends
+/// the stream; dropping it part-way holds nothing open.
+pub type Events<'a, E> = Pin<Box<dyn Stream<Item = StorageResult<E>> + Send + 'a>>;
+
+/// The events of a [`query_stream`](EventStorage::query_stream).
+pub type EventStream<'a> = Events<'a, StoredEvent>;
+
+/// The events of a [`query_raw_stream`](EventStorage::query_raw_stream), each payload as
+/// JSON text.
+pub type RawEventStream<'a> = Events<'a, RawStoredEvent>;
 
 /// How many events [`paged_query_stream`] asks `query` for at a time.
 pub const STREAM_PAGE: u64 = 1_000;
@@ -31,20 +38,54 @@ pub fn paged_query_stream<'a, S: EventStorage + ?Sized>(
     limit: Limit,
     direction: Direction,
 ) -> EventStream<'a> {
-    let cursor = Cursor {
-        filter: filter.clone(),
-        stream: stream.clone(),
-        after: after.copied(),
-        before: None,
-        remaining: limit.0,
-        direction,
-        done: false,
-    };
     let read_page = move |mut cursor: Cursor| async move {
-        let page = cursor.next_page(storage).await?;
+        let (filter, limit) = cursor.next_request();
+        let page = storage
+            .query(
+                &filter,
+                &cursor.stream,
+                cursor.after.as_ref(),
+                limit,
+                cursor.direction,
+            )
+            .await?;
+        let page = cursor.take_page(page)?;
         Ok((page, (!cursor.done).then_some(cursor)))
     };
-    read_ahead(cursor, read_page)
+    read_ahead(
+        Cursor::new(filter, stream, after, limit, direction),
+        read_page,
+    )
+}
+
+/// The default [`EventStorage::query_raw_stream`]: `query_raw` page after page, as
+/// [`paged_query_stream`] reads `query`.
+pub fn paged_query_raw_stream<'a, S: EventStorage + ?Sized>(
+    storage: &'a S,
+    filter: &EventFilter,
+    stream: &EventStreamId,
+    after: Option<&EventReference>,
+    limit: Limit,
+    direction: Direction,
+) -> RawEventStream<'a> {
+    let read_page = move |mut cursor: Cursor| async move {
+        let (filter, limit) = cursor.next_request();
+        let page = storage
+            .query_raw(
+                &filter,
+                &cursor.stream,
+                cursor.after.as_ref(),
+                limit,
+                cursor.direction,
+            )
+            .await?;
+        let page = cursor.take_page(page)?;
+        Ok((page, (!cursor.done).then_some(cursor)))
+    };
+    read_ahead(
+        Cursor::new(filter, stream, after, limit, direction),
+        read_page,
+    )
 }
 
 /// The events of pages read one after the other, each page read while the caller takes the
@@ -76,11 +117,12 @@ pub fn paged_query_stream<'a, S: EventStorage + ?Sized>(
 ///
 /// let events: EventStream<'static> = read_ahead(0, page);
 /// ```
-pub fn read_ahead<'a, C, F, Fut>(first: C, mut read_page: F) -> EventStream<'a>
+pub fn read_ahead<'a, E, C, F, Fut>(first: C, mut read_page: F) -> Events<'a, E>
 where
+    E: Send + 'a,
     C: Send + 'a,
     F: FnMut(C) -> Fut + Send + 'a,
-    Fut: Future<Output = StorageResult<(Vec<StoredEvent>, Option<C>)>> + Send + 'a,
+    Fut: Future<Output = StorageResult<(Vec<E>, Option<C>)>> + Send + 'a,
 {
     let reading = Some(Box::pin(read_page(first)));
     Box::pin(ReadAhead {
@@ -92,9 +134,9 @@ where
 }
 
 /// The state of a [`read_ahead`] stream.
-struct ReadAhead<F, Fut: Future> {
+struct ReadAhead<E, F, Fut: Future> {
     /// The events of the page being handed out that are left.
-    page: std::vec::IntoIter<StoredEvent>,
+    page: std::vec::IntoIter<E>,
     /// The read of the next page, until it finishes; `None` after the last page.
     reading: Option<Pin<Box<Fut>>>,
     /// The next page's read, finished, until the page before is handed out.
@@ -103,14 +145,14 @@ struct ReadAhead<F, Fut: Future> {
 }
 
 // No field is pinned in place: the read in flight is pinned in its box.
-impl<F, Fut: Future> Unpin for ReadAhead<F, Fut> {}
+impl<E, F, Fut: Future> Unpin for ReadAhead<E, F, Fut> {}
 
-impl<C, F, Fut> Stream for ReadAhead<F, Fut>
+impl<E, C, F, Fut> Stream for ReadAhead<E, F, Fut>
 where
     F: FnMut(C) -> Fut,
-    Fut: Future<Output = StorageResult<(Vec<StoredEvent>, Option<C>)>>,
+    Fut: Future<Output = StorageResult<(Vec<E>, Option<C>)>>,
 {
-    type Item = StorageResult<StoredEvent>;
+    type Item = StorageResult<E>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
@@ -151,58 +193,98 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// The next page, and whether the read is over after it.
-    async fn next_page<S: EventStorage + ?Sized>(
-        &mut self,
-        storage: &S,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        let rows = self.remaining.map_or(STREAM_PAGE, |n| n.min(STREAM_PAGE));
-        // Reading backward, the page is bounded by `until`, which is inclusive: it may
-        // return the event it ends at once more, which is asked for on top and dropped.
+    /// The start of a read of these arguments.
+    fn new(
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> Self {
+        Cursor {
+            filter: filter.clone(),
+            stream: stream.clone(),
+            after: after.copied(),
+            before: None,
+            remaining: limit.0,
+            direction,
+            done: false,
+        }
+    }
+
+    /// The events a page is asked for beyond [`STREAM_PAGE`]'s share of what remains: one,
+    /// reading backward, for the event the page before ended at (see [`Cursor::next_request`]).
+    fn asked_again(&self) -> u64 {
+        u64::from(self.before.is_some())
+    }
+
+    /// The events the next page holds at most.
+    fn page_rows(&self) -> u64 {
+        self.remaining.map_or(STREAM_PAGE, |n| n.min(STREAM_PAGE))
+    }
+
+    /// The filter and limit to read the next page with, after the cursor's `after` in its
+    /// direction. Reading backward, the page is bounded by `until`, which is inclusive: it
+    /// may return the event it ends at once more, which is asked for on top and dropped.
+    fn next_request(&self) -> (EventFilter, Limit) {
         let mut filter = self.filter.clone();
-        let again = u64::from(self.before.is_some());
         if let Some(before) = self.before {
             filter.until = Some(before);
         }
-        let mut page = storage
-            .query(
-                &filter,
-                &self.stream,
-                self.after.as_ref(),
-                Limit::to(rows + again),
-                self.direction,
-            )
-            .await?;
+        (filter, Limit::to(self.page_rows() + self.asked_again()))
+    }
+
+    /// The events of the page read as [`Cursor::next_request`] said, and the cursor moved past
+    /// them; the read is over when the page came back short.
+    fn take_page<E: Paged>(&mut self, mut page: Vec<E>) -> StorageResult<Vec<E>> {
+        let (rows, again) = (self.page_rows(), self.asked_again());
         let exhausted = (page.len() as u64) < rows + again;
         // Reading forward, a page that does not move past the cursor would be read again
         // and again: a backend whose `query` ignores `after` gets an error, not a loop.
         if let (Direction::Forward, Some(after), Some(first)) =
             (self.direction, self.after, page.first())
         {
-            if first.reference <= after {
+            if first.reference() <= after {
                 return Err(EventStorageError::backend(
                     "query_stream cannot page: query returned an event that is not after \
                      the cursor",
                     format!(
                         "cursor {after:?}, first event returned {:?}",
-                        first.reference
+                        first.reference()
                     ),
                 ));
             }
         }
         if let Some(before) = self.before {
-            page.retain(|event| event.reference < before);
+            page.retain(|event| event.reference() < before);
         }
         page.truncate(usize::try_from(rows).unwrap_or(usize::MAX));
         self.remaining = self.remaining.map(|n| n - page.len() as u64);
         self.done = exhausted || self.remaining == Some(0) || page.is_empty();
         if let Some(last) = page.last() {
             match self.direction {
-                Direction::Forward => self.after = Some(last.reference),
-                Direction::Backward => self.before = Some(last.reference),
+                Direction::Forward => self.after = Some(last.reference()),
+                Direction::Backward => self.before = Some(last.reference()),
             }
         }
         Ok(page)
+    }
+}
+
+/// What a paged read hands out: events with their reference.
+trait Paged {
+    fn reference(&self) -> EventReference;
+}
+
+impl Paged for StoredEvent {
+    fn reference(&self) -> EventReference {
+        self.reference
+    }
+}
+
+impl Paged for RawStoredEvent {
+    fn reference(&self) -> EventReference {
+        self.reference
     }
 }
 

@@ -63,7 +63,7 @@ pub use bookmark::Bookmark;
 pub use capability::Capability;
 pub use error::EventStorageError;
 pub use event::{EventId, EventToStore, EventType, RawStoredEvent, StoredEvent};
-pub use event_stream::EventStream;
+pub use event_stream::{EventStream, RawEventStream};
 pub use filter::{AppendCondition, AppendCriteria, Direction, EventFilter, FilterItem, Limit};
 pub use lease::{
     Fence, FencingToken, Lease, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse,

@@ -7,7 +7,7 @@ use crate::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorageError, EventStream, EventStreamId, EventToStore, Fence, Lease,
     LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
-    RawStoredEvent, ReleaseOutcome, StoredEvent, Tags,
+    RawEventStream, RawStoredEvent, ReleaseOutcome, StoredEvent, Tags,
 };
 
 /// Shorthand for the result every storage operation returns.
@@ -126,6 +126,25 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         direction: Direction,
     ) -> EventStream<'a> {
         crate::event_stream::paged_query_stream(self, filter, stream, after, limit, direction)
+    }
+
+    /// The events [`query_raw`](EventStorage::query_raw) returns for the same arguments, as
+    /// a stream that holds a page or two of them at a time, as
+    /// [`query_stream`](EventStorage::query_stream) does: for replaying a long history into
+    /// the caller's own types.
+    ///
+    /// The default reads page after page through `query_raw` (see
+    /// [`paged_query_raw_stream`](crate::event_stream::paged_query_raw_stream)); a backend
+    /// with [`Capability::RawPayloads`] that streams natively should stream this too.
+    fn query_raw_stream<'a>(
+        &'a self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> RawEventStream<'a> {
+        crate::event_stream::paged_query_raw_stream(self, filter, stream, after, limit, direction)
     }
 
     /// The event with `id`, if this storage holds one.
@@ -472,6 +491,16 @@ macro_rules! forward_event_storage {
                 direction: Direction,
             ) -> EventStream<'a> {
                 (**self).query_stream(filter, stream, after, limit, direction)
+            }
+            fn query_raw_stream<'a>(
+                &'a self,
+                filter: &EventFilter,
+                stream: &EventStreamId,
+                after: Option<&EventReference>,
+                limit: Limit,
+                direction: Direction,
+            ) -> RawEventStream<'a> {
+                (**self).query_raw_stream(filter, stream, after, limit, direction)
             }
             async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
                 (**self).get_event_by_id(id).await

@@ -40,6 +40,7 @@ use futures_util::{future, stream, StreamExt};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::value::RawValue;
 
+use crate::event_stream::Events;
 use crate::{
     validate, AppendCriteria, Capability, Direction, EventFilter, EventReference, EventStorage,
     EventStorageError, EventStreamId, EventToStore, EventType, Fence, FilterItem, Limit,
@@ -273,6 +274,27 @@ pub fn encode<E: DomainEvent>(event: &E) -> Result<EventToStore, EventStoreError
     Ok(EventToStore::new(event.event_type(), payload).with_tags(event.tags()))
 }
 
+/// The envelopes of `stored`, each decoded by `decode`, ending with the first error, of the
+/// storage or of decoding.
+fn until_an_error<'a, S, E>(
+    stored: Events<'a, S>,
+    decode: fn(S) -> Result<Envelope<E>, EventStoreError>,
+) -> TypedEvents<'a, E>
+where
+    S: Send + 'a,
+    E: DomainEvent + 'a,
+{
+    let decoded = stored.map(move |stored| match stored {
+        Ok(event) => decode(event),
+        Err(error) => Err(error.into()),
+    });
+    let until_an_error = decoded.scan(false, |failed, item| {
+        let ended = std::mem::replace(failed, item.is_err());
+        future::ready((!ended).then_some(item))
+    });
+    Box::pin(until_an_error)
+}
+
 /// `stored`, decoded in order into a vector sized once (collected through `Result`, it would
 /// grow by doubling, copying every event each time). The storage returned only events of
 /// `E`'s types: the filter was narrowed to them ([`TypedStream::query`]).
@@ -460,10 +482,11 @@ impl<E: DomainEvent> TypedStream<E> {
     }
 
     /// The events [`TypedStream::query`] returns, as a stream that holds a page or two of them
-    /// at a time ([`EventStorage::query_stream`]): for replaying a long history. Payloads are
-    /// decoded from the storage's values ([`DomainEvent::from_payload`]), even where `query`
-    /// decodes their text, since storages stream values. An error, of the storage or of
-    /// decoding, is the stream's last item.
+    /// at a time: for replaying a long history. Payloads are decoded as `query` decodes them:
+    /// from their JSON text ([`EventStorage::query_raw_stream`]) when the storage hands them
+    /// out as text ([`Capability::RawPayloads`]), else from the storage's values
+    /// ([`EventStorage::query_stream`]). An error, of the storage or of decoding, is the
+    /// stream's last item.
     pub fn query_stream<'a>(
         &'a self,
         filter: &EventFilter,
@@ -477,18 +500,16 @@ impl<E: DomainEvent> TypedStream<E> {
             Ok(filter) => filter,
             Err(error) => return Box::pin(stream::once(future::ready(Err(error)))),
         };
+        if self.storage.supports(Capability::RawPayloads) {
+            let stored =
+                self.storage
+                    .query_raw_stream(&filter, &self.id, after, limit, Direction::Forward);
+            return until_an_error(stored, Envelope::decode_raw);
+        }
         let stored = self
             .storage
             .query_stream(&filter, &self.id, after, limit, Direction::Forward);
-        let decoded = stored.map(|stored| match stored {
-            Ok(event) => Envelope::decode(event),
-            Err(error) => Err(error.into()),
-        });
-        let until_an_error = decoded.scan(false, |failed, item| {
-            let ended = std::mem::replace(failed, item.is_err());
-            future::ready((!ended).then_some(item))
-        });
-        Box::pin(until_an_error)
+        until_an_error(stored, Envelope::decode)
     }
 
     /// Every event of this stream's types strictly after `after`, oldest first, as a stream:

@@ -10,7 +10,8 @@ use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStream, EventStreamId, EventToStore,
     Fence, Lease, LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse,
-    LeaseScope, Limit, RawStoredEvent, ReleaseOutcome, StorageResult, StoredEvent, Tags,
+    LeaseScope, Limit, RawEventStream, RawStoredEvent, ReleaseOutcome, StorageResult, StoredEvent,
+    Tags,
 };
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
@@ -276,6 +277,23 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> EventStream<'a> {
+        if let Err(error) = self.admit(Operation::Query { filter, stream }) {
+            return Box::pin(futures_util::stream::once(async move { Err(error) }));
+        }
+        let pages = events::Pages::new(filter, stream, after, limit, direction);
+        events::query_stream(Arc::clone(&self.shared), pages)
+    }
+
+    /// Streams natively, as `query_stream` does, each payload as the JSON text the server
+    /// sent.
+    fn query_raw_stream<'a>(
+        &'a self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> RawEventStream<'a> {
         if let Err(error) = self.admit(Operation::Query { filter, stream }) {
             return Box::pin(futures_util::stream::once(async move { Err(error) }));
         }

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use eventstore_api::validate::MAX_NAME_BYTES;
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorage,
-    EventStorageError, EventStreamId, EventToStore, Limit, StorageResult, StoredEvent, Tags,
+    EventStorageError, EventStreamId, EventToStore, Limit, RawStoredEvent, StorageResult,
+    StoredEvent, Tags,
 };
 use futures_util::StreamExt;
 use serde_json::json;
@@ -2009,6 +2010,51 @@ pub async fn query_raw_returns_what_query_returns_with_payloads_as_text<F: Stora
         )
         .await;
     assert_invalid_input(invalid, "query_raw of an empty context", "validate_stream");
+}
+
+/// `query_raw_stream` yields exactly what `query_raw` returns for the same arguments, across
+/// more than one page, in both directions, with `after`, `limit`, `until` and filters;
+/// invalid input is its first and only item.
+pub async fn query_raw_stream_yields_what_query_raw_returns<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let shapes = paged_reads(&storage).await;
+    for (shape, filter, stream, after, limit, direction) in shapes {
+        let expected = storage
+            .query_raw(&filter, &stream, after.as_ref(), limit, direction)
+            .await
+            .unwrap_or_else(|err| panic!("query_raw ({shape}) failed: {err}"));
+        let streamed: Vec<RawStoredEvent> = storage
+            .query_raw_stream(&filter, &stream, after.as_ref(), limit, direction)
+            .map(|event| {
+                event.unwrap_or_else(|err| panic!("query_raw_stream ({shape}) failed: {err}"))
+            })
+            .collect()
+            .await;
+        assert!(
+            streamed == expected,
+            "query_raw_stream rule ({shape}): the stream yields exactly what query_raw returns \
+             ({} events streamed, {} returned)",
+            streamed.len(),
+            expected.len()
+        );
+    }
+    let mut invalid = storage.query_raw_stream(
+        &EventFilter::match_all(),
+        &EventStreamId::new("", "default"),
+        None,
+        Limit::none(),
+        Direction::Forward,
+    );
+    let first = invalid.next().await.expect("an item saying why");
+    assert_invalid_input(
+        first,
+        "query_raw_stream of an empty context",
+        "validate_stream",
+    );
+    assert!(
+        invalid.next().await.is_none(),
+        "invalid input ends the stream"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -186,10 +186,14 @@
 //! - **`Capability::RawPayloads`**: `query_raw` hands out payloads as the JSON text the
 //!   backend read, which typed streams decode from directly. Declare it when your backend
 //!   stores payloads as text and overrides `query_raw` to return that text; the default
-//!   writes `query`'s values out, correct but no cheaper. Nothing a caller can observe
+//!   writes `query`'s values out, correct but no cheaper. Typed replays then stream through
+//!   `query_raw_stream`, whose default pages through `query_raw`; a backend that overrides
+//!   `query_stream` to stream natively should override it too. Nothing a caller can observe
 //!   depends on it, so no scenario needs it and `tck_tests!` does not take it: every backend
-//!   runs the scenario that holds `query_raw` to `query`
-//!   ([`query_raw_returns_what_query_returns_with_payloads_as_text`](crate::events::query_raw_returns_what_query_returns_with_payloads_as_text)).
+//!   runs the scenarios that hold `query_raw` to `query`
+//!   ([`query_raw_returns_what_query_returns_with_payloads_as_text`](crate::events::query_raw_returns_what_query_returns_with_payloads_as_text))
+//!   and `query_raw_stream` to `query_raw`
+//!   ([`query_raw_stream_yields_what_query_raw_returns`](crate::events::query_raw_stream_yields_what_query_raw_returns)).
 //!
 //! Give [`tck_tests!`](crate::tck_tests) the capabilities `supports` answers true for. The
 //! test of a scenario that needs one you do not declare (its documentation says which, on a

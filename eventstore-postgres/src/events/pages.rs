@@ -9,12 +9,12 @@
 //! barrier again: the barrier only moves up, so the pages together never skip an event that
 //! a follower could later see below the last one returned.
 
-use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, Limit, StoredEvent};
+use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, Limit};
 use futures_util::TryStreamExt;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::rows::{decode_read, decode_reference, read_columns, ReadEvent};
+use super::rows::{decode_reference, read_columns, ReadEvent};
 use crate::filter_sql::{
     descending, push_filter, push_order, push_stream_between, VISIBILITY_BARRIER,
 };
@@ -157,12 +157,12 @@ impl Pages {
     /// Reads the next page on `connection`, each row decoded as it arrives and dropped at
     /// once, so that neither the rows nor the page are held twice: empty once the read is
     /// over.
-    pub(crate) async fn next(
+    pub(crate) async fn next<E: ReadEvent>(
         &mut self,
         shared: &Shared,
         connection: &mut PgConnection,
         operation: &str,
-    ) -> eventstore_api::StorageResult<Vec<StoredEvent>> {
+    ) -> eventstore_api::StorageResult<Vec<E>> {
         if self.done {
             return Ok(Vec::new());
         }
@@ -176,11 +176,11 @@ impl Pages {
                 .fetch(connection);
             let mut tags = RepeatedTags::default();
             while let Some(row) = fetched.try_next().await.map_err(|e| failing.map(e))? {
-                page.push(decode_read(&row, &self.stream, &mut tags).map_err(|e| failing.map(e))?);
+                page.push(E::decode(&row, &self.stream, &mut tags).map_err(|e| failing.map(e))?);
             }
         }
         drop(query);
-        self.advance(page.len(), page.last().map(|event| event.reference), rows);
+        self.advance(page.len(), page.last().map(E::reference), rows);
         Ok(page)
     }
 

@@ -3,10 +3,10 @@
 use std::panic;
 use std::sync::Arc;
 
-use eventstore_api::event_stream::read_ahead;
+use eventstore_api::event_stream::{read_ahead, Events};
 use eventstore_api::{
-    Direction, EventFilter, EventId, EventReference, EventStorageError, EventStream, EventStreamId,
-    Limit, StorageResult, StoredEvent,
+    Direction, EventFilter, EventId, EventReference, EventStorageError, EventStreamId, Limit,
+    StorageResult, StoredEvent,
 };
 use futures_util::stream;
 use sqlx::{Postgres, QueryBuilder};
@@ -72,12 +72,12 @@ pub(crate) async fn query<E: ReadEvent>(
 /// the caller works on the page before without polling the stream (a projection committing
 /// its batch), on another worker thread where the runtime has one; dropping the stream
 /// aborts it. The stream is polled on the Tokio runtime, as every call of this storage is.
-pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'static> {
+pub(crate) fn query_stream<E: ReadEvent>(shared: Arc<Shared>, pages: Pages) -> Events<'static, E> {
     if pages.is_done() {
         return Box::pin(stream::empty());
     }
     let spawn_read = move |pages: Pages| {
-        let page = read_page(Arc::clone(&shared), pages).in_current_span();
+        let page = read_page::<E>(Arc::clone(&shared), pages).in_current_span();
         async move {
             // Spawned when first polled: when the caller starts on the page before.
             let mut reading = JoinSet::new();
@@ -96,10 +96,10 @@ pub(crate) fn query_stream(shared: Arc<Shared>, pages: Pages) -> EventStream<'st
 
 /// The page of a [`query_stream`] that `pages` points at, and where the next one starts
 /// unless it was the last.
-async fn read_page(
+async fn read_page<E: ReadEvent>(
     shared: Arc<Shared>,
     pages: Pages,
-) -> StorageResult<(Vec<StoredEvent>, Option<Pages>)> {
+) -> StorageResult<(Vec<E>, Option<Pages>)> {
     if shared.admission.is_closed() {
         return Err(EventStorageError::Closed);
     }

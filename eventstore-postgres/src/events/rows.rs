@@ -67,7 +67,10 @@ pub(crate) fn read_columns(stream: &EventStreamId) -> &'static str {
 
 /// What a read hands out for each row: a [`StoredEvent`], or a [`RawStoredEvent`] whose
 /// payload stays the JSON text the row carries.
-pub(crate) trait ReadEvent: Sized {
+pub(crate) trait ReadEvent: Sized + Send + 'static {
+    /// Where the event stands in the storage's order.
+    fn reference(&self) -> EventReference;
+
     /// The event from a row a read of `stream` returned, with the [`read_columns`] of
     /// `stream`: a concrete stream's events carry that stream, the others their own. `tags`
     /// holds the tags of the read's row before.
@@ -79,6 +82,10 @@ pub(crate) trait ReadEvent: Sized {
 }
 
 impl ReadEvent for StoredEvent {
+    fn reference(&self) -> EventReference {
+        self.reference
+    }
+
     fn decode(
         row: &PgRow,
         stream: &EventStreamId,
@@ -89,6 +96,10 @@ impl ReadEvent for StoredEvent {
 }
 
 impl ReadEvent for RawStoredEvent {
+    fn reference(&self) -> EventReference {
+        self.reference
+    }
+
     fn decode(
         row: &PgRow,
         stream: &EventStreamId,

@@ -9,6 +9,7 @@ use eventstore_api::{
     AppendCriteria, Capability, EventFilter, EventStorage, EventStore, EventStreamId, EventToStore,
     Limit, Tags,
 };
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -162,5 +163,64 @@ async fn a_stored_payload_of_the_wrong_shape_is_a_decode_error_naming_the_event(
         message.contains("Shipped") && message.contains("invalid type"),
         "{message}"
     );
+    storage.close().await.unwrap();
+}
+
+/// An event that decodes only from its payload's text: from a `serde_json::Value` it fails.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Reading {
+    n: u32,
+}
+
+impl DomainEvent for Reading {
+    fn event_types() -> &'static [&'static str] {
+        &["Reading"]
+    }
+    fn event_type(&self) -> &'static str {
+        "Reading"
+    }
+    fn to_payload(&self) -> serde_json::Result<Value> {
+        serde_json::to_value(self)
+    }
+    fn from_payload(_event_type: &str, _payload: Value) -> serde_json::Result<Self> {
+        Err(serde::de::Error::custom(
+            "decoded from a value, not from its text",
+        ))
+    }
+    fn from_json(
+        _event_type: &str,
+        payload: &serde_json::value::RawValue,
+    ) -> serde_json::Result<Self> {
+        serde_json::from_str(payload.get())
+    }
+}
+
+#[tokio::test]
+async fn a_typed_replay_decodes_every_page_from_the_payloads_text() {
+    if common::try_pool().await.is_none() {
+        return;
+    }
+    let storage = common::storage_on(&common::unique_prefix()).await;
+    let store = EventStore::new(Arc::new(storage.clone()));
+    let readings = store.stream::<Reading>(EventStreamId::for_context("meters"));
+    // Three pages of a streamed read.
+    let written: Vec<Reading> = (0..2_500).map(|n| Reading { n }).collect();
+    readings
+        .append(AppendCriteria::none(), written.clone())
+        .await
+        .unwrap();
+    let replayed: Vec<Reading> = readings
+        .replay(None)
+        .map(|envelope| envelope.expect("decoded from its text").event)
+        .collect()
+        .await;
+    assert_eq!(replayed, written);
+    let after = readings.read_all().await.unwrap()[999].reference;
+    let rest: Vec<u32> = readings
+        .query_stream(&EventFilter::match_all(), Some(&after), Limit::to(1_200))
+        .map(|envelope| envelope.expect("decoded from its text").event.n)
+        .collect()
+        .await;
+    assert_eq!(rest, (1_000..2_200).collect::<Vec<_>>());
     storage.close().await.unwrap();
 }
