@@ -38,23 +38,9 @@ pub fn paged_query_stream<'a, S: EventStorage + ?Sized>(
     limit: Limit,
     direction: Direction,
 ) -> EventStream<'a> {
-    let read_page = move |mut cursor: Cursor| async move {
-        let (filter, limit) = cursor.next_request();
-        let page = storage
-            .query(
-                &filter,
-                &cursor.stream,
-                cursor.after.as_ref(),
-                limit,
-                cursor.direction,
-            )
-            .await?;
-        let page = cursor.take_page(page)?;
-        Ok((page, (!cursor.done).then_some(cursor)))
-    };
-    read_ahead(
+    paged(
+        storage,
         Cursor::new(filter, stream, after, limit, direction),
-        read_page,
     )
 }
 
@@ -68,24 +54,32 @@ pub fn paged_query_raw_stream<'a, S: EventStorage + ?Sized>(
     limit: Limit,
     direction: Direction,
 ) -> RawEventStream<'a> {
+    paged(
+        storage,
+        Cursor::new(filter, stream, after, limit, direction),
+    )
+}
+
+/// The events of `E` from where `cursor` stands, page after page (see [`read_ahead`]).
+fn paged<'a, E: Paged + 'a, S: EventStorage + ?Sized>(
+    storage: &'a S,
+    cursor: Cursor,
+) -> Events<'a, E> {
     let read_page = move |mut cursor: Cursor| async move {
         let (filter, limit) = cursor.next_request();
-        let page = storage
-            .query_raw(
-                &filter,
-                &cursor.stream,
-                cursor.after.as_ref(),
-                limit,
-                cursor.direction,
-            )
-            .await?;
+        let page = E::read(
+            storage,
+            &filter,
+            &cursor.stream,
+            cursor.after.as_ref(),
+            limit,
+            cursor.direction,
+        )
+        .await?;
         let page = cursor.take_page(page)?;
         Ok((page, (!cursor.done).then_some(cursor)))
     };
-    read_ahead(
-        Cursor::new(filter, stream, after, limit, direction),
-        read_page,
-    )
+    read_ahead(cursor, read_page)
 }
 
 /// The events of pages read one after the other, each page read while the caller takes the
@@ -271,20 +265,56 @@ impl Cursor {
     }
 }
 
-/// What a paged read hands out: events with their reference.
-trait Paged {
+/// The future of one page's read.
+type PageRead<'s, E> = Pin<Box<dyn Future<Output = StorageResult<Vec<E>>> + Send + 's>>;
+
+/// What a paged read hands out, and the storage call that reads a page of it.
+trait Paged: Sized + Send {
+    /// Where the event stands in the storage's order.
     fn reference(&self) -> EventReference;
+
+    /// A page of these events: `query` or `query_raw` with these arguments.
+    fn read<'s, S: EventStorage + ?Sized>(
+        storage: &'s S,
+        filter: &'s EventFilter,
+        stream: &'s EventStreamId,
+        after: Option<&'s EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> PageRead<'s, Self>;
 }
 
 impl Paged for StoredEvent {
     fn reference(&self) -> EventReference {
         self.reference
     }
+
+    fn read<'s, S: EventStorage + ?Sized>(
+        storage: &'s S,
+        filter: &'s EventFilter,
+        stream: &'s EventStreamId,
+        after: Option<&'s EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> PageRead<'s, Self> {
+        storage.query(filter, stream, after, limit, direction)
+    }
 }
 
 impl Paged for RawStoredEvent {
     fn reference(&self) -> EventReference {
         self.reference
+    }
+
+    fn read<'s, S: EventStorage + ?Sized>(
+        storage: &'s S,
+        filter: &'s EventFilter,
+        stream: &'s EventStreamId,
+        after: Option<&'s EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> PageRead<'s, Self> {
+        storage.query_raw(filter, stream, after, limit, direction)
     }
 }
 
