@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use eventstore_api::projector::DEFAULT_BATCH_SIZE;
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
     EventStreamId, EventToStore, Limit, Tags,
@@ -180,6 +181,22 @@ fn sorts_and_spills(plan: &Value, found: &mut Vec<String>) {
     }
 }
 
+/// The most rows any node of `plan` looked at: those it returned and those its filter
+/// removed.
+fn most_rows_looked_at(plan: &Value) -> u64 {
+    match plan {
+        Value::Object(node) => {
+            let own = ["Actual Rows", "Rows Removed by Filter"]
+                .iter()
+                .filter_map(|key| node.get(*key).and_then(Value::as_u64))
+                .sum::<u64>();
+            node.values().map(most_rows_looked_at).fold(own, u64::max)
+        }
+        Value::Array(items) => items.iter().map(most_rows_looked_at).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Rows the top node of `plan` returned.
 fn rows_returned(plan: &Value) -> u64 {
     plan[0]["Plan"]["Actual Rows"]
@@ -330,6 +347,44 @@ async fn every_read_shape_walks_an_index_in_order_without_sorting_or_spilling() 
         if !found.is_empty() {
             failures.push(format!("{shape}: {found:?} in {plan}"));
         }
+        // A projector's batch. A short read of tags is planned as a page of up to 1,000
+        // events, sorted in memory, for a tag few events carry (tested below).
+        if filter.items.iter().any(|item| !item.tags.is_empty()) {
+            continue;
+        }
+        let batch = DEFAULT_BATCH_SIZE;
+        let plan = storage
+            .explain_query(filter, stream, after.as_ref(), Limit::to(batch), *direction)
+            .await
+            .unwrap();
+        assert_eq!(
+            rows_returned(&plan),
+            batch,
+            "{shape}: a batch of {batch}: {plan}"
+        );
+        let mut found = Vec::new();
+        sorts_and_spills(&plan, &mut found);
+        if !found.is_empty() {
+            failures.push(format!("{shape}, a batch of {batch}: {found:?} in {plan}"));
+        }
+    }
+    // A few events of a type no event has yet: the type's index says so at once, where a
+    // walk of the stream, counting on a match soon, would look at all of its 20,000.
+    let plan = storage
+        .explain_query(
+            &EventFilter::for_types(["Unseen"]),
+            &sensors,
+            None,
+            Limit::to(5),
+            Direction::Forward,
+        )
+        .await
+        .unwrap();
+    let looked_at = most_rows_looked_at(&plan);
+    if looked_at > 100 {
+        failures.push(format!(
+            "five of a type no event has: a node looked at {looked_at} rows in {plan}"
+        ));
     }
     // A tag few events carry is found through the tags index, whose entries come in no
     // order: its few rows are sorted, in memory.
