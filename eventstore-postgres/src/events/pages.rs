@@ -30,6 +30,10 @@ pub(crate) const PAGE_ROWS: u64 = 1_000;
 /// while halving the statements of a long read (which reads about 7% faster for it).
 pub(crate) const LARGEST_PAGE_ROWS: u64 = 2_000;
 
+/// Reads of tags asking for fewer events than this are planned as a page of [`PAGE_ROWS`]
+/// (see [`Pages::statement`]); a projector's batch, a few hundred, is asked for as it is.
+const FEW_ROWS: u64 = 100;
+
 /// Where a read stands: its bounds, what is left of its limit, and whether it is over.
 #[derive(Debug, Clone)]
 pub(crate) struct Pages {
@@ -129,10 +133,11 @@ impl Pages {
         // A few events of a filter of tags are planned as a page of them: asked for only a
         // few, the planner walks the stream in order, counting on matches soon, and for a tag
         // few events carry it then reads the whole stream (see `first_conflict` in `append`).
-        // Types need no such page: the planner knows how often each is stored, and the page
-        // would cost a projector's batch of 500 of a type eight times the server's work
-        // (1,000 rows read and sorted to return 500).
-        let few = rows < PAGE_ROWS && self.names_tags();
+        // Asked for a few hundred, it counts on matches too rarely to walk for a rare tag.
+        // Types need no such page: the planner knows how often each is stored. The page would
+        // cost a projector's batch of 500 eight times the server's work (1,000 rows read and
+        // sorted to return 500).
+        let few = rows < FEW_ROWS && self.names_tags();
         let mut query = QueryBuilder::<Postgres>::new(if few {
             format!("{head}WITH page AS MATERIALIZED ({select}")
         } else {
