@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::Operation;
+use eventstore_api::event_stream::Events;
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStream, EventStreamId, EventToStore,
@@ -205,6 +206,24 @@ impl PostgresEventStorage {
         let read = || events::query(shared, filter, stream, after, limit, direction);
         shared.settings.health.read(read).await
     }
+
+    /// The events `query_stream` streams, each decoded as an `E`: keyset pages of at most
+    /// 1,000 events, each read while the caller takes the one before, on a connection taken
+    /// for that page only, so that a stream dropped part-way holds nothing.
+    fn stream_pages<E: events::ReadEvent>(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> Events<'static, E> {
+        if let Err(error) = self.admit(Operation::Query { filter, stream }) {
+            return Box::pin(futures_util::stream::once(async move { Err(error) }));
+        }
+        let pages = events::Pages::new(filter, stream, after, limit, direction);
+        events::query_stream(Arc::clone(&self.shared), pages)
+    }
 }
 
 #[async_trait]
@@ -277,11 +296,7 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> EventStream<'a> {
-        if let Err(error) = self.admit(Operation::Query { filter, stream }) {
-            return Box::pin(futures_util::stream::once(async move { Err(error) }));
-        }
-        let pages = events::Pages::new(filter, stream, after, limit, direction);
-        events::query_stream(Arc::clone(&self.shared), pages)
+        self.stream_pages(filter, stream, after, limit, direction)
     }
 
     /// Streams natively, as `query_stream` does, each payload as the JSON text the server
@@ -294,11 +309,7 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> RawEventStream<'a> {
-        if let Err(error) = self.admit(Operation::Query { filter, stream }) {
-            return Box::pin(futures_util::stream::once(async move { Err(error) }));
-        }
-        let pages = events::Pages::new(filter, stream, after, limit, direction);
-        events::query_stream(Arc::clone(&self.shared), pages)
+        self.stream_pages(filter, stream, after, limit, direction)
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
