@@ -91,7 +91,7 @@ impl ReadEvent for StoredEvent {
         stream: &EventStreamId,
         tags: &mut RepeatedTags,
     ) -> Result<Self, sqlx::Error> {
-        decode_read(row, stream, tags)
+        decode_row(row, stream, value_payload, tags).map(EventRow::into_stored)
     }
 }
 
@@ -105,37 +105,24 @@ impl ReadEvent for RawStoredEvent {
         stream: &EventStreamId,
         tags: &mut RepeatedTags,
     ) -> Result<Self, sqlx::Error> {
-        let event = if stream.is_concrete() {
-            decode_after_stream(row, stream.clone(), 3, raw_payload, tags)?
-        } else {
-            decode_with_stream(row, raw_payload, tags)?
-        };
-        Ok(RawStoredEvent {
-            stream: event.stream,
-            event_type: event.event_type,
-            reference: event.reference,
-            payload: event.payload,
-            tags: event.tags,
-            timestamp: event.timestamp,
-            idempotency_key: event.idempotency_key,
-        })
+        decode_row(row, stream, raw_payload, tags).map(EventRow::into_raw)
     }
 }
 
 /// An event from a row a read of `stream` returned, with the [`read_columns`] of `stream`: a
-/// concrete stream's events carry that stream, the others their own. `tags` holds the tags
-/// of the read's row before.
-pub(crate) fn decode_read(
+/// concrete stream's events carry that stream, the others their own. Its payload is decoded
+/// by `payload`; `tags` holds the tags of the read's row before.
+fn decode_row<P>(
     row: &PgRow,
     stream: &EventStreamId,
+    payload: fn(&PgRow, usize) -> Result<P, sqlx::Error>,
     tags: &mut RepeatedTags,
-) -> Result<StoredEvent, sqlx::Error> {
+) -> Result<EventRow<P>, sqlx::Error> {
     if stream.is_concrete() {
-        decode_after_stream(row, stream.clone(), 3, value_payload, tags)
+        decode_after_stream(row, stream.clone(), 3, payload, tags)
     } else {
-        decode_with_stream(row, value_payload, tags)
+        decode_with_stream(row, payload, tags)
     }
-    .map(EventRow::into_stored)
 }
 
 /// An event from a row with the [`EVENT_COLUMNS`]: each column read by its index, each
@@ -159,6 +146,20 @@ struct EventRow<P> {
 impl EventRow<serde_json::Value> {
     fn into_stored(self) -> StoredEvent {
         StoredEvent {
+            stream: self.stream,
+            event_type: self.event_type,
+            reference: self.reference,
+            payload: self.payload,
+            tags: self.tags,
+            timestamp: self.timestamp,
+            idempotency_key: self.idempotency_key,
+        }
+    }
+}
+
+impl EventRow<Box<RawValue>> {
+    fn into_raw(self) -> RawStoredEvent {
+        RawStoredEvent {
             stream: self.stream,
             event_type: self.event_type,
             reference: self.reference,
