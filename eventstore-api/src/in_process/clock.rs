@@ -1,24 +1,43 @@
 //! The storage's clock for backends that live in one process.
 
 use std::sync::Mutex;
+use std::time::Instant;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
-/// The system's UTC clock, made non-decreasing.
+/// How far the storage's clock may run faster or slower than the process's monotonic clock
+/// while it follows the system's clock: one part in this many.
 ///
-/// Lease expiry is judged on this clock alone. A wall clock can step backwards (NTP); a lease
-/// clock that did would revive expired leases, so every reading is at least the one before.
+/// An NTP daemon slews the system clock by at most 500 parts per million, well inside it; a
+/// lease's real length changes by at most this part, far less than an elector's default
+/// safety margin (a twentieth of the ttl).
+const MAX_RATE_DIFFERENCE: i32 = 100;
+
+/// The system's UTC clock, followed at the monotonic clock's pace.
 ///
-/// A step forward is taken as it comes: every live lease loses the step at once, while each
-/// elector's own deadline, on the monotonic clock, does not move, so another contender may
-/// lead while the old holder still believes it does, for up to its ttl. Its fenced writes are
-/// refused; unfenced ones are not. Keep the system clock slewed rather than stepped while the
-/// process runs (chrony and ntpd step only at boot by default). Judging leases on the
-/// monotonic clock instead would leave the stored timestamps behind real time after every
-/// step or suspend.
+/// Lease expiry is judged on this clock alone, so it must not jump. The system clock can be
+/// stepped, backwards or forwards (by an administrator, by NTP at start-up, by a virtual
+/// machine resumed on another host). Followed as it is, a step back would revive expired
+/// leases, and a step forward would expire every live lease at once while each elector's own
+/// deadline, on its monotonic clock, does not move: a second leader while the first still
+/// believes it leads.
+///
+/// So each reading advances from the one before by the time the monotonic clock measured
+/// since, give or take one part in a hundred, and within that bound comes as close to the
+/// system's time as it can. Slewing, as NTP does, is followed exactly; after a step the clock
+/// closes the gap at one part in a hundred (36 seconds an hour) and never goes back. Every
+/// holder and contender of an in-process storage lives in the storage's process, so they all
+/// measure time on the same monotonic clock as the leases.
 #[derive(Debug, Default)]
 pub struct StorageClock {
-    last: Mutex<Option<DateTime<Utc>>>,
+    last: Mutex<Option<Reading>>,
+}
+
+/// A reading of the clock, and when it was taken on the monotonic clock.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    at: DateTime<Utc>,
+    taken: Instant,
 }
 
 impl StorageClock {
@@ -27,21 +46,67 @@ impl StorageClock {
         StorageClock::default()
     }
 
-    /// Now: the system's time, or the previous reading if the system's clock went back.
+    /// Now: the system's time as far as the pace of the monotonic clock since the previous
+    /// reading allows (see [`StorageClock`]). Never earlier than the previous reading.
     pub fn now(&self) -> DateTime<Utc> {
+        self.read(Utc::now(), Instant::now())
+    }
+
+    /// The reading for a system time of `system`, taken at `taken` on the monotonic clock.
+    fn read(&self, system: DateTime<Utc>, taken: Instant) -> DateTime<Utc> {
         let mut last = self
             .last
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = last.map_or_else(Utc::now, |last| last.max(Utc::now()));
-        *last = Some(now);
-        now
+        let reading = match *last {
+            None => Reading { at: system, taken },
+            Some(last) => Reading {
+                at: follow(last, system, taken),
+                taken: taken.max(last.taken),
+            },
+        };
+        *last = Some(reading);
+        reading.at
+    }
+}
+
+/// The reading after `last` for a system time of `system`, taken at `taken`: `system`, held
+/// within one part in [`MAX_RATE_DIFFERENCE`] of the monotonic time elapsed since `last`.
+fn follow(last: Reading, system: DateTime<Utc>, taken: Instant) -> DateTime<Utc> {
+    // Readings taken out of order by racing threads count as taken at the same instant.
+    let elapsed =
+        TimeDelta::from_std(taken.saturating_duration_since(last.taken)).unwrap_or(TimeDelta::MAX);
+    let leeway = elapsed / MAX_RATE_DIFFERENCE;
+    let earliest = last.at.checked_add_signed(elapsed - leeway);
+    let latest = last.at.checked_add_signed(elapsed + leeway);
+    match (earliest, latest) {
+        (Some(earliest), Some(latest)) => system.clamp(earliest, latest),
+        // Beyond the calendar's end: nothing a lease could be judged by.
+        _ => last.at.max(system),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    /// A clock whose first reading was `start`, taken at the returned instant.
+    fn started_at(start: DateTime<Utc>) -> (StorageClock, Instant) {
+        let clock = StorageClock::new();
+        let taken = Instant::now();
+        assert_eq!(clock.read(start, taken), start);
+        (clock, taken)
+    }
+
+    fn start() -> DateTime<Utc> {
+        "2026-12-05T10:00:00Z".parse().unwrap()
+    }
+
+    fn seconds(n: i64) -> TimeDelta {
+        TimeDelta::seconds(n)
+    }
 
     #[test]
     fn readings_never_decrease() {
@@ -52,5 +117,66 @@ mod tests {
             assert!(now >= previous);
             previous = now;
         }
+    }
+
+    #[test]
+    fn a_system_clock_that_keeps_pace_is_followed_exactly() {
+        let (clock, first) = started_at(start());
+        for second in 1..=10 {
+            let taken = first + Duration::from_secs(second);
+            let system = start() + seconds(second as i64);
+            assert_eq!(clock.read(system, taken), system);
+        }
+    }
+
+    #[test]
+    fn a_slewed_system_clock_is_followed_exactly() {
+        // 500 parts per million fast, as fast as NTP slews.
+        let (clock, first) = started_at(start());
+        let taken = first + Duration::from_secs(100);
+        let system = start() + seconds(100) + TimeDelta::milliseconds(50);
+        assert_eq!(clock.read(system, taken), system);
+    }
+
+    #[test]
+    fn a_step_forward_does_not_expire_leases_early() {
+        let (clock, first) = started_at(start());
+        // An hour's step, seen ten seconds later: the clock moves ten seconds and a tenth.
+        let taken = first + Duration::from_secs(10);
+        let stepped = start() + seconds(3600 + 10);
+        assert_eq!(
+            clock.read(stepped, taken),
+            start() + seconds(10) + TimeDelta::milliseconds(100)
+        );
+        // It keeps closing the gap at one part in a hundred, and reaches the system's time.
+        let taken = first + Duration::from_secs(20);
+        assert_eq!(
+            clock.read(start() + seconds(3600 + 20), taken),
+            start() + seconds(20) + TimeDelta::milliseconds(200)
+        );
+        let later = Duration::from_secs(3600 * 101);
+        let system = start() + TimeDelta::from_std(later).unwrap() + seconds(3600);
+        assert_eq!(clock.read(system, first + later), system);
+    }
+
+    #[test]
+    fn a_step_back_does_not_revive_expired_leases() {
+        let (clock, first) = started_at(start());
+        let taken = first + Duration::from_secs(10);
+        let stepped = start() - seconds(3600 - 10);
+        assert_eq!(
+            clock.read(stepped, taken),
+            start() + seconds(10) - TimeDelta::milliseconds(100)
+        );
+    }
+
+    #[test]
+    fn readings_taken_out_of_order_do_not_go_back() {
+        let (clock, first) = started_at(start());
+        let taken = first + Duration::from_secs(10);
+        let reading = clock.read(start() + seconds(10), taken);
+        // A thread that read the clocks earlier but took the lock later.
+        let late = clock.read(start() + seconds(5), first + Duration::from_secs(5));
+        assert_eq!(late, reading);
     }
 }
