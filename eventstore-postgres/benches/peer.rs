@@ -16,6 +16,10 @@
 //! `run_id = 'r1'`. Every event read is decoded whole by both. "As typed events" is our
 //! typed stream of the facade, whose events decode from their payloads' text as the peer's
 //! do; the peer reads its stream as always.
+//!
+//! A last table says where a read's time goes: each store's rows of the read stream fetched
+//! undecoded in one statement on the plan of its read (ours also with only the peer's
+//! content, a position and a payload), beside each store's whole read.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +37,7 @@ use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
 
 const ROUNDS: usize = 5;
 const SINGLE_APPENDS: usize = 300;
@@ -390,7 +395,7 @@ async fn main() {
     }
     let stores = Stores {
         ours,
-        peer: PgEventStore::new_uninitialized(peer_pool, Json::<PeerEvent>::default()),
+        peer: PgEventStore::new_uninitialized(peer_pool.clone(), Json::<PeerEvent>::default()),
     };
     stores.seed_reads().await;
     // Statistics as autovacuum would gather them on a store that has run for a while.
@@ -452,52 +457,86 @@ async fn main() {
         let (a, b) = (median(&ours, field), median(&peer, field));
         println!("| {what} | {a:.0} | {b:.0} | {:.2}× |", a / b);
     }
-    raw_rows(&stores.ours, &tag).await;
+    fetch_floors(&stores, &admin, &peer_pool, &tag).await;
 }
 
-/// Where our read's time goes: the rows of the read stream fetched in one ordered statement
-/// with the columns a read selects, left undecoded, beside the read itself; medians of 5.
-async fn raw_rows(ours: &PostgresEventStorage, tag: &str) {
-    let sql = format!(
-        "SELECT position, xid8send(tx) AS tx_bytes, id, stream_context, stream_purpose, event_type, payload, \
-                tags, idempotency_key, stored_at \
-         FROM peer{tag}_events \
-         WHERE tx < pg_snapshot_xmin(pg_current_snapshot()) \
-           AND stream_context = 'bench' AND stream_purpose = 'default' \
-         ORDER BY tx, position LIMIT {READ_EVENTS}"
-    );
-    let mut fetch = Vec::new();
-    let mut read = Vec::new();
-    let stream = EventStreamId::for_context("bench");
-    for _ in 0..ROUNDS {
-        let start = Instant::now();
-        let rows = sqlx::query(&sql).fetch_all(ours.pool()).await.unwrap();
-        fetch.push(start.elapsed());
-        assert_eq!(rows.len(), READ_EVENTS);
-        let start = Instant::now();
-        let events = ours
-            .query(
-                &EventFilter::match_all(),
-                &stream,
-                None,
-                Limit::none(),
-                Direction::Forward,
-            )
-            .await
-            .unwrap();
-        read.push(start.elapsed());
-        assert_eq!(events.len(), READ_EVENTS);
+/// Where a read's time goes, both stores side by side: each one's rows of the read stream
+/// fetched undecoded in one statement on the same plan as its read, ours also with only the
+/// peer's content (position and payload), beside each whole read; medians of `ROUNDS`,
+/// alternating. Ours are fetched on `admin`, the peer's on `peer_pool`, whose search path
+/// names its schema.
+async fn fetch_floors(stores: &Stores, admin: &PgPool, peer_pool: &PgPool, tag: &str) {
+    // The plan of our read's pages: the context's index walked in order behind the barrier.
+    let ours_with = |columns: &str| {
+        format!(
+            "SELECT {columns} FROM peer{tag}_events \
+             WHERE tx < pg_snapshot_xmin(pg_current_snapshot()) \
+               AND stream_context >= 'bench' AND stream_context <= 'bench' \
+               AND stream_purpose = 'default' \
+             ORDER BY stream_context, tx, position LIMIT {READ_EVENTS}"
+        )
+    };
+    let statements = [
+        (
+            "ours: the columns a read of one stream selects",
+            admin,
+            ours_with(
+                "position, xid8send(tx) AS tx_bytes, id, event_type, payload, tags, \
+                 idempotency_key, stored_at",
+            ),
+        ),
+        (
+            "ours: only the peer's content (position and payload)",
+            admin,
+            ours_with("position, payload"),
+        ),
+        (
+            "the peer: its read's statement (id, payload, epoch)",
+            peer_pool,
+            "SELECT event.event_id, event.payload, epoch.__epoch_id \
+             FROM (VALUES (event_store_current_epoch())) AS epoch(__epoch_id) \
+             LEFT JOIN event ON event.event_id <= epoch.__epoch_id \
+               AND event.event_type = 'Measured' \
+             ORDER BY event_id ASC"
+                .to_owned(),
+        ),
+    ];
+    let mut fetched = vec![Vec::new(); statements.len()];
+    let mut reads = [Vec::new(), Vec::new()];
+    for round in 0..ROUNDS {
+        // Rotated, so that no statement always runs first.
+        for i in (0..statements.len()).map(|i| (i + round) % statements.len()) {
+            let (what, pool, sql) = &statements[i];
+            let start = Instant::now();
+            let rows = sqlx::query(sql).fetch_all(*pool).await.unwrap();
+            fetched[i].push(start.elapsed());
+            assert!(rows.len() >= READ_EVENTS, "{what}: {} rows", rows.len());
+        }
+        for side in [Side::Ours, Side::Peer] {
+            let start = Instant::now();
+            assert_eq!(stores.read(side, false).await, READ_EVENTS);
+            reads[usize::from(side == Side::Peer)].push(start.elapsed());
+        }
     }
-    fetch.sort();
-    read.sort();
-    println!("\n| our read of 20,000 events | median of {ROUNDS} |");
+    let ms = |mut times: Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2].as_secs_f64() * 1e3
+    };
+    println!("\n| the 20,000 events of the read stream | median of {ROUNDS} |");
     println!("|---|---:|");
+    for ((what, _, _), times) in statements.iter().zip(fetched) {
+        println!(
+            "| {what}, fetched undecoded in one statement | {:.1} ms |",
+            ms(times)
+        );
+    }
+    let [ours, peer] = reads;
     println!(
-        "| rows fetched in one ordered statement, not decoded | {:.1} ms |",
-        fetch[ROUNDS / 2].as_secs_f64() * 1e3
+        "| ours: `query`, pages of 1,000 then 2,000, each row decoded into a `StoredEvent` | {:.1} ms |",
+        ms(ours)
     );
     println!(
-        "| `query`: pages of 1,000 then 2,000, each row decoded into a `StoredEvent` | {:.1} ms |",
-        read[ROUNDS / 2].as_secs_f64() * 1e3
+        "| the peer: its read, each event decoded into its type | {:.1} ms |",
+        ms(peer)
     );
 }
