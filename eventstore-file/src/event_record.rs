@@ -2,10 +2,14 @@
 //!
 //! A whole batch is one frame, so a crash stores all of it or none of it. Inside the frame,
 //! each event is length-prefixed so that the index can point at it and a read can fetch one
-//! event alone.
+//! event alone. A batch also records where the write of its group (the frames synced
+//! together) began in its segment, so that recovery can tell a group whose pages reached the
+//! disk out of order from damage (see `group_tail`). Batches of kind 1, written before, lack
+//! it and are still read.
 //!
 //! ```text
-//! batch:  kind u8 = 1 | count u32 | (length u32 | event) * count
+//! batch:  kind u8 = 2 | group start u64 | count u32 | (length u32 | event) * count
+//! (kind 1: kind u8 = 1 | count u32 | (length u32 | event) * count)
 //! event:  id [16] | position u64 | timestamp (i64 s, u32 ns) | context str | purpose str
 //!         | type str | tag count u32 | (key str | value str) * n | has key u8 [| key str]
 //!         | payload JSON (the rest)
@@ -22,9 +26,14 @@ use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
-use crate::frame::{begin_frame, finish_frame, HEADER_LEN, MAX_PAYLOAD};
+use crate::frame::{begin_frame, finish_frame, reseal_frame, HEADER_LEN, MAX_PAYLOAD};
 
-const BATCH_KIND: u8 = 1;
+/// A batch without its group's start, as written before batches recorded it.
+const UNGROUPED_BATCH_KIND: u8 = 1;
+/// A batch that records where its group's write began.
+const BATCH_KIND: u8 = 2;
+/// Where a batch frame holds its group's start: after the frame header and the kind.
+const GROUP_START_AT: usize = HEADER_LEN + 1;
 
 /// A batch encoded as one complete frame, and where each event lies inside it.
 #[derive(Debug)]
@@ -46,6 +55,8 @@ pub(crate) fn encode_batch(events: &[StoredEvent]) -> Result<EncodedBatch, Event
     let mut frame = Vec::with_capacity(64 + events.len() * 128);
     let start = begin_frame(&mut frame);
     put_u8(&mut frame, BATCH_KIND);
+    // Known once the frame is placed in its group: see `stamp_group_start`.
+    put_u64(&mut frame, 0);
     put_u32(&mut frame, events.len() as u32);
     let mut located = Vec::with_capacity(events.len());
     for event in events {
@@ -103,11 +114,8 @@ fn encode_event(event: &StoredEvent, out: &mut Vec<u8>) -> io::Result<()> {
 /// The payload is not a batch.
 pub(crate) fn decode_batch(payload: &[u8]) -> Result<Vec<(u64, &[u8])>, DecodeError> {
     let mut decoder = Decoder::new(payload);
-    let kind = decoder.u8("the record kind")?;
-    if kind != BATCH_KIND {
-        return Err(DecodeError(format!(
-            "unknown record kind {kind}, expected {BATCH_KIND} (a batch of events)"
-        )));
+    if batch_kind(&mut decoder)? == BATCH_KIND {
+        decoder.u64("the group start")?;
     }
     let count = decoder.u32("the event count")?;
     let mut events = Vec::with_capacity(count.min(1 << 16) as usize);
@@ -119,6 +127,38 @@ pub(crate) fn decode_batch(payload: &[u8]) -> Result<Vec<(u64, &[u8])>, DecodeEr
     }
     decoder.finish("the last event of the batch")?;
     Ok(events)
+}
+
+/// Where the write of the group of a batch frame's payload began in its segment, or `None`
+/// for a batch of kind 1, which does not say.
+///
+/// # Errors
+/// The payload is not a batch.
+pub(crate) fn group_start(payload: &[u8]) -> Result<Option<u64>, DecodeError> {
+    let mut decoder = Decoder::new(payload);
+    if batch_kind(&mut decoder)? == BATCH_KIND {
+        return decoder.u64("the group start").map(Some);
+    }
+    Ok(None)
+}
+
+/// Records in `frame`, a batch frame from [`encode_batch`], that its group's write began at
+/// `group_start`, and brings its checksums up to date.
+pub(crate) fn stamp_group_start(frame: &mut [u8], group_start: u64) {
+    frame[GROUP_START_AT..GROUP_START_AT + 8].copy_from_slice(&group_start.to_le_bytes());
+    reseal_frame(frame);
+}
+
+/// Reads a batch's kind: either kind of batch.
+fn batch_kind(decoder: &mut Decoder<'_>) -> Result<u8, DecodeError> {
+    let kind = decoder.u8("the record kind")?;
+    if kind != BATCH_KIND && kind != UNGROUPED_BATCH_KIND {
+        return Err(DecodeError(format!(
+            "unknown record kind {kind}, expected {BATCH_KIND} or {UNGROUPED_BATCH_KIND} \
+             (a batch of events)"
+        )));
+    }
+    Ok(kind)
 }
 
 /// An event's fields as stored, borrowed from its bytes, payload not parsed.

@@ -41,6 +41,15 @@ pub(crate) fn finish_frame(out: &mut [u8], start: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Brings the checksums of `frame`, a whole frame whose payload was changed in place, up to
+/// date.
+pub(crate) fn reseal_frame(frame: &mut [u8]) {
+    let (header, payload) = frame.split_at_mut(HEADER_LEN);
+    header[4..8].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    let header_crc = crc32c::crc32c(&header[0..8]);
+    header[8..12].copy_from_slice(&header_crc.to_le_bytes());
+}
+
 /// Appends one complete frame holding `payload` to `out`.
 ///
 /// # Errors

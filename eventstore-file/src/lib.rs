@@ -38,9 +38,15 @@
 //!   types, tags, keys), not payloads; reads fetch payloads from disk. The log ends where only
 //!   zeros follow. A torn frame at the end of the last segment (a write cut short by a crash,
 //!   never acknowledged: incomplete, or failing its checksum with only zeros after it) is cut
-//!   off with a warning; damage anywhere else, in a sealed segment or followed by data, fails
+//!   off with a warning. So is a group whose pages reached the disk out of order (a crash
+//!   during its write kept a later frame whole and lost an earlier part): every frame records
+//!   where its group's write began, and a group with a whole frame after damage of its own
+//!   was never completely synced, so never acknowledged. Damage anywhere else (in a sealed
+//!   segment, followed by a later group's frame, or by data that is no whole frame) fails
 //!   the open with an error naming the file and offset. A flipped byte inside the very last
-//!   frame cannot be told from a torn write and is cut off too.
+//!   frame cannot be told from a torn write and is cut off too. Stores written before frames
+//!   recorded their group are read as they are; a version before that cannot read a store
+//!   this one has written to.
 //! - **One process at a time.** The directory is locked while open; a second open, here or in
 //!   another process, fails naming the directory and the holder's pid. Share one storage
 //!   between tasks by cloning the handle. An operator's tool reads a store beside the process
@@ -74,6 +80,7 @@ mod event_record;
 mod file_failure;
 mod frame;
 mod gathering;
+mod group_tail;
 mod index;
 mod journal;
 mod lease_tokens;

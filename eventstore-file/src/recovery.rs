@@ -1,6 +1,7 @@
 //! Opening the event log: every segment is scanned once, frame by frame, to rebuild the index.
-//! A torn frame at the end of the last segment is cut off; damage anywhere else stops the
-//! open with an error naming the file and offset.
+//! A torn frame at the end of the last segment is cut off, and so is damage in the last
+//! segment that only frames of its own group follow (see `group_tail`); damage anywhere else
+//! stops the open with an error naming the file and offset.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use crate::corruption::{Corruption, OpenFailure};
 use crate::event_record::{decode_batch, EventFields};
 use crate::frame::{FrameScanner, Scanned, HEADER_LEN};
+use crate::group_tail::{after_damage, AfterDamage};
 use crate::index::{EventIndex, IndexedEvent, Location};
 use crate::segments::{
     create_segment, decode_header, encode_header, list_segments, SegmentWriter, SEGMENT_HEADER_LEN,
@@ -225,22 +227,8 @@ fn scan_segment(
                 )
                 .into())
             }
-            Scanned::Torn { offset, .. } if mode == Mode::ReadLast => {
-                // A write in progress, or one a crash cut short: the log ends before it.
-                return Ok(Extent::exact(offset));
-            }
             Scanned::Torn { offset, reason } if is_last => {
-                tracing::warn!(
-                    file = %path.display(),
-                    offset,
-                    cut_bytes = length - offset,
-                    reason,
-                    "cutting off a torn, never acknowledged append at the end of the log"
-                );
-                file.set_len(offset)
-                    .and_then(|()| file.sync_data())
-                    .map_err(OpenFailure::io("cannot cut the torn tail of", path))?;
-                return Ok(Extent::exact(offset));
+                return end_before_unacknowledged(&file, path, mode, offset, length, reason);
             }
             Scanned::Torn { offset, reason } => {
                 return Err(Corruption::new(
@@ -250,11 +238,58 @@ fn scan_segment(
                 )
                 .into())
             }
+            Scanned::Corrupt { offset, problem } if is_last => {
+                let after = after_damage(&file, offset, length)
+                    .map_err(OpenFailure::io("cannot read", path))?;
+                let problem = match after {
+                    AfterDamage::ItsOwnGroup { .. } => {
+                        let reason = "a group write whose pages reached the disk out of order";
+                        return end_before_unacknowledged(
+                            &file, path, mode, offset, length, reason,
+                        );
+                    }
+                    AfterDamage::NoFrame => problem,
+                    AfterDamage::LaterGroup { offset: later } => {
+                        format!("{problem}, before a later group's frame at byte offset {later}")
+                    }
+                    AfterDamage::Unrecorded { offset: later } => format!(
+                        "{problem}, before a frame at byte offset {later} that does not record \
+                         its group"
+                    ),
+                };
+                return Err(Corruption::new(path, offset, problem).into());
+            }
             Scanned::Corrupt { offset, problem } => {
                 return Err(Corruption::new(path, offset, problem).into())
             }
         }
     }
+}
+
+/// Ends the last segment at `offset`, before a write that was never acknowledged (`reason`
+/// says what was found there): a read-only open reads up to it (a write may be in progress,
+/// or a crash cut one short), an open for appending cuts it off.
+fn end_before_unacknowledged(
+    file: &File,
+    path: &Path,
+    mode: Mode,
+    offset: u64,
+    length: u64,
+    reason: &'static str,
+) -> Result<Extent, OpenFailure> {
+    if mode == Mode::RepairLast {
+        tracing::warn!(
+            file = %path.display(),
+            offset,
+            cut_bytes = length - offset,
+            reason,
+            "cutting off a torn, never acknowledged append at the end of the log"
+        );
+        file.set_len(offset)
+            .and_then(|()| file.sync_data())
+            .map_err(OpenFailure::io("cannot cut the torn tail of", path))?;
+    }
+    Ok(Extent::exact(offset))
 }
 
 fn index_frame(
@@ -322,4 +357,176 @@ fn rewrite_header(file: &mut File, first_position: u64) -> std::io::Result<()> {
     file.seek(SeekFrom::Start(0))?;
     file.write_all(&encode_header(first_position))?;
     file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use eventstore_api::{EventId, EventReference, EventStreamId, StoredEvent, Tags};
+
+    use super::*;
+    use crate::event_record::encode_batch;
+    use crate::frame::write_frame;
+    use crate::segments::segment_file_name;
+
+    /// A batch frame holding the event at `position`.
+    fn frame(position: u64) -> Vec<u8> {
+        let event = StoredEvent {
+            stream: EventStreamId::new("orders", "eu"),
+            event_type: "OrderPlaced".into(),
+            reference: EventReference::at(EventId::new(), position),
+            payload: serde_json::json!({ "n": position, "text": "x".repeat(300) }),
+            tags: Tags::default(),
+            timestamp: Utc::now(),
+            idempotency_key: None,
+        };
+        encode_batch(&[event]).unwrap().frame
+    }
+
+    /// A store in `dir` whose first segment holds `groups`, each a group of frames written and
+    /// synced together, one event each, positions from 1; returns where each frame starts.
+    fn write_groups(dir: &Path, groups: &[usize]) -> Vec<Vec<u64>> {
+        let file = create_segment(dir, 1).unwrap();
+        let path = dir.join(segment_file_name(1));
+        let (len, max) = (SEGMENT_HEADER_LEN, 1 << 30);
+        let mut writer = SegmentWriter::new(dir, max, file, &path, 0, len, len);
+        let mut position = 1;
+        let mut offsets = Vec::new();
+        for &frames in groups {
+            let mut group = Vec::new();
+            for _ in 0..frames {
+                let (_, offset) = writer.append(&frame(position), position).unwrap();
+                group.push(offset);
+                position += 1;
+            }
+            writer.sync().unwrap();
+            offsets.push(group);
+        }
+        offsets
+    }
+
+    fn segment(dir: &Path) -> std::path::PathBuf {
+        dir.join(segment_file_name(1))
+    }
+
+    /// Zeros `length` bytes of the first segment from `offset`, as a write the disk lost.
+    fn lose(dir: &Path, offset: u64, length: usize) {
+        let file = OpenOptions::new().write(true).open(segment(dir)).unwrap();
+        crate::positioned_io::write_all_at(&file, &vec![0; length], offset).unwrap();
+    }
+
+    fn corruption(failure: OpenFailure) -> String {
+        match failure {
+            OpenFailure::Corrupt(corruption) => corruption.to_string(),
+            other => panic!("corruption expected, got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_group_whose_later_frame_is_whole_without_an_earlier_one_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = write_groups(dir.path(), &[1, 3]);
+        let lost = offsets[1][0];
+        // The group's first frame never reached the disk; its two later frames did.
+        lose(dir.path(), lost, frame(2).len());
+
+        let read = read_log(dir.path()).unwrap();
+        assert_eq!(
+            read.next_position(),
+            2,
+            "a read-only open reads up to the group"
+        );
+        let on_disk = std::fs::metadata(segment(dir.path())).unwrap().len();
+        assert!(on_disk > lost, "a read-only open changes nothing");
+
+        let (index, _) = recover_log(dir.path(), 1 << 30).unwrap();
+        assert_eq!(
+            index.next_position(),
+            2,
+            "the acknowledged group stays, whole"
+        );
+        let on_disk = std::fs::metadata(segment(dir.path())).unwrap().len();
+        assert_eq!(on_disk, lost, "the unacknowledged group is cut off");
+    }
+
+    #[test]
+    fn a_group_missing_a_middle_frame_keeps_the_frames_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = write_groups(dir.path(), &[1, 3]);
+        let lost = offsets[1][1];
+        lose(dir.path(), lost, 16);
+
+        let (index, _) = recover_log(dir.path(), 1 << 30).unwrap();
+        assert_eq!(
+            index.next_position(),
+            3,
+            "the whole frames before the damage are kept: each is a whole batch"
+        );
+        assert_eq!(std::fs::metadata(segment(dir.path())).unwrap().len(), lost);
+    }
+
+    #[test]
+    fn damage_before_a_later_group_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = write_groups(dir.path(), &[1, 1, 2]);
+        let damaged = offsets[1][0];
+        lose(dir.path(), damaged, 12);
+        let length = std::fs::metadata(segment(dir.path())).unwrap().len();
+
+        let report = corruption(recover_log(dir.path(), 1 << 30).unwrap_err());
+        assert!(
+            report.contains(&format!("offset {damaged}"))
+                && report.contains(&format!(
+                    "later group's frame at byte offset {}",
+                    offsets[2][0]
+                )),
+            "{report}"
+        );
+        let report = corruption(read_log(dir.path()).unwrap_err());
+        assert!(report.contains("later group's frame"), "{report}");
+        assert_eq!(
+            std::fs::metadata(segment(dir.path())).unwrap().len(),
+            length,
+            "nothing is cut"
+        );
+    }
+
+    #[test]
+    fn damage_before_a_frame_that_does_not_record_its_group_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = write_groups(dir.path(), &[1, 1]);
+        let damaged = offsets[1][0];
+        lose(dir.path(), damaged, 12);
+        // A batch as written before batches recorded their group, appended after the damage.
+        let mut old = Vec::new();
+        write_frame(&mut old, &ungrouped(&frame(3))).unwrap();
+        let file = OpenOptions::new()
+            .append(true)
+            .open(segment(dir.path()))
+            .unwrap();
+        crate::positioned_io::write_all_at(&file, &old, file.metadata().unwrap().len()).unwrap();
+
+        let report = corruption(recover_log(dir.path(), 1 << 30).unwrap_err());
+        assert!(report.contains("does not record its group"), "{report}");
+    }
+
+    #[test]
+    fn batches_written_before_they_recorded_their_group_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut segment_bytes = crate::segments::encode_header(1).to_vec();
+        for position in 1..=3 {
+            write_frame(&mut segment_bytes, &ungrouped(&frame(position))).unwrap();
+        }
+        std::fs::write(segment(dir.path()), &segment_bytes).unwrap();
+
+        let (index, _) = recover_log(dir.path(), 1 << 30).unwrap();
+        assert_eq!(index.next_position(), 4);
+    }
+
+    /// The payload of batch `frame` as a batch of kind 1: without its group's start.
+    fn ungrouped(frame: &[u8]) -> Vec<u8> {
+        let payload = &frame[HEADER_LEN..];
+        assert_eq!(payload[0], 2, "a batch that records its group");
+        [&[1u8][..], &payload[9..]].concat()
+    }
 }

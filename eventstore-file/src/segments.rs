@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::codec::{DecodeError, Decoder};
 use crate::directory::sync_dir;
+use crate::event_record::stamp_group_start;
 use crate::file_failure::FileFailure;
 use crate::positioned_io::write_all_at;
 
@@ -162,8 +163,9 @@ impl SegmentWriter {
         }
     }
 
-    /// Buffers `frame`, whose first event has `first_position`; returns the segment number and
-    /// offset it will lie at. A full segment is synced and sealed first.
+    /// Buffers `frame`, a batch frame whose first event has `first_position`, stamped with
+    /// where its group's write begins; returns the segment number and offset it will lie at.
+    /// A full segment is synced and sealed first.
     ///
     /// # Errors
     /// Sealing the full segment or starting the next one failed.
@@ -193,7 +195,10 @@ impl SegmentWriter {
             self.opened.push(Arc::new(reader));
         }
         let offset = self.length;
+        let at = self.buffer.len();
         self.buffer.extend_from_slice(frame);
+        // The buffer is written in one piece at `written`: where this group's write begins.
+        stamp_group_start(&mut self.buffer[at..], self.written);
         self.length += frame.len() as u64;
         Ok((self.segment, offset))
     }
