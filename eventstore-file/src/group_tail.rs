@@ -12,8 +12,13 @@
 //! never acknowledged: damage followed by a whole frame of its own group, and by no frame of
 //! a later group, is such a write. Damage followed by a frame of a later group lies in a group
 //! that was synced, and is corruption; so is damage followed by a frame from before batches
-//! recorded their group, which cannot tell. Damage followed by no whole frame is judged as
-//! before: a torn tail if only zeros follow it, else corruption.
+//! recorded their group, which cannot tell.
+//!
+//! A group of one frame whose first sector was lost leaves no whole frame to ask: zeros from
+//! the end of the frames before it up to a sector boundary, then the rest of the frame. The
+//! disk writes whole sectors, so zeros that run from the damage to a sector boundary are a
+//! sector it never wrote, and a write that lost a sector was never synced either. Damage
+//! followed by no whole frame and not starting with such zeros is corruption.
 
 use std::fs::File;
 use std::io;
@@ -24,6 +29,9 @@ use crate::positioned_io::read_exact_at;
 
 /// Bytes read at a time while looking for frames after damage.
 const CHUNK: usize = 1 << 20;
+
+/// The smallest unit a disk writes: a write cut short by a crash loses whole sectors.
+const SECTOR: u64 = 512;
 
 /// What follows damage found at some offset of the last segment.
 #[derive(Debug, PartialEq, Eq)]
@@ -44,7 +52,10 @@ pub(crate) enum AfterDamage {
         /// Where that frame starts.
         offset: u64,
     },
-    /// No whole frame.
+    /// No whole frame, and zeros from the damage up to a sector boundary: a write whose
+    /// first sectors never reached the disk.
+    LostSectors,
+    /// No whole frame, and data before the next sector boundary.
     NoFrame,
 }
 
@@ -91,11 +102,16 @@ pub(crate) fn after_damage(file: &File, damaged: u64, end: u64) -> io::Result<Af
         let next = at + (read - HEADER_LEN + 1) as u64;
         at = skip_to.map_or(next, |skip_to| skip_to.max(next));
     }
-    Ok(
-        own_group.map_or(AfterDamage::NoFrame, |offset| AfterDamage::ItsOwnGroup {
-            offset,
-        }),
-    )
+    if let Some(offset) = own_group {
+        return Ok(AfterDamage::ItsOwnGroup { offset });
+    }
+    let boundary = (damaged / SECTOR + 1) * SECTOR;
+    let mut first_sector = vec![0u8; (boundary.min(end) - damaged) as usize];
+    read_exact_at(file, &mut first_sector, damaged)?;
+    if first_sector.iter().all(|&byte| byte == 0) {
+        return Ok(AfterDamage::LostSectors);
+    }
+    Ok(AfterDamage::NoFrame)
 }
 
 /// The payload length and checksum of `header`, read at `offset`, if it is an intact frame

@@ -38,12 +38,13 @@
 //!   types, tags, keys), not payloads; reads fetch payloads from disk. The log ends where only
 //!   zeros follow. A torn frame at the end of the last segment (a write cut short by a crash,
 //!   never acknowledged: incomplete, or failing its checksum with only zeros after it) is cut
-//!   off with a warning. So is a group whose pages reached the disk out of order (a crash
-//!   during its write kept a later frame whole and lost an earlier part): every frame records
-//!   where its group's write began, and a group with a whole frame after damage of its own
-//!   was never completely synced, so never acknowledged. Damage anywhere else (in a sealed
-//!   segment, followed by a later group's frame, or by data that is no whole frame) fails
-//!   the open with an error naming the file and offset. A flipped byte inside the very last
+//!   off with a warning. So is a write whose sectors reached the disk out of order (a crash
+//!   during it kept later sectors and lost earlier ones), which was never completely synced,
+//!   so never acknowledged: every frame records where its group's write began, and damage
+//!   followed by a whole frame of its own group, or by a sector boundary with only zeros
+//!   before it, is such a write. Damage anywhere else (in a sealed segment, followed by a
+//!   later group's frame, or by data before the next sector boundary and no whole frame)
+//!   fails the open with an error naming the file and offset. A flipped byte inside the very last
 //!   frame cannot be told from a torn write and is cut off too. Stores written before frames
 //!   recorded their group are read as they are; a version before that cannot read a store
 //!   this one has written to.

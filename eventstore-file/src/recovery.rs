@@ -241,12 +241,16 @@ fn scan_segment(
             Scanned::Corrupt { offset, problem } if is_last => {
                 let after = after_damage(&file, offset, length)
                     .map_err(OpenFailure::io("cannot read", path))?;
+                let unacknowledged =
+                    |reason| end_before_unacknowledged(&file, path, mode, offset, length, reason);
                 let problem = match after {
                     AfterDamage::ItsOwnGroup { .. } => {
-                        let reason = "a group write whose pages reached the disk out of order";
-                        return end_before_unacknowledged(
-                            &file, path, mode, offset, length, reason,
-                        );
+                        return unacknowledged(
+                            "a group write whose pages reached the disk out of order",
+                        )
+                    }
+                    AfterDamage::LostSectors => {
+                        return unacknowledged("a write whose first sectors never reached the disk")
                     }
                     AfterDamage::NoFrame => problem,
                     AfterDamage::LaterGroup { offset: later } => {
@@ -369,13 +373,13 @@ mod tests {
     use crate::frame::write_frame;
     use crate::segments::segment_file_name;
 
-    /// A batch frame holding the event at `position`.
+    /// A batch frame holding the event at `position`, over three sectors long.
     fn frame(position: u64) -> Vec<u8> {
         let event = StoredEvent {
             stream: EventStreamId::new("orders", "eu"),
             event_type: "OrderPlaced".into(),
             reference: EventReference::at(EventId::new(), position),
-            payload: serde_json::json!({ "n": position, "text": "x".repeat(300) }),
+            payload: serde_json::json!({ "n": position, "text": "x".repeat(1_500) }),
             tags: Tags::default(),
             timestamp: Utc::now(),
             idempotency_key: None,
@@ -463,6 +467,34 @@ mod tests {
             "the whole frames before the damage are kept: each is a whole batch"
         );
         assert_eq!(std::fs::metadata(segment(dir.path())).unwrap().len(), lost);
+    }
+
+    #[test]
+    fn a_lone_frame_whose_first_sector_was_lost_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = write_groups(dir.path(), &[1, 1]);
+        let lost = offsets[1][0];
+        // From the end of the first group to the next sector boundary: the rest of the
+        // frame, in the sectors after, reached the disk.
+        let boundary = (lost / 512 + 1) * 512;
+        lose(dir.path(), lost, (boundary - lost) as usize);
+
+        let (index, _) = recover_log(dir.path(), 1 << 30).unwrap();
+        assert_eq!(index.next_position(), 2);
+        assert_eq!(std::fs::metadata(segment(dir.path())).unwrap().len(), lost);
+    }
+
+    #[test]
+    fn zeros_that_end_before_a_sector_boundary_are_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = write_groups(dir.path(), &[1, 1]);
+        let damaged = offsets[1][0];
+        let boundary = (damaged / 512 + 1) * 512;
+        // Zeros up to one byte short of the boundary: no sector the disk lost whole.
+        lose(dir.path(), damaged, (boundary - damaged - 1) as usize);
+
+        let report = corruption(recover_log(dir.path(), 1 << 30).unwrap_err());
+        assert!(report.contains(&format!("offset {damaged}")), "{report}");
     }
 
     #[test]
