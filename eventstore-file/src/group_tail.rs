@@ -7,18 +7,15 @@
 //! segment was preallocated with, so a scan finds damage followed by more of the group's
 //! frames, which is not a torn tail (nothing but zeros after it).
 //!
-//! Every batch frame records where its group's write began. A group whose later frame is
-//! whole on disk while an earlier part of it is not was never completely synced, so it was
-//! never acknowledged: damage followed by a whole frame of its own group, and by no frame of
-//! a later group, is such a write. Damage followed by a frame of a later group lies in a group
-//! that was synced, and is corruption; so is damage followed by a frame from before batches
-//! recorded their group, which cannot tell.
-//!
-//! A group of one frame whose first sector was lost leaves no whole frame to ask: zeros from
-//! the end of the frames before it up to a sector boundary, then the rest of the frame. The
-//! disk writes whole sectors, so zeros that run from the damage to a sector boundary are a
-//! sector it never wrote, and a write that lost a sector was never synced either. Damage
-//! followed by no whole frame and not starting with such zeros is corruption.
+//! Every batch frame records where its group's write began. A lost sector keeps what the
+//! disk held before: zeros, where the frames after the last synced group go (preallocated,
+//! or past the end of the file). Damage that shows such a sector, followed by a whole frame
+//! of its own group and by no frame of a later group, is a group that never completed its
+//! sync, so it was never acknowledged; so is damage that shows such a sector and is
+//! followed by no whole frame at all (a group of one frame whose first sector was lost).
+//! Damage followed by a frame of a later group lies in a group that was synced, and is
+//! corruption; so is damage followed by a frame from before batches recorded their group,
+//! which cannot tell, and damage that shows no lost sector (a flipped byte).
 
 use std::fs::File;
 use std::io;
@@ -36,8 +33,9 @@ const SECTOR: u64 = 512;
 /// What follows damage found at some offset of the last segment.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum AfterDamage {
-    /// Whole frames of the damaged frame's own group, the first at `offset`, and none of a
-    /// later group: a group write that never completed its sync.
+    /// Whole frames of the damaged frame's own group, the first at `offset`, none of a later
+    /// group, and a sector before it that the disk never wrote: a group write that never
+    /// completed its sync.
     ItsOwnGroup {
         /// Where the first whole frame of the group after the damage starts.
         offset: u64,
@@ -52,11 +50,11 @@ pub(crate) enum AfterDamage {
         /// Where that frame starts.
         offset: u64,
     },
-    /// No whole frame, and zeros from the damage up to a sector boundary: a write whose
-    /// first sectors never reached the disk.
+    /// No whole frame, and a sector of the damage the disk never wrote: a write whose
+    /// sectors reached the disk out of order.
     LostSectors,
-    /// No whole frame, and data before the next sector boundary.
-    NoFrame,
+    /// No later group's frame, but no sector of the damage reads as one the disk never wrote.
+    NoLostSector,
 }
 
 /// Looks at every offset of `file` after `damaged` up to `end` for an intact frame, and
@@ -102,16 +100,63 @@ pub(crate) fn after_damage(file: &File, damaged: u64, end: u64) -> io::Result<Af
         let next = at + (read - HEADER_LEN + 1) as u64;
         at = skip_to.map_or(next, |skip_to| skip_to.max(next));
     }
+    // The damage must show a sector the disk never wrote: a flipped byte in a group that was
+    // synced, followed by its own later frames, is corruption, not a torn write.
     if let Some(offset) = own_group {
-        return Ok(AfterDamage::ItsOwnGroup { offset });
+        return Ok(if lost_sector(file, damaged, offset)? {
+            AfterDamage::ItsOwnGroup { offset }
+        } else {
+            AfterDamage::NoLostSector
+        });
     }
+    let data_end = data_end(file, damaged, end)?;
+    Ok(if lost_sector(file, damaged, data_end)? {
+        AfterDamage::LostSectors
+    } else {
+        AfterDamage::NoLostSector
+    })
+}
+
+/// Whether the bytes from `damaged` to `until` show a sector the disk never wrote: zeros from
+/// `damaged` to the next sector boundary (at least a frame header's worth, where a header
+/// belonged), or a whole sector of zeros. No frame holds that many zeros in a row: a batch's
+/// binary fields are short and its payloads are JSON text.
+fn lost_sector(file: &File, damaged: u64, until: u64) -> io::Result<bool> {
     let boundary = (damaged / SECTOR + 1) * SECTOR;
-    let mut first_sector = vec![0u8; (boundary.min(end) - damaged) as usize];
-    read_exact_at(file, &mut first_sector, damaged)?;
-    if first_sector.iter().all(|&byte| byte == 0) {
-        return Ok(AfterDamage::LostSectors);
+    if boundary - damaged >= HEADER_LEN as u64 && boundary <= until {
+        let mut first = vec![0u8; (boundary - damaged) as usize];
+        read_exact_at(file, &mut first, damaged)?;
+        if first.iter().all(|&byte| byte == 0) {
+            return Ok(true);
+        }
     }
-    Ok(AfterDamage::NoFrame)
+    let mut sector = [0u8; SECTOR as usize];
+    let mut at = boundary;
+    while at + SECTOR <= until {
+        read_exact_at(file, &mut sector, at)?;
+        if sector.iter().all(|&byte| byte == 0) {
+            return Ok(true);
+        }
+        at += SECTOR;
+    }
+    Ok(false)
+}
+
+/// Where the data after `damaged` ends: after its last byte that is not zero (the zeros after
+/// it are the preallocated space, not a lost sector).
+fn data_end(file: &File, damaged: u64, end: u64) -> io::Result<u64> {
+    let mut chunk = vec![0u8; CHUNK];
+    let mut to = end;
+    while to > damaged {
+        let from = to.saturating_sub(CHUNK as u64).max(damaged);
+        let read = (to - from) as usize;
+        read_exact_at(file, &mut chunk[..read], from)?;
+        if let Some(last) = chunk[..read].iter().rposition(|&byte| byte != 0) {
+            return Ok(from + last as u64 + 1);
+        }
+        to = from;
+    }
+    Ok(damaged)
 }
 
 /// The payload length and checksum of `header`, read at `offset`, if it is an intact frame
@@ -178,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn bytes_that_hold_no_whole_frame_hold_no_group() {
+    fn bytes_that_hold_no_whole_frame_and_no_lost_sector_are_damage() {
         let file = file_with_frame_at(3_000, 0xAA, 2_000);
         let cut = tempfile::tempfile().unwrap();
         let mut bytes = vec![0u8; 3_020];
@@ -187,7 +232,7 @@ mod tests {
         // The frame's header is there, its payload cut short.
         assert_eq!(
             after_damage(&cut, 1_000, 3_020).unwrap(),
-            AfterDamage::NoFrame
+            AfterDamage::NoLostSector
         );
     }
 }

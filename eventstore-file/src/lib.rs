@@ -41,11 +41,13 @@
 //!   off with a warning. So is a write whose sectors reached the disk out of order (a crash
 //!   during it kept later sectors and lost earlier ones), which was never completely synced,
 //!   so never acknowledged: every frame records where its group's write began, and damage
-//!   followed by a whole frame of its own group, or by a sector boundary with only zeros
-//!   before it, is such a write. Damage anywhere else (in a sealed segment, followed by a
-//!   later group's frame, or by data before the next sector boundary and no whole frame)
-//!   fails the open with an error naming the file and offset. A flipped byte inside the very last
-//!   frame cannot be told from a torn write and is cut off too. Stores written before frames
+//!   that shows a sector the disk never wrote (zeros where frames go), followed by no frame
+//!   of a later group, is such a write. Damage anywhere else (in a sealed segment, followed
+//!   by a later group's frame, or showing no lost sector, as a flipped byte does) fails the
+//!   open with an error naming the file and offset. A flipped byte inside the very last
+//!   frame cannot be told from a torn write and is cut off too. The last segment is synced
+//!   once it is scanned, so that what a killed process wrote and never synced is on disk
+//!   before anything is answered from it. Stores written before frames
 //!   recorded their group are read as they are; a version before that cannot read a store
 //!   this one has written to.
 //! - **One process at a time.** The directory is locked while open; a second open, here or in

@@ -46,6 +46,10 @@ pub(crate) fn recover_log(
         .write(true)
         .open(&last_path)
         .map_err(OpenFailure::io("cannot open for appending", &last_path))?;
+    // What the scan read may be a write that a killed process never synced, still in the
+    // page cache: once indexed, a retry can be answered from it, so it must be on disk first.
+    file.sync_data()
+        .map_err(OpenFailure::io("cannot sync", &last_path))?;
     let writer = SegmentWriter::new(
         dir,
         max_segment_bytes,
@@ -252,7 +256,7 @@ fn scan_segment(
                     AfterDamage::LostSectors => {
                         return unacknowledged("a write whose first sectors never reached the disk")
                     }
-                    AfterDamage::NoFrame => problem,
+                    AfterDamage::NoLostSector => problem,
                     AfterDamage::LaterGroup { offset: later } => {
                         format!("{problem}, before a later group's frame at byte offset {later}")
                     }
@@ -458,7 +462,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let offsets = write_groups(dir.path(), &[1, 3]);
         let lost = offsets[1][1];
-        lose(dir.path(), lost, 16);
+        // At least one of its sectors, whole or from its start to the sector's end.
+        lose(dir.path(), lost, 700);
 
         let (index, _) = recover_log(dir.path(), 1 << 30).unwrap();
         assert_eq!(
@@ -495,6 +500,39 @@ mod tests {
 
         let report = corruption(recover_log(dir.path(), 1 << 30).unwrap_err());
         assert!(report.contains(&format!("offset {damaged}")), "{report}");
+    }
+
+    #[test]
+    fn a_flipped_byte_in_a_synced_last_group_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = write_groups(dir.path(), &[1, 3]);
+        let damaged = offsets[1][0];
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(segment(dir.path()))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let at = damaged + 100;
+        crate::positioned_io::read_exact_at(&file, &mut byte, at).unwrap();
+        crate::positioned_io::write_all_at(&file, &[byte[0] ^ 1], at).unwrap();
+
+        let report = corruption(recover_log(dir.path(), 1 << 30).unwrap_err());
+        assert!(report.contains(&format!("offset {damaged}")), "{report}");
+    }
+
+    #[test]
+    fn a_lost_sector_across_two_frames_of_an_unsynced_group_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = write_groups(dir.path(), &[1, 2]);
+        // The sector holding the end of the group's first frame and the second's header.
+        let second = offsets[1][1];
+        lose(dir.path(), second / 512 * 512, 512);
+
+        let (index, _) = recover_log(dir.path(), 1 << 30).unwrap();
+        assert_eq!(index.next_position(), 2);
+        let on_disk = std::fs::metadata(segment(dir.path())).unwrap().len();
+        assert_eq!(on_disk, offsets[1][0]);
     }
 
     #[test]
