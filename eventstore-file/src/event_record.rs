@@ -149,6 +149,24 @@ pub(crate) fn stamp_group_start(frame: &mut [u8], group_start: u64) {
     reseal_frame(frame);
 }
 
+/// A batch frame holding one event at `position`, whose payload carries `text`: for tests
+/// that lay frames out on disk.
+#[cfg(test)]
+pub(crate) fn test_frame(position: u64, text: &str) -> Vec<u8> {
+    let event = StoredEvent {
+        stream: EventStreamId::new("orders", "eu"),
+        event_type: "OrderPlaced".into(),
+        reference: EventReference::at(EventId::new(), position),
+        payload: serde_json::json!({ "n": position, "text": text }),
+        tags: Tags::default(),
+        timestamp: Utc::now(),
+        idempotency_key: None,
+    };
+    encode_batch(&[event])
+        .expect("one small event fits a frame")
+        .frame
+}
+
 /// Reads a batch's kind: either kind of batch.
 fn batch_kind(decoder: &mut Decoder<'_>) -> Result<u8, DecodeError> {
     let kind = decoder.u8("the record kind")?;

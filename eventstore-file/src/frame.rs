@@ -92,6 +92,32 @@ pub(crate) enum Scanned {
     },
 }
 
+/// The fields of a frame header whose own checksum holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameHeader {
+    /// The payload's length, as the header claims it.
+    pub(crate) length: usize,
+    /// The payload's checksum.
+    pub(crate) payload_crc: u32,
+}
+
+impl FrameHeader {
+    /// The header's fields, or `None` when it fails its checksum. Its words are
+    /// little-endian u32s: the payload length, the payload crc, the header crc.
+    pub(crate) fn read(header: [[u8; 4]; HEADER_LEN / 4]) -> Option<FrameHeader> {
+        let [length, payload_crc, header_crc] = header.map(u32::from_le_bytes);
+        (crc32c::crc32c(&header.as_flattened()[0..8]) == header_crc).then_some(FrameHeader {
+            length: length as usize,
+            payload_crc,
+        })
+    }
+
+    /// Whether a frame may have a payload of `length` bytes.
+    pub(crate) fn is_possible(length: usize) -> bool {
+        length > 0 && length <= MAX_PAYLOAD
+    }
+}
+
 /// Reads frames one after the other from `reader`, which holds `end` bytes in all and is
 /// positioned at `offset`. Holds one frame in memory at a time.
 #[derive(Debug)]
@@ -141,8 +167,11 @@ impl<R: Read> FrameScanner<R> {
                 reason: "an incomplete frame header",
             });
         }
-        let [length, payload_crc, stored_header_crc] = header.map(u32::from_le_bytes);
-        if crc32c::crc32c(&header.as_flattened()[0..8]) != stored_header_crc {
+        let Some(FrameHeader {
+            length,
+            payload_crc,
+        }) = FrameHeader::read(header)
+        else {
             if self.rest_is_zero()? {
                 return Ok(Scanned::Torn {
                     offset,
@@ -153,9 +182,8 @@ impl<R: Read> FrameScanner<R> {
                 offset,
                 problem: "the frame header fails its checksum".to_owned(),
             });
-        }
-        let length = length as usize;
-        if length == 0 || length > MAX_PAYLOAD {
+        };
+        if !FrameHeader::is_possible(length) {
             return Ok(Scanned::Corrupt {
                 offset,
                 problem: format!("the frame header claims an impossible length of {length} bytes"),

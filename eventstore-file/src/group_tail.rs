@@ -21,7 +21,7 @@ use std::fs::File;
 use std::io;
 
 use crate::event_record::group_start;
-use crate::frame::{HEADER_LEN, MAX_PAYLOAD};
+use crate::frame::{FrameHeader, HEADER_LEN};
 use crate::positioned_io::read_exact_at;
 
 /// Bytes read at a time while looking for frames after damage.
@@ -75,11 +75,21 @@ pub(crate) fn after_damage(file: &File, damaged: u64, end: u64) -> io::Result<Af
             if skip_to.is_some_and(|skip_to| offset < skip_to) {
                 continue;
             }
-            let mut header = [0u8; HEADER_LEN];
-            header.copy_from_slice(&chunk[start..start + HEADER_LEN]);
-            let Some((length, payload_crc)) = intact_header(&header, offset, end) else {
+            let mut header = [[0u8; 4]; HEADER_LEN / 4];
+            header
+                .as_flattened_mut()
+                .copy_from_slice(&chunk[start..start + HEADER_LEN]);
+            let Some(FrameHeader {
+                length,
+                payload_crc,
+            }) = FrameHeader::read(header)
+            else {
                 continue;
             };
+            let fits = offset + (HEADER_LEN + length) as u64 <= end;
+            if !FrameHeader::is_possible(length) || !fits {
+                continue;
+            }
             let mut payload = vec![0u8; length];
             read_exact_at(file, &mut payload, offset + HEADER_LEN as u64)?;
             if crc32c::crc32c(&payload) != payload_crc {
@@ -159,40 +169,14 @@ fn data_end(file: &File, damaged: u64, end: u64) -> io::Result<u64> {
     Ok(damaged)
 }
 
-/// The payload length and checksum of `header`, read at `offset`, if it is an intact frame
-/// header whose frame fits before `end`.
-fn intact_header(header: &[u8; HEADER_LEN], offset: u64, end: u64) -> Option<(usize, u32)> {
-    let word = |at: usize| {
-        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-    };
-    if crc32c::crc32c(&header[0..8]) != word(8) {
-        return None;
-    }
-    let length = word(0) as usize;
-    let fits = offset + (HEADER_LEN + length) as u64 <= end;
-    (length > 0 && length <= MAX_PAYLOAD && fits).then_some((length, word(4)))
-}
-
 #[cfg(test)]
 mod tests {
-    use chrono::Utc;
-    use eventstore_api::{EventId, EventReference, EventStreamId, StoredEvent, Tags};
-
     use super::*;
-    use crate::event_record::{encode_batch, stamp_group_start};
+    use crate::event_record::{stamp_group_start, test_frame};
 
     /// A file of `filler` bytes up to `at`, then a batch frame stamped with `group`.
     fn file_with_frame_at(at: usize, filler: u8, group: u64) -> File {
-        let event = StoredEvent {
-            stream: EventStreamId::new("orders", "eu"),
-            event_type: "OrderPlaced".into(),
-            reference: EventReference::at(EventId::new(), 1),
-            payload: serde_json::json!({ "n": 1 }),
-            tags: Tags::default(),
-            timestamp: Utc::now(),
-            idempotency_key: None,
-        };
-        let mut frame = encode_batch(&[event]).unwrap().frame;
+        let mut frame = test_frame(1, "");
         stamp_group_start(&mut frame, group);
         let mut bytes = vec![filler; at];
         bytes.extend_from_slice(&frame);

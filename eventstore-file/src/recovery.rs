@@ -369,26 +369,14 @@ fn rewrite_header(file: &mut File, first_position: u64) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use chrono::Utc;
-    use eventstore_api::{EventId, EventReference, EventStreamId, StoredEvent, Tags};
-
     use super::*;
-    use crate::event_record::encode_batch;
+    use crate::event_record::test_frame;
     use crate::frame::write_frame;
     use crate::segments::segment_file_name;
 
     /// A batch frame holding the event at `position`, over three sectors long.
     fn frame(position: u64) -> Vec<u8> {
-        let event = StoredEvent {
-            stream: EventStreamId::new("orders", "eu"),
-            event_type: "OrderPlaced".into(),
-            reference: EventReference::at(EventId::new(), position),
-            payload: serde_json::json!({ "n": position, "text": "x".repeat(1_500) }),
-            tags: Tags::default(),
-            timestamp: Utc::now(),
-            idempotency_key: None,
-        };
-        encode_batch(&[event]).unwrap().frame
+        test_frame(position, &"x".repeat(1_500))
     }
 
     /// A store in `dir` whose first segment holds `groups`, each a group of frames written and

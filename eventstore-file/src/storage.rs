@@ -187,7 +187,6 @@ impl FileEventStorage {
         })?
     }
 
-    /// Reads the events at `locations` off the request path's thread.
     /// The events `query` selects, each made into an `E`.
     async fn select<E: FromFields + Send + 'static>(
         &self,
