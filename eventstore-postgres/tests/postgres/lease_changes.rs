@@ -386,12 +386,16 @@ async fn a_killed_listener_reconnects_and_says_notices_may_have_been_missed() {
     storage.close().await.unwrap();
 }
 
-/// A storage whose listener connects through `proxy` with a heartbeat of 200 ms, and a
+/// A storage whose listener connects through `proxy` with a heartbeat of 500 ms, and a
 /// subscription to the lease `orders` that has heard a first change pushed.
+///
+/// The heartbeat is short, so that a silent connection is found out quickly, and long enough
+/// that a loaded machine answers it in time: a late answer makes the listener connect again
+/// and say `Missed` where the setup expects the changes pushed.
 async fn listening_through(proxy: &FaultProxy) -> (PostgresEventStorage, LeaseChanges) {
     let storage = common::builder(&common::unique_prefix())
         .listen_url(proxy.url())
-        .listener_heartbeat(Duration::from_millis(200))
+        .listener_heartbeat(Duration::from_millis(500))
         .build()
         .await
         .unwrap();
@@ -422,7 +426,7 @@ async fn a_listener_whose_server_went_silent_reconnects_and_says_notices_may_hav
     assert_eq!(next_notice(&mut changes).await, LeaseNotice::Missed);
 
     // Told after listening again, on a new connection: what changes from now on is pushed.
-    // On a loaded machine a heartbeat of 200 ms can be answered late, and the listener then
+    // On a loaded machine a heartbeat can still be answered late, and the listener then
     // connects once more and says so again; a change made meanwhile is not pushed. So each
     // further `Missed` is answered with a new contender, and one of them must be pushed.
     let mut asked = Vec::new();
