@@ -128,13 +128,17 @@ async fn append_in(
     let (context, purpose) = concrete(stream);
     // Every append to the stream takes this lock before it looks, so a check and the write
     // after it see every append that went before. The transaction has no xid while it waits,
-    // so a waiting append holds no reader back.
+    // so a waiting append holds no reader back. A condition's check is planned for its
+    // values (see `first_conflict`); `$3` NULL leaves the plan cache's mode as it is.
     sqlx::query(&format!(
-        "SELECT {lock} FROM (SELECT set_config('lock_timeout', $2, true)) AS setting",
+        "SELECT {lock} FROM (SELECT set_config('lock_timeout', $2, true), \
+                set_config('plan_cache_mode', \
+                           coalesce($3, current_setting('plan_cache_mode')), true)) AS setting",
         lock = stream_lock(shared, StreamLock::Exclusive, "$1")
     ))
     .bind(stream_key(context, purpose))
     .bind(shared.settings.lock_timeout_setting())
+    .bind(checks_matches(criteria).then_some("force_custom_plan"))
     .persistent(shared.settings.prepared_statements)
     .execute(&mut *connection)
     .await
@@ -225,6 +229,14 @@ async fn check_criteria(
     }
 }
 
+/// Whether `criteria`'s check looks for matches of a filter of types or tags (see
+/// [`first_conflict`]), which its transaction then plans for their values.
+fn checks_matches(criteria: &AppendCriteria) -> bool {
+    criteria.condition.as_ref().is_some_and(|condition| {
+        !condition.filter.items.is_empty() && !condition.filter.is_match_all()
+    })
+}
+
 /// The statement that finds the first event of `stream` that `condition` conflicts with.
 ///
 /// Any event after the expected one conflicts with a filter that matches all: the first is
@@ -237,6 +249,13 @@ async fn check_criteria(
 /// tags index for a rare tag, the stream's index from the expected event when few came
 /// after), and only then the first of them is picked, with the conditions written plainly
 /// so that the planner can weigh them.
+///
+/// That weighing needs the values: a statement kept on the connection may, after five runs,
+/// be planned once for every value, after the plans its first runs got. Six checks of
+/// entities last seen long ago (the tags index) and then two of a tag every event carries,
+/// known up to the head, fetched 20,000 rows on that plan, and 2 planned for their values.
+/// So the transaction of a check has `plan_cache_mode` `force_custom_plan` (set with the
+/// stream's lock, no round trip of its own).
 fn first_conflict<'a>(
     shared: &Shared,
     condition: &'a AppendCondition,

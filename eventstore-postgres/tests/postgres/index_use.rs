@@ -736,3 +736,91 @@ async fn a_tag_every_event_carries_is_read_in_order_however_often_it_is_read() {
         "a read of a tag every event carries went through the tags index: {scans:?}"
     );
 }
+
+/// Checks of entities last seen long ago read their tags from the tags index; a check of a
+/// tag every event carries, known up to the head, must still read only what came after it,
+/// on the same connection after them.
+#[tokio::test]
+async fn a_check_of_a_common_tag_after_checks_of_rare_ones_reads_only_what_came_after() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    common::storage_on(&prefix).await.close().await.unwrap();
+    insert_events(
+        &admin,
+        &prefix,
+        "'bench', 'default', 'Measured', json_build_object('n', g), \
+         ARRAY['run:r1', 'order:o-' || g]",
+        1,
+        10,
+        (COMMON_TAG_EVENTS / 10) as i32,
+    )
+    .await;
+    analyze(&admin, &prefix).await;
+
+    // One connection, so that every check runs on the session that would keep its statement:
+    // a statement kept and run five times may go over to one generic plan for every tag and
+    // every expected event, made after the plans of its first runs (the tags index), which
+    // cannot tell that few events came after the expected one.
+    let writer = common::builder(&prefix)
+        .max_connections(1)
+        .build()
+        .await
+        .unwrap();
+    let stream = EventStreamId::for_context("bench");
+    let run = Tags::from_pairs([("run", "r1")]);
+    let early = writer
+        .query(
+            &EventFilter::match_all(),
+            &stream,
+            None,
+            Limit::to(10),
+            Direction::Forward,
+        )
+        .await
+        .unwrap()[9]
+        .reference;
+    const APPENDS: usize = 8;
+    for n in 0..APPENDS {
+        // First decisions on orders last seen long ago, then on the run, known to its head.
+        let (tags, expected) = if n < 6 {
+            let order = format!("o-{}", n + 1);
+            (Tags::from_pairs([("order", order.as_str())]), Some(early))
+        } else {
+            (run.clone(), writer.head(&stream).await.unwrap())
+        };
+        let event = EventToStore::new("Measured", json!({ "n": n })).with_tags(tags.clone());
+        writer
+            .append(
+                AppendCriteria::of(EventFilter::for_tags(tags), expected),
+                &stream,
+                vec![event],
+            )
+            .await
+            .unwrap();
+    }
+    writer.close().await.unwrap();
+
+    let scans = common::eventually(
+        "the checks to show in the server's statistics",
+        Duration::from_secs(30),
+        || async {
+            let scans = scans(&admin, &prefix).await;
+            // The read of `early`, a check per append and the two heads.
+            let statements = 1 + APPENDS as i64 + 2;
+            (scans.idx_scan >= statements || scans.seq_tup_read > 0).then_some(scans)
+        },
+    )
+    .await;
+    assert_eq!(
+        scans.seq_tup_read, 0,
+        "a check scanned the table: {scans:?}"
+    );
+    // The checks find nothing after what they expect; looking through the run's events
+    // fetches 10,000 rows a check.
+    assert!(
+        scans.idx_tup_fetch < 1_000,
+        "the checks fetched the events carrying the tag: {scans:?}"
+    );
+}
