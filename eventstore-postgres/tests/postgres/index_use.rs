@@ -11,6 +11,7 @@ use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
     EventStreamId, EventToStore, Limit, Tags,
 };
+use eventstore_postgres::PostgresEventStorage;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -480,7 +481,7 @@ async fn a_small_stream_is_read_from_its_own_entries_even_under_a_generic_plan()
         .connect_with(options.options([("plan_cache_mode", "force_generic_plan")]))
         .await
         .unwrap();
-    let storage = eventstore_postgres::PostgresEventStorage::builder()
+    let storage = PostgresEventStorage::builder()
         .pool(pool.clone())
         .prefix(&prefix)
         .build()
@@ -677,32 +678,38 @@ async fn conditions_and_short_reads_of_a_rare_tag_use_the_tags_index_not_the_str
 /// Events that all carry one tag: a run, a tenant, anything many events share.
 const COMMON_TAG_EVENTS: usize = 10_000;
 
-#[tokio::test]
-async fn a_tag_every_event_carries_is_read_in_order_however_often_it_is_read() {
-    let Some(admin) = common::try_pool().await else {
-        return;
-    };
+/// A fresh prefix whose stream `bench` holds [`COMMON_TAG_EVENTS`] analyzed events, each with
+/// the tags `tags` (SQL in terms of the event's number `g`), and a storage on it with one
+/// connection, so that every statement runs on the session that would keep it.
+async fn on_one_connection(admin: &PgPool, tags: &str) -> (String, PostgresEventStorage) {
     let prefix = common::unique_prefix();
     common::storage_on(&prefix).await.close().await.unwrap();
     insert_events(
-        &admin,
+        admin,
         &prefix,
-        "'bench', 'default', 'Measured', json_build_object('n', g), ARRAY['run:r1']",
+        &format!("'bench', 'default', 'Measured', json_build_object('n', g), {tags}"),
         1,
         10,
         (COMMON_TAG_EVENTS / 10) as i32,
     )
     .await;
-    analyze(&admin, &prefix).await;
-
-    // One connection, so that every page's statement runs on the session that would keep it:
-    // a statement kept and run five times may go over to one generic plan for every tag,
-    // which reads a tag through the tags index and sorts every event carrying it.
-    let reader = common::builder(&prefix)
+    analyze(admin, &prefix).await;
+    let storage = common::builder(&prefix)
         .max_connections(1)
         .build()
         .await
         .unwrap();
+    (prefix, storage)
+}
+
+#[tokio::test]
+async fn a_tag_every_event_carries_is_read_in_order_however_often_it_is_read() {
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    // A statement kept and run five times may go over to one generic plan for every tag,
+    // which reads a tag through the tags index and sorts every event carrying it.
+    let (prefix, reader) = on_one_connection(&admin, "ARRAY['run:r1']").await;
     let by_tag = EventFilter::for_tags(Tags::from_pairs([("run", "r1")]));
     const READS: usize = 6;
     for _ in 0..READS {
@@ -745,29 +752,10 @@ async fn a_check_of_a_common_tag_after_checks_of_rare_ones_reads_only_what_came_
     let Some(admin) = common::try_pool().await else {
         return;
     };
-    let prefix = common::unique_prefix();
-    common::storage_on(&prefix).await.close().await.unwrap();
-    insert_events(
-        &admin,
-        &prefix,
-        "'bench', 'default', 'Measured', json_build_object('n', g), \
-         ARRAY['run:r1', 'order:o-' || g]",
-        1,
-        10,
-        (COMMON_TAG_EVENTS / 10) as i32,
-    )
-    .await;
-    analyze(&admin, &prefix).await;
-
-    // One connection, so that every check runs on the session that would keep its statement:
-    // a statement kept and run five times may go over to one generic plan for every tag and
+    // A statement kept and run five times may go over to one generic plan for every tag and
     // every expected event, made after the plans of its first runs (the tags index), which
     // cannot tell that few events came after the expected one.
-    let writer = common::builder(&prefix)
-        .max_connections(1)
-        .build()
-        .await
-        .unwrap();
+    let (prefix, writer) = on_one_connection(&admin, "ARRAY['run:r1', 'order:o-' || g]").await;
     let stream = EventStreamId::for_context("bench");
     let run = Tags::from_pairs([("run", "r1")]);
     let early = writer
