@@ -44,7 +44,9 @@ impl Timings {
             ));
         }
         let safety_margin = safety_margin.unwrap_or(ttl / 20);
-        if request_interval + safety_margin >= ttl {
+        // Not `request_interval + safety_margin`, which overflows for a margin near
+        // `Duration::MAX`; the interval is below the ttl by now.
+        if safety_margin >= ttl - request_interval {
             return Err(EventStorageError::invalid(
                 "safety margin",
                 format!("{safety_margin:?}"),
@@ -82,4 +84,30 @@ pub(crate) fn shorter_than_ttl(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_safety_margin_of_any_size_past_the_ttl_is_refused_by_name() {
+        let ttl = Duration::from_secs(3);
+        for margin in [Duration::from_secs(2), ttl, Duration::MAX] {
+            let error = Timings::check(ttl, None, Some(margin), None).unwrap_err();
+            assert!(
+                error.to_string().contains("safety margin"),
+                "{margin:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_safety_margin_that_leaves_time_between_requests_is_kept() {
+        let ttl = Duration::from_secs(3);
+        let margin = Duration::from_millis(1_999);
+        let timings = Timings::check(ttl, None, Some(margin), None).unwrap();
+        assert_eq!(timings.request_interval, Duration::from_secs(1));
+        assert_eq!(timings.safety_margin, margin);
+    }
 }
