@@ -1,6 +1,7 @@
 //! Elected and partitioned projectors whose tenure the storage ended before their elector
 //! noticed: the fence refuses their writes, and they wait for the next tenure instead of
-//! repeating a batch under the refused one; a new tenure starts from the bookmark.
+//! repeating a batch under the refused one; a new tenure starts from the bookmark, the first
+//! tenure of a partition as well; and a stop ends either kind amid a backlog.
 //!
 //! The storage pushes nothing (`PollOnly`), so an elector sees a lease taken behind its back
 //! only at its next renewal, a third of its ttl later: the window every test here runs in.
@@ -17,7 +18,7 @@ use eventstore_api::projector::{
 };
 use eventstore_api::{
     AppendCriteria, EventReference, EventStorage, EventStreamId, EventToStore, Fence, LeaseRequest,
-    LeaseStatus, PartitionElector, StoredEvent, Tags,
+    LeaseStatus, PartitionElector, PartitionWatch, StoredEvent, Tags,
 };
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
@@ -191,6 +192,37 @@ fn run_elected(
         ElectedProjector::new(projector, elector.watch()).poll_interval(POLL_INTERVAL);
     let (stop, stopped) = stop_signal();
     let task = tokio::spawn(async move { elected.run_until(stopped).await });
+    (stop, task)
+}
+
+/// Runs a partitioned projector on `watch`'s partitions, one event a batch, each partition
+/// bookmarked as [`READER`].
+fn run_partitioned(
+    storage: &Arc<dyn EventStorage>,
+    watch: &PartitionWatch,
+    commits: &Commits,
+    reading: BookmarkReading,
+) -> (oneshot::Sender<()>, Running) {
+    let mut projector = PartitionedProjector::new(watch.clone(), {
+        let storage = Arc::clone(storage);
+        let commits = commits.clone();
+        move |_| {
+            let recorder = Recorder {
+                commits: commits.clone(),
+                commit: Commit::Plain,
+                pending: Vec::new(),
+            };
+            Projector::builder(Arc::clone(&storage), recorder)
+                .stream(stream())
+                .bookmark(READER)
+                .bookmark_reading(reading)
+                .batch_size(1)
+                .build()
+        }
+    })
+    .poll_interval(POLL_INTERVAL);
+    let (stop, stopped) = stop_signal();
+    let task = tokio::spawn(async move { projector.run_until(stopped).await });
     (stop, task)
 }
 
@@ -368,25 +400,7 @@ async fn a_partitioned_projector_waits_after_a_refusal_and_stops_amid_a_backlog(
     let (_partition, fence) = watch.held().into_iter().next().unwrap();
     let lease = fence.lease_name;
     let commits = Commits::default();
-    let mut projector = PartitionedProjector::new(watch.clone(), {
-        let storage = Arc::clone(&storage);
-        let commits = commits.clone();
-        move |_| {
-            let recorder = Recorder {
-                commits: commits.clone(),
-                commit: Commit::Plain,
-                pending: Vec::new(),
-            };
-            Projector::builder(Arc::clone(&storage), recorder)
-                .stream(stream())
-                .bookmark(READER)
-                .batch_size(1)
-                .build()
-        }
-    })
-    .poll_interval(POLL_INTERVAL);
-    let (stop, stopped) = stop_signal();
-    let task = tokio::spawn(async move { projector.run_until(stopped).await });
+    let (stop, task) = run_partitioned(&storage, &watch, &commits, BookmarkReading::default());
     append(&inner, [1]).await;
     eventually("the first batch", || async { commits.count() == 1 }).await;
 
@@ -423,6 +437,99 @@ async fn a_partitioned_projector_waits_after_a_refusal_and_stops_amid_a_backlog(
     assert!(
         commits.count() < 100_000,
         "stopped before the backlog ran out"
+    );
+    elector.shutdown().await.unwrap();
+}
+
+/// A member that takes a partition over for the first time, a projector of its own made for
+/// it, starts from the bookmark the member before left, whatever the bookmark reading.
+#[tokio::test]
+async fn a_partitions_first_tenure_starts_from_the_bookmark_whatever_the_bookmark_reading() {
+    for reading in [
+        BookmarkReading::BeforeEachRun,
+        BookmarkReading::Once,
+        BookmarkReading::OnRequest,
+    ] {
+        let inner = MemoryEventStorage::new();
+        let storage: Arc<dyn EventStorage> = Arc::new(PollOnly::new(inner.clone()));
+        // The member before projected 1 to 3 and bookmarked the third.
+        append(&inner, 1..=3).await;
+        let third = inner
+            .query(
+                &eventstore_api::EventFilter::match_all(),
+                &stream(),
+                None,
+                eventstore_api::Limit::none(),
+                eventstore_api::Direction::Forward,
+            )
+            .await
+            .unwrap()[2]
+            .reference;
+        inner.bookmark(READER, &third, Tags::none()).await.unwrap();
+
+        let elector = PartitionElector::builder(Arc::clone(&storage), "numbers", 1)
+            .owner("node-b")
+            .ttl(TTL)
+            .start()
+            .unwrap();
+        let commits = Commits::default();
+        let (stop, task) = run_partitioned(&storage, &elector.watch(), &commits, reading);
+        append(&inner, [4]).await;
+        eventually("the event after the bookmark", || async {
+            commits.numbers().ends_with(&[4])
+        })
+        .await;
+        assert_eq!(
+            commits.numbers(),
+            [4],
+            "{reading:?}: nothing the member before bookmarked is projected again"
+        );
+        let _ = stop.send(());
+        task.await.unwrap().expect("stops without error");
+        elector.shutdown().await.unwrap();
+    }
+}
+
+/// A stop ends an elected projector's run amid a backlog, after the batch in hand, as it
+/// ends a partitioned one's: a deploy that stops the work before it releases the lease does
+/// not wait for a replay.
+#[tokio::test]
+async fn an_elected_projector_stops_amid_a_backlog() {
+    let inner = MemoryEventStorage::new();
+    let storage: Arc<dyn EventStorage> = Arc::new(PollOnly::new(inner.clone()));
+    let elector = leading(&storage, "node-a").await;
+    append(&inner, 1..=100_000).await;
+    let recorder = Recorder {
+        commits: Commits::default(),
+        commit: Commit::Plain,
+        pending: Vec::new(),
+    };
+    let commits = recorder.commits.clone();
+    let projector = Projector::builder(Arc::clone(&storage), recorder)
+        .stream(stream())
+        .bookmark(READER)
+        .batch_size(1)
+        .build()
+        .unwrap();
+    let mut elected =
+        ElectedProjector::new(projector, elector.watch()).poll_interval(POLL_INTERVAL);
+    let (stop, stopped) = stop_signal();
+    let task = tokio::spawn(async move { elected.run_until(stopped).await });
+    eventually("the backlog to be under way", || async {
+        commits.count() > 3
+    })
+    .await;
+    let _ = stop.send(());
+    let ended = tokio::time::timeout(DEADLINE, task)
+        .await
+        .expect("a stop ends the run amid a backlog")
+        .unwrap();
+    let run = ended.expect("stops without error");
+    let committed = commits.count();
+    assert!(committed < 100_000, "stopped before the backlog ran out");
+    assert_eq!(
+        run.batches as usize, committed,
+        "every batch begun was finished and counted"
     );
     elector.shutdown().await.unwrap();
 }

@@ -1,6 +1,8 @@
 //! A projector that runs only while its instance leads.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::failure_pause::FailurePause;
@@ -78,7 +80,9 @@ impl<P: Projection> ElectedProjector<P> {
     }
 
     /// Projects while leading, stands by otherwise, until `stop` completes or the elector
-    /// stops. `stop` is checked between runs, so a batch in hand is always finished.
+    /// stops. A `stop` during a run ends it after the batch in hand, however long the backlog:
+    /// a batch is always finished, and a deploy that stops the work before it releases the
+    /// lease does not wait for a replay.
     ///
     /// A write refused by the fence, the bookmark's or one the projection made
     /// ([`ProjectorError::is_fenced`]), ends the tenure's work quietly: another instance
@@ -127,7 +131,14 @@ impl<P: Projection> ElectedProjector<P> {
                     let fence = fenced.then(|| Fence::new(self.leadership.lease_name(), token));
                     self.projector.set_fence(fence);
                     let watch = self.leadership.clone();
-                    let still_leading = move || watch.current() == Leadership::Leader { token };
+                    let stopping = Arc::new(AtomicBool::new(false));
+                    let keep_going = {
+                        let stopping = Arc::clone(&stopping);
+                        move || {
+                            !stopping.load(Ordering::Relaxed)
+                                && watch.current() == Leadership::Leader { token }
+                        }
+                    };
                     // What readers see before the run: a hinted event at or below it is read
                     // by the run, whether the projection takes it or not (another type, say),
                     // so the hint needs no look after it.
@@ -138,7 +149,20 @@ impl<P: Projection> ElectedProjector<P> {
                     if announced.is_some_and(|last| visible >= Some(last)) {
                         announced = None;
                     }
-                    match self.projector.run_while(still_leading).await {
+                    let run = self.projector.run_while(keep_going);
+                    tokio::pin!(run);
+                    let mut stop_seen = false;
+                    let outcome = loop {
+                        tokio::select! {
+                            outcome = &mut run => break outcome,
+                            () = &mut stop, if !stop_seen => {
+                                // Finish the batch in hand, then return.
+                                stopping.store(true, Ordering::Relaxed);
+                                stop_seen = true;
+                            }
+                        }
+                    };
+                    match outcome {
                         Ok(run) => {
                             self.totals.add(&run);
                             self.failures.reset();
@@ -161,6 +185,9 @@ impl<P: Projection> ElectedProjector<P> {
                     }
                     if let Leadership::StepDownRequested { token } = self.leadership.current() {
                         self.leadership.acknowledge_step_down(token);
+                    }
+                    if stop_seen {
+                        return Ok(self.totals);
                     }
                 }
                 Leadership::Unknown

@@ -488,7 +488,14 @@ impl<P: Projection> Projector<P> {
             run.batches += 1;
             run.events_handled += batch.len() as u64;
             run.last_reference = Some(last);
-            if !full || !keep_going() {
+            if !full {
+                break;
+            }
+            // A storage whose calls never wait (the in-memory one) would otherwise keep the
+            // task busy for the whole backlog: whoever runs this gets to see a stop, and
+            // other tasks on the thread get to run, between batches.
+            tokio::task::yield_now().await;
+            if !keep_going() {
                 break;
             }
             let next = match read_ahead {

@@ -153,11 +153,17 @@ where
     ) -> Result<Turn, ProjectorError> {
         let held = match self.projectors.entry(partition) {
             std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::btree_map::Entry::Vacant(entry) => entry.insert(Held {
-                projector: (self.make)(partition)?,
-                tenure: fence.clone(),
-                fenced_out: false,
-            }),
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                let mut projector = (self.make)(partition)?;
+                // Its first tenure starts from the bookmark too, whatever the projector's
+                // bookmark reading: the member that held the partition before moved it.
+                projector.read_bookmark_before_next_run();
+                entry.insert(Held {
+                    projector,
+                    tenure: fence.clone(),
+                    fenced_out: false,
+                })
+            }
         };
         if held.tenure != fence {
             // A new tenure: another member may have moved the bookmark meanwhile.
