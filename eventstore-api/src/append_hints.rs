@@ -1,10 +1,11 @@
 //! Append hints ([`Capability::AppendHints`]): a reader sleeps until something it reads was
 //! appended, instead of querying on a timer.
 //!
-//! A hint says that events were appended to a stream, up to a reference; it is sent after the
-//! append is durable and visible. Like lease changes, a hint only wakes a reader early: the
-//! read itself decides what is new, and a missed hint costs at most the reader's poll
-//! interval. Backends publish through one [`AppendHintHub`] per storage.
+//! A hint says that events were appended to a stream, up to a reference; it is sent once the
+//! append is durable, which on a backend with a visibility barrier (PostgreSQL) may be before
+//! new reads see it. Like lease changes, a hint only wakes a reader early: the read itself
+//! decides what is new, a reader that finds the hinted event missing looks again soon, and a
+//! missed hint costs at most the reader's poll interval. Backends publish through one [`AppendHintHub`] per storage.
 //!
 //! [`Capability::AppendHints`]: crate::Capability::AppendHints
 

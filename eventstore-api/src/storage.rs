@@ -60,7 +60,9 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// `InvalidInput` (wildcard stream, invalid event, a key twice in the batch),
     /// `OptimisticLock` (criteria violated; it names the stream as [`EventStreamId`] displays
     /// it, the criteria's expected last event exactly as given, and the first matching event
-    /// after it), `IdempotencyConflict` (a stored key reused by
+    /// after it, which reads that start after the error show, as they show an append's own
+    /// events once it returns, so that reading again and deciding again sees the new facts),
+    /// `IdempotencyConflict` (a stored key reused by
     /// another event, or stored and new keys mixed),
     /// `Closed`, `Backend`.
     async fn append(

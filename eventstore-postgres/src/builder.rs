@@ -202,6 +202,10 @@ impl PostgresEventStorageBuilder {
     /// 1 s). An append whose insert saw no older transaction running returns right after its
     /// commit; the others ask once more and wait only while an older writing transaction is
     /// still open. [`Duration::ZERO`] always returns right after the commit.
+    ///
+    /// A conditional append refused with `OptimisticLock` waits the same way for the event it
+    /// conflicts with, when that event is not yet readable, so that reading again and
+    /// deciding again sees it.
     pub fn visibility_wait(mut self, visibility_wait: Duration) -> Self {
         self.visibility_wait = visibility_wait;
         self

@@ -21,7 +21,9 @@ use super::rows::{concrete, decode_event, decode_reference, EVENT_COLUMNS};
 use super::visibility;
 use crate::append_notification;
 use crate::fencing;
-use crate::filter_sql::{push_filter, push_order, push_stream_between, push_stream_plainly};
+use crate::filter_sql::{
+    push_filter, push_order, push_stream_between, push_stream_plainly, VISIBILITY_BARRIER,
+};
 use crate::shared::Shared;
 use crate::tags_column;
 
@@ -66,7 +68,23 @@ async fn append_unmeasured(
             &operation,
         )
         .await;
-        shared.finish(&operation, transaction, outcome).await?
+        let (outcome, hidden_conflict) = match outcome {
+            Ok(appended) => (Ok(appended), None),
+            Err(refusal) => (Err(refusal.error), refusal.hidden_conflict),
+        };
+        match shared.finish(&operation, transaction, outcome).await {
+            Ok(appended) => appended,
+            Err(error) => {
+                drop(under_way);
+                // The caller is told to read again and decide again: that read must see what
+                // the append conflicted with, or it decides on the same facts and conflicts
+                // again, for as long as an older transaction anywhere runs.
+                if let Some(tx) = hidden_conflict {
+                    visibility::wait_until_visible(shared, tx, None, CONFLICTING_EVENT).await;
+                }
+                return Err(error);
+            }
+        }
     } else if events.is_empty() {
         Appended::nothing()
     } else {
@@ -84,9 +102,30 @@ async fn append_unmeasured(
     }
     let last_tx = appended.events.iter().map(|event| event.reference.tx).max();
     if let Some(last_tx) = last_tx {
-        visibility::wait_until_visible(shared, last_tx, appended.older.as_deref()).await;
+        let older = appended.older.as_deref();
+        visibility::wait_until_visible(shared, last_tx, older, "an append's events").await;
     }
     Ok(appended.events)
+}
+
+/// What [`visibility::wait_until_visible`] names when a conflict stays hidden.
+const CONFLICTING_EVENT: &str = "the event a conditional append conflicts with";
+
+/// Why an append that checks before it writes stored nothing.
+struct Refusal {
+    error: EventStorageError,
+    /// The transaction of the event a condition conflicts with, when new reads could not see
+    /// that event yet (a transaction older than it was still running).
+    hidden_conflict: Option<u64>,
+}
+
+impl From<EventStorageError> for Refusal {
+    fn from(error: EventStorageError) -> Self {
+        Refusal {
+            error,
+            hidden_conflict: None,
+        }
+    }
 }
 
 /// What an append stored.
@@ -120,7 +159,7 @@ async fn append_in(
     stream: &EventStreamId,
     events: Vec<EventToStore>,
     operation: &str,
-) -> StorageResult<Appended> {
+) -> Result<Appended, Refusal> {
     let failing = shared.settings.failing(operation);
     if let Some(fence) = fence {
         fencing::hold(shared, connection, fence, operation).await?;
@@ -158,7 +197,7 @@ async fn append_in(
     if events.is_empty() {
         return Ok(Appended::nothing());
     }
-    insert(shared, connection, stream, events, operation).await
+    Ok(insert(shared, connection, stream, events, operation).await?)
 }
 
 /// Judges the batch's idempotency keys against the events `stream` stores under them.
@@ -198,13 +237,15 @@ async fn judge_keys(
 /// Fails with `OptimisticLock` naming the first event of the stream that matches the
 /// condition's filter after its expected last event. Reads every committed event (no
 /// barrier): the stream lock guarantees no earlier append of the stream is still running.
+/// That event may lie above the barrier still, out of sight of new reads: the refusal then
+/// carries its transaction.
 async fn check_criteria(
     shared: &Shared,
     connection: &mut PgConnection,
     criteria: &AppendCriteria,
     stream: &EventStreamId,
     operation: &str,
-) -> StorageResult<()> {
+) -> Result<(), Refusal> {
     let Some(condition) = &criteria.condition else {
         return Ok(());
     };
@@ -218,15 +259,20 @@ async fn check_criteria(
         .fetch_optional(&mut *connection)
         .await
         .map_err(|e| shared.settings.failing(operation).map(e))?;
-    match conflicting {
-        None => Ok(()),
-        Some(row) => Err(EventStorageError::OptimisticLock {
+    let Some(row) = conflicting else {
+        return Ok(());
+    };
+    let failing = |e| shared.settings.failing(operation).map(e);
+    let conflicting = decode_reference(&row).map_err(failing)?;
+    let readable: bool = row.try_get("readable").map_err(failing)?;
+    Err(Refusal {
+        error: EventStorageError::OptimisticLock {
             stream: stream.to_string(),
             expected_last: condition.expected_last,
-            conflicting: decode_reference(&row)
-                .map_err(|e| shared.settings.failing(operation).map(e))?,
-        }),
-    }
+            conflicting,
+        },
+        hidden_conflict: (!readable).then_some(conflicting.tx),
+    })
 }
 
 /// Whether `criteria`'s check looks for matches of a filter of types or tags (see
@@ -263,10 +309,11 @@ fn first_conflict<'a>(
 ) -> QueryBuilder<'a, Postgres> {
     let events = shared.prefix.name("events");
     let expected_last = condition.expected_last.as_ref();
+    // Whether new reads see the conflicting event: below the barrier of the check's snapshot.
+    let columns =
+        format!("position, xid8send(tx) AS tx_bytes, id, {VISIBILITY_BARRIER} AS readable");
     if condition.filter.is_match_all() {
-        let mut query = QueryBuilder::new(format!(
-            "SELECT position, xid8send(tx) AS tx_bytes, id FROM {events} WHERE true"
-        ));
+        let mut query = QueryBuilder::new(format!("SELECT {columns} FROM {events} WHERE true"));
         push_stream_between(&mut query, stream, expected_last, None);
         push_filter(&mut query, &condition.filter);
         push_order(&mut query, stream, Direction::Forward);
@@ -275,8 +322,7 @@ fn first_conflict<'a>(
     }
     // `OFFSET 0` keeps the matches a query of their own, planned to return them all.
     let mut query = QueryBuilder::new(format!(
-        "SELECT position, xid8send(tx) AS tx_bytes, id \
-         FROM (SELECT position, tx, id FROM {events} WHERE true"
+        "SELECT {columns} FROM (SELECT position, tx, id FROM {events} WHERE true"
     ));
     push_stream_plainly(&mut query, stream, expected_last);
     push_filter(&mut query, &condition.filter);

@@ -25,10 +25,15 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(20);
 const LONGEST_LOCAL_WAIT: Duration = LONGEST_PAUSE;
 
 /// Waits, up to the storage's visibility wait, until the barrier has passed transaction
-/// `tx`, so that any read that starts afterwards, from any process, sees what it appended.
+/// `tx`, so that any read that starts afterwards, from any process, sees what it wrote.
 /// `older` are the transactions older than `tx` that may have been running when it wrote,
-/// when known.
-pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64, older: Option<&[u64]>) {
+/// when known; `what` names its events in the warning when the wait ends first.
+pub(crate) async fn wait_until_visible(
+    shared: &Shared,
+    tx: u64,
+    older: Option<&[u64]>,
+    what: &str,
+) {
     let wait = shared.settings.visibility_wait;
     if wait.is_zero() {
         return;
@@ -54,15 +59,14 @@ pub(crate) async fn wait_until_visible(shared: &Shared, tx: u64, older: Option<&
                 tracing::warn!(
                     tx,
                     ?wait,
-                    "an append's events are committed, but an older transaction still hides them \
-                     from new reads after the visibility wait"
+                    "{what}: committed, but an older transaction still hides it from new reads \
+                     after the visibility wait"
                 );
                 return;
             }
             Ok(Err(error)) => {
                 tracing::warn!(tx, %error,
-                    "an append's events are committed, but whether new reads see them yet could \
-                     not be checked");
+                    "{what}: committed, but whether new reads see it yet could not be checked");
                 return;
             }
         }

@@ -1,12 +1,17 @@
 //! An append returns only once every reader sees it: with concurrent appenders, whose
 //! transactions overlap, each append is read back at once, through its own storage and
 //! through one with a pool of its own; and an append behind another session's open
-//! transaction waits for it even while appends of its own storage are under way.
+//! transaction waits for it even while appends of its own storage are under way. A
+//! conditional append refused for an event that readers cannot see yet returns once they can.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::{AppendCriteria, EventStorage, EventStreamId, EventToStore};
+use eventstore_api::Direction;
+use eventstore_api::{
+    AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
+    Limit, Tags,
+};
 use serde_json::json;
 
 use crate::common;
@@ -122,5 +127,85 @@ async fn an_append_behind_another_sessions_open_transaction_waits_for_it() {
         last = last.max(Some(reference));
     }
     assert_eq!(storage.head(&stream).await.unwrap(), last);
+    storage.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_conflict_hidden_behind_another_sessions_open_transaction_is_reported_once_readable() {
+    let Some(pool) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = Arc::new(
+        common::builder(&prefix)
+            .visibility_wait(Duration::from_secs(60))
+            .build()
+            .await
+            .unwrap(),
+    );
+    // Another writer of the stream, which returns at its commit whoever can read it.
+    let hasty = common::builder(&prefix)
+        .visibility_wait(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let stream = EventStreamId::for_context("orders");
+    let order = Tags::from_pairs([("order", "1")]);
+    let decision = EventFilter::for_tags(order.clone());
+    let placed = || EventToStore::new("Placed", json!({})).with_tags(order.clone());
+    let read = |storage: Arc<eventstore_postgres::PostgresEventStorage>| {
+        let (stream, decision) = (stream.clone(), decision.clone());
+        async move {
+            storage
+                .query(&decision, &stream, None, Limit::none(), Direction::Forward)
+                .await
+                .unwrap()
+        }
+    };
+
+    // An older transaction of another session holds the barrier below the order's event.
+    let mut foreign = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut *foreign)
+        .await
+        .unwrap();
+    let stored = hasty
+        .append(AppendCriteria::none(), &stream, vec![placed()])
+        .await
+        .unwrap();
+    // Decided on what readers see: no event of the order yet.
+    assert!(read(Arc::clone(&storage)).await.is_empty());
+    let refused = tokio::spawn({
+        let storage = Arc::clone(&storage);
+        let (stream, criteria) = (stream.clone(), AppendCriteria::of(decision.clone(), None));
+        let event = placed();
+        async move { storage.append(criteria, &stream, vec![event]).await }
+    });
+    // Refused at once for an event no read shows: reading again would decide the same.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !refused.is_finished(),
+        "the conflict was reported while readers could not see the conflicting event"
+    );
+
+    foreign.commit().await.unwrap();
+    let refused = tokio::time::timeout(Duration::from_secs(30), refused)
+        .await
+        .expect("the conflict is reported once the foreign transaction ended")
+        .unwrap();
+    match refused {
+        Err(EventStorageError::OptimisticLock { conflicting, .. }) => {
+            assert_eq!(conflicting, stored[0].reference);
+        }
+        other => panic!("expected OptimisticLock, got {other:?}"),
+    }
+    // Read again, the decision sees what it conflicted with.
+    let seen: Vec<_> = read(Arc::clone(&storage))
+        .await
+        .into_iter()
+        .map(|event| event.reference)
+        .collect();
+    assert_eq!(seen, vec![stored[0].reference]);
+    hasty.close().await.unwrap();
     storage.close().await.unwrap();
 }
