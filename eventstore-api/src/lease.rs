@@ -144,9 +144,10 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// When the lease lapses unless renewed: `heartbeat_at + ttl`.
+    /// When the lease lapses unless renewed: `heartbeat_at + ttl`, or the latest time there
+    /// is when that lies beyond it.
     pub fn expires_at(&self) -> DateTime<Utc> {
-        self.heartbeat_at + chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::MAX)
+        expiry(self.heartbeat_at, self.ttl)
     }
 
     /// Whether the lease is expired at `now`, strictly after `heartbeat_at + ttl`.
@@ -177,9 +178,10 @@ pub struct LeaseContender {
 }
 
 impl LeaseContender {
-    /// When the registration lapses unless renewed: `heartbeat_at + ttl`.
+    /// When the registration lapses unless renewed: `heartbeat_at + ttl`, or the latest time
+    /// there is when that lies beyond it.
     pub fn expires_at(&self) -> DateTime<Utc> {
-        self.heartbeat_at + chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::MAX)
+        expiry(self.heartbeat_at, self.ttl)
     }
 
     /// Whether the registration is live at `now` (from the storage's clock): until and
@@ -187,6 +189,16 @@ impl LeaseContender {
     pub fn is_live_at(&self, now: DateTime<Utc>) -> bool {
         now <= self.expires_at()
     }
+}
+
+/// `heartbeat_at + ttl`, saturating: the calls refuse ttls past a week, but a lease read from
+/// a store may have been written around them (PostgreSQL's functions called from SQL), and a
+/// dashboard listing it must not panic.
+fn expiry(heartbeat_at: DateTime<Utc>, ttl: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(ttl)
+        .ok()
+        .and_then(|ttl| heartbeat_at.checked_add_signed(ttl))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// A lease name and a fencing token: a write carrying it succeeds only while that lease is
@@ -257,6 +269,27 @@ mod tests {
         let l = lease(t0, Duration::from_secs(1));
         assert!(!l.is_expired_at(t0 + chrono::Duration::seconds(1)));
         assert!(l.is_expired_at(t0 + chrono::Duration::milliseconds(1001)));
+    }
+
+    #[test]
+    fn a_ttl_past_the_end_of_time_never_expires_and_does_not_panic() {
+        let now = Utc::now();
+        for ttl in [
+            Duration::MAX,
+            Duration::from_secs(u64::from(u32::MAX) * 3_600),
+        ] {
+            let held = lease(now, ttl);
+            assert_eq!(held.expires_at(), DateTime::<Utc>::MAX_UTC, "{ttl:?}");
+            assert!(!held.is_expired_at(now), "{ttl:?}");
+            let contender = LeaseContender {
+                lease_name: "l".into(),
+                owner: "o".into(),
+                priority: 0,
+                heartbeat_at: now,
+                ttl,
+            };
+            assert!(contender.is_live_at(now), "{ttl:?}");
+        }
     }
 
     #[test]
