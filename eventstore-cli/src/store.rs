@@ -97,6 +97,11 @@ impl PostgresTarget {
     /// Connects once, so that a server that cannot be reached is reported with the reason
     /// (refused, unknown host, authentication), not as a pool that timed out.
     async fn try_connection(&self) -> Result<(), Failure> {
+        if !eventstore_postgres::is_postgres_url(&self.url) {
+            return Err(Failure::usage(
+                "--url is not a PostgreSQL url: it must start with postgres:// or postgresql://",
+            ));
+        }
         let options = PgConnectOptions::from_str(&self.url)
             .map_err(|error| Failure::usage(format!("--url is not a PostgreSQL url: {error}")))?;
         let server = format!(

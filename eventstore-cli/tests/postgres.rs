@@ -542,6 +542,13 @@ async fn bad_input_is_one_line_with_the_right_exit_code_and_creates_nothing() {
         let args = with(&["--url", "not a url", "--prefix", &prefix]);
         let run = eventstore(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
         run.assert_refused(2, &["--url is not a PostgreSQL url"]);
+
+        // The server's own address under another scheme: refused, not connected to.
+        let (_, address) = url.split_once("://").expect("a url with a scheme");
+        let mysql = format!("mysql://{address}");
+        let args = with(&["--url", &mysql, "--prefix", &prefix]);
+        let run = eventstore(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        run.assert_refused(2, &["--url is not a PostgreSQL url", "postgres://"]);
     }
     // What the argument parser refuses: exit code 2, naming the flag.
     for (args, words) in [

@@ -470,9 +470,25 @@ impl PostgresEventStorageBuilder {
     }
 }
 
+/// Whether `url` names PostgreSQL's scheme, `postgres://` or `postgresql://` (in any case):
+/// the driver reads the rest of any url alike, so `mysql://…` would otherwise connect to a
+/// PostgreSQL server as if nothing were wrong.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
+    })
+}
+
 /// The connection settings in `url`, or `InvalidInput` naming `field` without showing the
 /// url, which may hold a password.
 fn parse_url(field: &str, url: &str) -> Result<PgConnectOptions, EventStorageError> {
+    if !is_postgres_url(url) {
+        return Err(EventStorageError::invalid(
+            field,
+            "(hidden: it may hold a password)",
+            "is not a PostgreSQL url: it must start with postgres:// or postgresql://",
+        ));
+    }
     PgConnectOptions::from_str(url).map_err(|error| {
         EventStorageError::invalid(
             field,
@@ -480,4 +496,45 @@ fn parse_url(field: &str, url: &str) -> Result<PgConnectOptions, EventStorageErr
             format!("is not a PostgreSQL url: {error}"),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_postgres_schemes_are_postgres_urls() {
+        for url in [
+            "postgres://h/db",
+            "postgresql://u@h:5432/db",
+            "POSTGRES://h",
+        ] {
+            assert!(is_postgres_url(url), "{url}");
+        }
+        for url in [
+            "mysql://root@h/db",
+            "http://h",
+            "postgres:/h",
+            "not a url",
+            "",
+        ] {
+            assert!(!is_postgres_url(url), "{url}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_url_of_another_scheme_is_refused_before_connecting() {
+        // Port 1: were it read as PostgreSQL's, the error would be a failed connection.
+        let result = PostgresEventStorage::builder()
+            .url("mysql://postgres@127.0.0.1:1/test")
+            .build()
+            .await;
+        match result {
+            Err(EventStorageError::InvalidInput { field, problem, .. }) => {
+                assert_eq!(field, "database url");
+                assert!(problem.contains("postgres://"), "{problem}");
+            }
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+    }
 }
