@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::cli::StoreArgs;
 use crate::failure::Failure;
-use crate::output::{print_json, print_text, table};
+use crate::output::{print_json, print_text, printable, table};
 use crate::store::{OpenStore, StoreDescription, Target};
 use crate::time_text::{ago, instant, span};
 
@@ -126,15 +126,16 @@ fn render(document: &ContendersDocument) -> String {
         &document.last_holder,
         document.tenure_expires_at,
     ) {
-        (Some(holder), _, _) => format!("held by {holder}"),
+        (Some(holder), _, _) => format!("held by {}", printable(holder)),
         (None, Some(last), Some(ended)) => {
+            let last = printable(last);
             format!("free, last held by {last} (ended {})", ago(ended, now))
         }
         _ => "never held".to_owned(),
     };
     let mut text = format!(
         "lease {}: {tenure}; {} contenders ({live} live) in {}; storage time {}\n",
-        document.lease_name,
+        printable(&document.lease_name),
         document.contenders.len(),
         document.store,
         instant(now)

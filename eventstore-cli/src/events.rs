@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::cli::StoreArgs;
 use crate::failure::Failure;
-use crate::output::{print_json, print_text, shorten, table};
+use crate::output::{print_json, print_text, printable, shorten, table};
 use crate::store::{OpenStore, StoreDescription, Target};
 use crate::time_text::{ago, instant};
 
@@ -112,7 +112,7 @@ fn render(document: &EventsDocument) -> String {
     let mut text = format!(
         "{} events of {} (the last {} at most) in {}; storage time {}\n",
         document.events.len(),
-        document.stream,
+        printable(&document.stream),
         document.limit,
         document.store,
         instant(now)

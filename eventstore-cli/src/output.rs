@@ -35,17 +35,22 @@ pub(crate) fn print_text(text: &str) -> Result<(), Failure> {
     }
 }
 
-/// Rows under a header, each column as wide as its widest cell, two spaces apart.
+/// Rows under a header, each column as wide as its widest cell, two spaces apart, each cell
+/// [`printable`].
 pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| printable(cell)).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|cell| cell.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
     let mut out = String::new();
     let header: Vec<String> = header.iter().map(|cell| (*cell).to_owned()).collect();
-    for row in std::iter::once(&header).chain(rows) {
+    for row in std::iter::once(&header).chain(&rows) {
         let mut line = String::new();
         for (index, (cell, width)) in row.iter().zip(&widths).enumerate() {
             if index + 1 == row.len() {
@@ -58,6 +63,21 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `text` with its control characters escaped as Rust writes them (`\n`, `\u{1b}`): names may
+/// hold any character but NUL, and one that a store holds must neither break a row into two
+/// nor drive the operator's terminal.
+pub(crate) fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// `text` cut to `chars` characters, with `…` when cut.
@@ -86,5 +106,15 @@ mod tests {
         );
         assert_eq!(shorten("abcdef", 4), "abc…");
         assert_eq!(shorten("abc", 4), "abc");
+    }
+
+    #[test]
+    fn control_characters_in_cells_are_escaped_and_never_start_a_row() {
+        let forged = "pod-x\nl1  ownerB  live\u{1b}[2J";
+        let text = table(&["OWNER", "STATE"], &[vec![forged.into(), "free".into()]]);
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+        assert!(text.contains(r"pod-x\nl1  ownerB  live\u{1b}[2J"), "{text}");
+        assert_eq!(printable("orders/default"), "orders/default");
     }
 }
