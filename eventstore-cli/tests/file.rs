@@ -148,7 +148,7 @@ async fn a_directory_that_is_no_store_is_refused_in_one_line_and_nothing_is_crea
     }
     eventstore(&["bookmarks", "--dir", missing_path])
         .await
-        .assert_refused(1, &["not a directory", missing_path]);
+        .assert_refused(1, &["No such file or directory", missing_path]);
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
     assert!(!missing.exists());
 

@@ -322,11 +322,16 @@ const READ_ONLY_ATTEMPTS: u32 = 4;
 const READ_ONLY_FIRST_PAUSE: Duration = Duration::from_millis(10);
 
 fn open_read_only_blocking(dir: PathBuf) -> StorageResult<FileEventStorage> {
-    if !dir.is_dir() {
+    let cannot_open = || format!("cannot open the event store in {}", dir.display());
+    // The error as the system gives it (missing, permission denied, name too long), and "not
+    // a directory" only for what exists and is none.
+    let metadata = std::fs::metadata(&dir)
+        .map_err(|error| EventStorageError::backend(cannot_open(), error))?;
+    if !metadata.is_dir() {
         return Err(EventStorageError::backend(
-            format!("cannot open the event store in {}", dir.display()),
+            cannot_open(),
             std::io::Error::new(
-                std::io::ErrorKind::NotFound,
+                std::io::ErrorKind::NotADirectory,
                 format!("{} is not a directory", dir.display()),
             ),
         ));

@@ -162,13 +162,22 @@ async fn a_directory_that_is_not_a_store_is_refused_and_nothing_is_created() {
     );
     assert!(files_in(&empty).is_empty(), "nothing created in {empty:?}");
 
+    // What the system says is passed on: missing (ENOENT), a name too long (ENAMETOOLONG).
     let missing = dir.path().join("missing");
-    let error = FileEventStorage::open_read_only(&missing)
-        .await
-        .unwrap_err();
+    let too_long = dir.path().join("n".repeat(300));
+    for (path, errno) in [(&missing, "(os error 2)"), (&too_long, "(os error 36)")] {
+        let error = FileEventStorage::open_read_only(path).await.unwrap_err();
+        let report = error.report();
+        assert!(report.contains(errno), "{report}");
+        assert!(!report.contains("not a directory"), "{report}");
+        assert!(!path.exists(), "the directory is not created");
+    }
+
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"no store").unwrap();
+    let error = FileEventStorage::open_read_only(&file).await.unwrap_err();
     let report = error.report();
-    assert!(report.contains("not a directory"), "{report}");
-    assert!(!missing.exists(), "the directory is not created");
+    assert!(report.contains("is not a directory"), "{report}");
 }
 
 #[tokio::test]
