@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use crate::corruption::{Corruption, OpenFailure};
 use crate::directory::{parent_of, sync_dir};
 use crate::frame::{write_frame, FrameScanner, Scanned};
-use crate::positioned_io::write_all_at;
+use crate::positioned_io::{only_zeros, write_all_at};
 
 /// Bytes of the file header: an 8-byte magic naming the file's kind and format version.
 const MAGIC_LEN: usize = 8;
@@ -64,8 +64,9 @@ pub(crate) struct Journal {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal at `path`, cutting off a torn last record, and returns it
-    /// with every record in the order written.
+    /// Opens (or creates) the journal at `path`, cutting off a torn last record and starting
+    /// afresh a file whose header never reached the disk, and returns it with every record in
+    /// the order written.
     ///
     /// # Errors
     /// I/O failure, a wrong magic, or a damaged record anywhere but at the tail.
@@ -84,8 +85,12 @@ impl Journal {
             .metadata()
             .map_err(OpenFailure::io("cannot inspect", path))?
             .len();
-        if length < MAGIC_LEN as u64 {
-            // New, or created by a crash before its header was synced: start it afresh.
+        let never_written = length < MAGIC_LEN as u64
+            || only_zeros(&file, length).map_err(OpenFailure::io("cannot read", path))?;
+        if never_written {
+            // New, or created by a crash before its header was synced (which can keep the
+            // file's length and lose its bytes): start it afresh. No record was acknowledged,
+            // as records are appended only once the header is synced.
             let allocated = write_header(&mut file, &magic)
                 .map_err(OpenFailure::io("cannot initialise", path))?;
             let journal = Journal::at(path, magic, file, 0, (MAGIC_LEN as u64, allocated));
@@ -153,7 +158,10 @@ impl Journal {
             .metadata()
             .map_err(OpenFailure::io("cannot inspect", path))?
             .len();
-        if length < MAGIC_LEN as u64 {
+        if length < MAGIC_LEN as u64
+            || only_zeros(&file, length).map_err(OpenFailure::io("cannot read", path))?
+        {
+            // Being created, or left by a crash before its header was synced: no records.
             return Ok(Vec::new());
         }
         let mut reader = BufReader::new(&file);

@@ -13,6 +13,25 @@ pub(crate) fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> io::
     std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
 }
 
+/// Whether the first `length` bytes of `file` are all zeros: what a crash can leave of a new
+/// file whose length reached the disk and whose bytes did not.
+///
+/// # Errors
+/// The read failed or the file ends first.
+pub(crate) fn only_zeros(file: &File, length: u64) -> io::Result<bool> {
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut at = 0;
+    while at < length {
+        let read = (length - at).min(chunk.len() as u64) as usize;
+        read_exact_at(file, &mut chunk[..read], at)?;
+        if chunk[..read].iter().any(|&byte| byte != 0) {
+            return Ok(false);
+        }
+        at += read as u64;
+    }
+    Ok(true)
+}
+
 /// Writes all of `bytes` to `file` at `offset`.
 ///
 /// # Errors

@@ -13,6 +13,7 @@ use crate::event_record::{decode_batch, EventFields};
 use crate::frame::{FrameScanner, Scanned, HEADER_LEN};
 use crate::group_tail::{after_damage, AfterDamage};
 use crate::index::{EventIndex, IndexedEvent, Location};
+use crate::positioned_io::only_zeros;
 use crate::segments::{
     create_segment, decode_header, encode_header, list_segments, SegmentWriter, SEGMENT_HEADER_LEN,
 };
@@ -177,7 +178,7 @@ fn scan_segment(
         .into());
     }
     if is_last
-        && header_never_written(&mut file, length).map_err(OpenFailure::io("cannot read", path))?
+        && header_never_written(&file, length).map_err(OpenFailure::io("cannot read", path))?
     {
         if mode == Mode::ReadLast {
             // Being created by the writer right now, or by a crash: no events in it yet.
@@ -342,21 +343,8 @@ fn index_frame(
 /// header, or holds nothing but zeros (a crash can keep a new file's length and lose its
 /// bytes). Such a segment holds no event, as an append is acknowledged only after its segment's
 /// header was synced; a zeroed header before any written byte is damage, not this.
-fn header_never_written(file: &mut File, length: u64) -> std::io::Result<bool> {
-    if length < SEGMENT_HEADER_LEN {
-        return Ok(true);
-    }
-    let mut chunk = vec![0u8; 1 << 16];
-    let mut only_zeros = true;
-    while only_zeros {
-        match file.read(&mut chunk)? {
-            0 => break,
-            read => only_zeros = chunk[..read].iter().all(|&byte| byte == 0),
-        }
-    }
-    // The scan that follows reads from the start.
-    file.seek(SeekFrom::Start(0))?;
-    Ok(only_zeros)
+fn header_never_written(file: &File, length: u64) -> std::io::Result<bool> {
+    Ok(length < SEGMENT_HEADER_LEN || only_zeros(file, length)?)
 }
 
 fn rewrite_header(file: &mut File, first_position: u64) -> std::io::Result<()> {

@@ -601,3 +601,61 @@ async fn a_last_segment_whose_header_never_reached_the_disk_is_started_afresh() 
     );
     assert_eq!(std::fs::read(&next_segment).unwrap(), damaged, "not cut");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_whose_header_never_reached_the_disk_is_started_afresh() {
+    for journal in ["bookmarks.log", "lease-tokens.log"] {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FileEventStorage::open(dir.path()).await.unwrap();
+        let first = append_one(&storage, 0).await;
+        storage.close().await.unwrap();
+        let path = dir.path().join(journal);
+
+        // A crash on the store's first open can keep a new journal's length and lose its
+        // bytes, the header's included: no record in it was ever acknowledged.
+        for length in [8, 4096, 65_544] {
+            std::fs::write(&path, vec![0u8; length]).unwrap();
+            let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
+            assert_eq!(reader.get_bookmarks().await.unwrap(), vec![], "{journal}");
+            reader.close().await.unwrap();
+            let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+            assert_eq!(all_events(&reopened).await.len(), 1, "{journal}, {length}");
+            reopened.close().await.unwrap();
+        }
+
+        // The journal started afresh is written to, and what it holds kept.
+        let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+        reopened
+            .bookmark("reader", &first.reference, Tags::none())
+            .await
+            .unwrap();
+        let granted = reopened
+            .request_lease(LeaseRequest::new("l", "o", 0, Duration::from_secs(10)))
+            .await
+            .unwrap();
+        reopened.close().await.unwrap();
+        let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+        assert_eq!(
+            reopened.get_bookmark("reader").await.unwrap(),
+            Some(first.reference),
+            "{journal}"
+        );
+        let again = reopened
+            .request_lease(LeaseRequest::new("l", "o", 0, Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert!(again.fencing_token > granted.fencing_token, "{journal}");
+        reopened.close().await.unwrap();
+
+        // A zeroed header before records is damage, never started afresh.
+        let mut damaged = std::fs::read(&path).unwrap();
+        damaged[..8].fill(0);
+        std::fs::write(&path, &damaged).unwrap();
+        let error = FileEventStorage::open(dir.path()).await.unwrap_err();
+        assert!(
+            error.report().contains(&path.display().to_string()),
+            "{}",
+            error.report()
+        );
+    }
+}
