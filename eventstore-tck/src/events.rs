@@ -1348,6 +1348,177 @@ pub async fn or_filter_selects_events_matching_any_item_once<F: StorageFactory>(
     .await;
 }
 
+/// An `or` of items keeps to the streams read, to `after` and `until`, and in criteria to the
+/// stream appended to: each item is one alternative inside those bounds, never one beside them
+/// (`stream = $1 AND a OR b` in SQL would read every stream's `b`).
+pub async fn or_filters_keep_to_the_stream_and_the_bounds_read<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let history = append_order_history(&storage).await;
+    append(
+        &storage,
+        &billing(),
+        vec![
+            labelled("Note", "billing-note"),
+            labelled("OrderPlaced", "billing-placed").with_tags(tags(&[("customer", "c2")])),
+        ],
+    )
+    .await;
+    let either =
+        EventFilter::for_types(["Note"]).or(EventFilter::for_tags(tags(&[("customer", "c2")])));
+    let read = |filter: EventFilter, after: Option<EventReference>, limit, direction| {
+        let storage = &storage;
+        async move {
+            labels(
+                &query(
+                    storage,
+                    &filter,
+                    &orders(),
+                    after.as_ref(),
+                    limit,
+                    direction,
+                )
+                .await,
+            )
+        }
+    };
+    assert_eq!(
+        read(either.clone(), None, Limit::none(), Direction::Forward).await,
+        ["placed-2", "cancelled-2", "note"],
+        "filter rule: an or of items reads the stream read only"
+    );
+    assert_eq!(
+        read(
+            either.clone(),
+            Some(history[1].reference),
+            Limit::none(),
+            Direction::Forward
+        )
+        .await,
+        ["cancelled-2", "note"],
+        "filter rule: an or of items reads only what lies after `after`"
+    );
+    assert_eq!(
+        read(
+            either.clone().until(history[3].reference),
+            None,
+            Limit::none(),
+            Direction::Forward
+        )
+        .await,
+        ["placed-2", "cancelled-2"],
+        "filter rule: an or of items reads only up to `until`"
+    );
+    assert_eq!(
+        read(either, None, Limit::to(2), Direction::Backward).await,
+        ["note", "cancelled-2"],
+        "filter rule: an or of items, backward with a limit, counts from the stream's newest"
+    );
+}
+
+/// An `or` of items in append criteria conflicts with matches in the stream appended to
+/// only, never with another stream's, whichever item they match.
+pub async fn or_criteria_judge_the_appended_stream_only<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let account = tags(&[("account", "a1")]);
+    let criteria = || {
+        AppendCriteria::of(
+            EventFilter::for_types(["Invoiced"]).or(EventFilter::for_tags(account.clone())),
+            None,
+        )
+    };
+    // Matches of both items, in another stream only.
+    append(
+        &storage,
+        &billing(),
+        vec![
+            labelled("Invoiced", "billing-invoice"),
+            labelled("Paid", "billing-paid").with_tags(account.clone()),
+        ],
+    )
+    .await;
+    storage
+        .append(criteria(), &orders(), vec![labelled("Placed", "placed")])
+        .await
+        .unwrap_or_else(|err| {
+            panic!("criteria rule: an or of items matched only in another stream must not conflict, got {err}")
+        });
+    let tagged = append(
+        &storage,
+        &orders(),
+        vec![labelled("Paid", "paid").with_tags(account.clone())],
+    )
+    .await;
+    assert_optimistic_lock(
+        storage
+            .append(criteria(), &orders(), vec![labelled("Placed", "again")])
+            .await,
+        None,
+        tagged[0].reference,
+        "criteria rule: the or's second item matches in the stream appended to",
+    );
+}
+
+/// Input is judged before what the storage holds: a blank event type is `InvalidInput` even
+/// where the criteria would conflict, and a blank reader even for an unknown event.
+pub async fn invalid_input_is_refused_before_the_store_is_consulted<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let stored = append(&storage, &orders(), vec![labelled("Placed", "p")]).await;
+    assert_invalid_input(
+        storage
+            .append(
+                AppendCriteria::of(EventFilter::match_all(), None),
+                &orders(),
+                vec![labelled("", "blank type")],
+            )
+            .await,
+        "an append of an event with a blank type whose criteria conflict",
+        "validate_events",
+    );
+    let unknown = EventReference::at(EventId::new(), stored[0].reference.position + 1_000);
+    assert_invalid_input(
+        storage.bookmark(" ", &unknown, Tags::none()).await,
+        "a bookmark of a blank reader at an unknown event",
+        "validate_reader",
+    );
+    assert_eq!(
+        labels(&read_everything(&storage).await),
+        ["p"],
+        "nothing refused was stored"
+    );
+}
+
+/// `until` bounds append criteria as it bounds reads: a match after the bound is no conflict.
+pub async fn criteria_with_until_ignore_matches_after_their_bound<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let first = append(&storage, &orders(), vec![labelled("Placed", "a1")]).await;
+    append(&storage, &orders(), vec![labelled("Placed", "a2")]).await;
+    let bounded = EventFilter::for_types(["Placed"]).until(first[0].reference);
+    storage
+        .append(
+            AppendCriteria::of(bounded.clone(), Some(first[0].reference)),
+            &orders(),
+            vec![labelled("Shipped", "s")],
+        )
+        .await
+        .unwrap_or_else(|err| {
+            panic!("criteria rule: a match after the filter's until is no conflict, got {err}")
+        });
+    assert_optimistic_lock(
+        storage
+            .append(
+                AppendCriteria::of(bounded, None),
+                &orders(),
+                vec![labelled("Shipped", "t")],
+            )
+            .await,
+        None,
+        first[0].reference,
+        "criteria rule: without an expected last event, the match up to until conflicts",
+    );
+}
+
 /// `until` is an inclusive upper bound, combined with the filter's items, `after`, `limit`
 /// and direction.
 pub async fn until_is_an_inclusive_upper_bound<F: StorageFactory>(factory: &F) {
@@ -1700,6 +1871,46 @@ pub async fn after_selects_events_strictly_after_the_reference<F: StorageFactory
     );
 }
 
+/// A backward read with `after` and a limit counts its limit from the newest event after the
+/// reference, not from the reference: it pages back from the head.
+pub async fn a_backward_read_after_an_event_counts_its_limit_from_the_newest<F: StorageFactory>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let events = append_numbered(&storage, 5).await;
+    let read = |filter: EventFilter, limit| {
+        let (storage, after) = (&storage, events[1].reference);
+        async move {
+            labels(
+                &query(
+                    storage,
+                    &filter,
+                    &orders(),
+                    Some(&after),
+                    limit,
+                    Direction::Backward,
+                )
+                .await,
+            )
+        }
+    };
+    assert_eq!(
+        read(EventFilter::match_all(), Limit::to(2)).await,
+        ["e4", "e3"],
+        "query rule: after e1, backward, at most 2: the two newest after e1, not the two next to it"
+    );
+    assert_eq!(
+        read(EventFilter::for_types(["Even"]), Limit::to(1)).await,
+        ["e4"],
+        "query rule: after e1, backward, the newest matching event first"
+    );
+    assert_eq!(
+        read(EventFilter::match_all(), Limit::to(10)).await,
+        ["e4", "e3", "e2"],
+        "query rule: a limit beyond what lies after the reference returns all of it"
+    );
+}
+
 /// `limit` caps the number of matching events returned, counted from the oldest going
 /// forward; a limit larger than the result changes nothing and a limit of 0 returns none.
 pub async fn limit_caps_the_number_of_matching_events<F: StorageFactory>(factory: &F) {
@@ -1958,6 +2169,65 @@ pub async fn query_stream_yields_what_query_returns<F: StorageFactory>(factory: 
     assert!(
         invalid.next().await.is_none(),
         "invalid input ends the stream"
+    );
+}
+
+/// A stream dropped after its first event, again and again, holds nothing back: appends
+/// (conditional ones too) and reads go on, as the trait promises (no transaction left open,
+/// no connection held).
+pub async fn streams_dropped_part_way_hold_nothing_back<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let events = (0..1_500)
+        .map(|n| labelled("Numbered", &format!("n{n}")))
+        .collect();
+    append(&storage, &orders(), events).await;
+    for round in 0..40 {
+        let mut stream = storage.query_stream(
+            &EventFilter::match_all(),
+            &orders(),
+            None,
+            Limit::none(),
+            Direction::Forward,
+        );
+        let first = stream.next().await.expect("the first event");
+        first.unwrap_or_else(|err| panic!("query_stream, round {round}: {err}"));
+        drop(stream);
+        let mut raw = storage.query_raw_stream(
+            &EventFilter::match_all(),
+            &orders(),
+            None,
+            Limit::none(),
+            Direction::Backward,
+        );
+        let first = raw.next().await.expect("the first event");
+        first.unwrap_or_else(|err| panic!("query_raw_stream, round {round}: {err}"));
+    }
+    let head = storage.head(&orders()).await.expect("head");
+    crate::support::within(
+        crate::support::DEADLINE,
+        "a conditional append after 80 dropped streams",
+        async {
+            storage
+                .append(
+                    AppendCriteria::of(EventFilter::match_all(), head),
+                    &orders(),
+                    vec![labelled("Numbered", "last")],
+                )
+                .await
+                .expect("stream rule: a conditional append after dropped streams succeeds")
+        },
+    )
+    .await;
+    let read = crate::support::within(
+        crate::support::DEADLINE,
+        "a read after 80 dropped streams",
+        async { read(&storage, &EventFilter::match_all(), &orders()).await },
+    )
+    .await;
+    assert_eq!(
+        read.len(),
+        1_501,
+        "every event is read after the dropped streams"
     );
 }
 

@@ -168,6 +168,28 @@ pub async fn a_live_lease_is_never_revoked<F: StorageFactory>(factory: &F) {
 // Expiry and release (rule 3, release_lease, get_leases)
 // ---------------------------------------------------------------------------------------------
 
+/// `get_leases` lists every lease by name, whatever the order they were first asked for in
+/// (a map kept in hash order would not).
+pub async fn leases_are_listed_by_name<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_leases(factory).await else {
+        return;
+    };
+    let names = ["m", "c", "x", "a", "q", "b", "z", "k"];
+    for name in names {
+        request(&storage, name, "node-a", 0, LONG_TTL).await;
+    }
+    let listed: Vec<String> = storage
+        .get_leases()
+        .await
+        .unwrap_or_else(|err| panic!("get_leases failed: {err}"))
+        .into_iter()
+        .map(|lease| lease.lease_name)
+        .collect();
+    let mut by_name = names.map(str::to_owned).to_vec();
+    by_name.sort();
+    assert_eq!(listed, by_name, "get_leases rule: every lease, by name");
+}
+
 /// Once the holder's ttl has lapsed on the storage's clock, the next request by another owner
 /// takes the lease over with the next token, acquired and heartbeat at once.
 pub async fn expired_lease_is_taken_over_with_the_next_token<F: StorageFactory>(factory: &F) {

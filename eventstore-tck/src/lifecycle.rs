@@ -13,6 +13,7 @@ use eventstore_api::{
     AppendCriteria, Capability, Direction, EventFilter, EventId, EventStorage, EventStorageError,
     EventStreamId, Fence, FencingToken, LeaseScope, Limit, StorageResult, Tags,
 };
+use futures_util::StreamExt;
 use tokio::sync::Barrier;
 
 use crate::events::{append, labelled, orders, read_everything, tags};
@@ -28,6 +29,20 @@ fn assert_closed_or_unsupported<T: Debug>(result: StorageResult<T>, call: &str) 
              got {other:?}"
         ),
     }
+}
+
+/// Asserts that a stream of a closed storage yields `Closed` once and ends.
+fn assert_closed_once<T: Debug>(items: Vec<StorageResult<T>>, call: &str) {
+    let count = items.len();
+    let mut items = items.into_iter();
+    match items.next() {
+        Some(first) => assert_closed(first, call),
+        None => panic!("{call} on a closed storage must yield Err(Closed), yielded nothing"),
+    }
+    assert_eq!(
+        count, 1,
+        "{call} on a closed storage must end after Err(Closed)"
+    );
 }
 
 /// The arguments the calls of [`assert_every_call_is_closed`] are made with.
@@ -104,6 +119,40 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S, argu
         "query",
     );
     assert_closed(
+        storage
+            .query_raw(
+                &EventFilter::match_all(),
+                stream,
+                None,
+                Limit::none(),
+                Direction::Forward,
+            )
+            .await,
+        "query_raw",
+    );
+    let streamed: Vec<_> = storage
+        .query_stream(
+            &EventFilter::match_all(),
+            stream,
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .collect()
+        .await;
+    assert_closed_once(streamed, "query_stream");
+    let streamed: Vec<_> = storage
+        .query_raw_stream(
+            &EventFilter::match_all(),
+            stream,
+            None,
+            Limit::none(),
+            Direction::Forward,
+        )
+        .collect()
+        .await;
+    assert_closed_once(streamed, "query_raw_stream");
+    assert_closed(
         storage.get_event_by_id(EventId::new()).await,
         "get_event_by_id",
     );
@@ -135,11 +184,41 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S, argu
             "release_lease",
             storage.release_lease(lease_name, owner).await,
         ),
+        (
+            "release_leases",
+            storage
+                .release_leases(&["l".to_owned(), (*lease_name).to_owned()], owner)
+                .await,
+        ),
         ("get_leases", storage.get_leases().await.map(drop)),
         ("storage_time", storage.storage_time().await.map(drop)),
     ];
     for (call, result) in lease_calls {
         if storage.supports(Capability::Lease) {
+            assert_closed(result, call);
+        } else {
+            assert_closed_or_unsupported(result, call);
+        }
+    }
+
+    let outcome_calls = [
+        (
+            "request_leases_with_outcome",
+            storage
+                .request_leases_with_outcome(vec![request(lease_name, owner)])
+                .await
+                .map(drop),
+        ),
+        (
+            "release_lease_with_outcome",
+            storage
+                .release_lease_with_outcome(lease_name, owner)
+                .await
+                .map(drop),
+        ),
+    ];
+    for (call, result) in outcome_calls {
+        if storage.supports(Capability::LeaseOutcomes) {
             assert_closed(result, call);
         } else {
             assert_closed_or_unsupported(result, call);
@@ -154,6 +233,12 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S, argu
         assert_closed(subscribed, "subscribe_lease_changes");
     } else {
         assert_closed_or_unsupported(subscribed, "subscribe_lease_changes");
+    }
+    let subscribed = storage.subscribe_appends(stream).await.map(drop);
+    if storage.supports(Capability::AppendHints) {
+        assert_closed(subscribed, "subscribe_appends");
+    } else {
+        assert_closed_or_unsupported(subscribed, "subscribe_appends");
     }
 
     let fence = Fence::new(*lease_name, FencingToken(1));

@@ -92,6 +92,10 @@ pub async fn assert_lease_methods_unsupported<S: EventStorage + ?Sized>(storage:
         "release_lease while supports(Capability::Lease) is false",
     );
     assert_unsupported(
+        storage.release_leases(&["l".to_owned()], "o").await,
+        "release_leases while supports(Capability::Lease) is false",
+    );
+    assert_unsupported(
         storage.get_leases().await,
         "get_leases while supports(Capability::Lease) is false",
     );
@@ -203,10 +207,16 @@ pub fn assert_invalid_input<T: Debug>(result: StorageResult<T>, what: &str, rule
          Admission::admit applies"
     );
     let err = expect_err(result, what, &expected);
+    let EventStorageError::InvalidInput { field, problem, .. } = &err else {
+        panic!(
+            "{what}: expected Err(InvalidInput) by the input rule \
+             eventstore_api::validate::{rule}, got Err({err})"
+        );
+    };
     assert!(
-        matches!(err, EventStorageError::InvalidInput { .. }),
-        "{what}: expected Err(InvalidInput) by the input rule eventstore_api::validate::{rule}, \
-         got Err({err})"
+        !field.trim().is_empty() && !problem.trim().is_empty(),
+        "{what}: InvalidInput must name what was wrong and the rule it broke, got field \
+         {field:?} and problem {problem:?}"
     );
 }
 

@@ -14,8 +14,8 @@ use eventstore_api::idempotency::{self, Idempotency};
 use eventstore_api::in_process::StorageClock;
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Lease, Limit, StorageResult,
-    StoredEvent, Tags,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, FilterItem, Lease, Limit,
+    RawStoredEvent, StorageResult, StoredEvent, Tags,
 };
 
 use super::mutations::Mutation;
@@ -107,6 +107,19 @@ impl MutantStorage {
         }
         if self.is(Mutation::InputNotValidated) {
             self.admission.admit(Operation::Read)?;
+        } else if self.is(Mutation::InvalidInputNamesNothing) {
+            self.admission
+                .admit(operation)
+                .map_err(|error| match error {
+                    EventStorageError::InvalidInput { value, .. } => {
+                        EventStorageError::InvalidInput {
+                            field: String::new(),
+                            value,
+                            problem: String::new(),
+                        }
+                    }
+                    other => other,
+                })?;
         } else {
             self.admission.admit(operation)?;
         }
@@ -156,9 +169,18 @@ impl EventStorage for MutantStorage {
             return Ok(Vec::new());
         }
 
+        let judged = if self.is(Mutation::CriteriaIgnoreUntil) {
+            let mut judged = criteria.clone();
+            if let Some(condition) = &mut judged.condition {
+                condition.filter.until = None;
+            }
+            judged
+        } else {
+            criteria.clone()
+        };
         let violating = |event: &&StoredEvent| {
             (self.is(Mutation::CriteriaLookAtEveryStream) || &event.stream == stream)
-                && criteria.is_violated_by(event)
+                && judged.is_violated_by(event)
         };
         let conflicting = if self.is(Mutation::ConflictNamesTheLastMatch) {
             state.events.iter().rev().find(violating)
@@ -259,10 +281,22 @@ impl EventStorage for MutantStorage {
             }
             Some(after) => event.reference > *after,
         };
+        // `stream = $1 AND after AND a OR b`: the items after the first beside the bounds.
+        let (bounded, beside) = if self.is(Mutation::OrItemsBesideTheStream) {
+            let (first, rest) = filter.items.split_at(filter.items.len().min(1));
+            let part = |items: &[FilterItem]| EventFilter {
+                items: items.to_vec(),
+                until: filter.until,
+            };
+            (part(first), part(rest))
+        } else {
+            (filter.clone(), EventFilter::match_none())
+        };
         let matching = state.events.iter().filter(|event| {
-            self.covers(stream, event, Mutation::QueryIgnoresWildcards)
+            (self.covers(stream, event, Mutation::QueryIgnoresWildcards)
                 && beyond(event)
-                && filter.matches(event)
+                && bounded.matches(event))
+                || beside.matches(event)
         });
         let limit = if self.is(Mutation::LimitIgnored) {
             usize::MAX
@@ -271,7 +305,11 @@ impl EventStorage for MutantStorage {
         };
         let events = match direction {
             Direction::Forward => matching.take(limit).cloned().collect(),
-            Direction::Backward if self.is(Mutation::BackwardLimitFromTheOldest) => {
+            Direction::Backward
+                if self.is(Mutation::BackwardLimitFromTheOldest)
+                    || (after.is_some()
+                        && self.is(Mutation::BackwardAfterLimitFromTheReference)) =>
+            {
                 let mut oldest: Vec<StoredEvent> = matching.take(limit).cloned().collect();
                 oldest.reverse();
                 oldest
@@ -279,6 +317,32 @@ impl EventStorage for MutantStorage {
             Direction::Backward => matching.rev().take(limit).cloned().collect(),
         };
         Ok(events)
+    }
+
+    async fn query_raw(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<RawStoredEvent>> {
+        if self.is(Mutation::RawQueryAfterClose) && self.admission.admit(Operation::Read).is_err() {
+            // Closed: read on regardless, as a raw read that forgot the check would.
+            let open = MutantStorage {
+                admission: Arc::new(Admission::new()),
+                ..self.clone()
+            };
+            return open
+                .query_raw(filter, stream, after, limit, direction)
+                .await;
+        }
+        let events = self.query(filter, stream, after, limit, direction).await?;
+        events
+            .into_iter()
+            .map(RawStoredEvent::try_from)
+            .collect::<Result<_, _>>()
+            .map_err(|e| EventStorageError::backend("write a payload out as JSON text", e))
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
@@ -307,6 +371,12 @@ impl EventStorage for MutantStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
+        if self.is(Mutation::BookmarkEventBeforeReader) {
+            let known = self.admit(Operation::Read)?.event(reference.id).is_some();
+            if !known {
+                return Err(EventStorageError::UnknownEvent { id: reference.id });
+            }
+        }
         let mut state = self.admit(Operation::Bookmark {
             reader,
             tags: &tags,

@@ -41,6 +41,14 @@ pub(crate) enum Mutation {
     LimitIgnored,
     /// A backward read with a limit takes the oldest events, then reverses them.
     BackwardLimitFromTheOldest,
+    /// A backward read with `after` and a limit takes the events next to the reference, not
+    /// the newest.
+    BackwardAfterLimitFromTheReference,
+    /// The items of an `or` after the first are matched beside the stream and `after`, not
+    /// within them (`stream = $1 AND a OR b`).
+    OrItemsBesideTheStream,
+    /// The append criteria ignore their filter's `until`.
+    CriteriaIgnoreUntil,
     /// The append criteria look at every stream, not the one appended to.
     CriteriaLookAtEveryStream,
     /// The append criteria are never checked.
@@ -64,6 +72,10 @@ pub(crate) enum Mutation {
     HeadIsTheFirstEvent,
     /// No input is validated.
     InputNotValidated,
+    /// `InvalidInput` names neither the field nor the rule broken.
+    InvalidInputNamesNothing,
+    /// A bookmark looks for its event before it judges the reader's name.
+    BookmarkEventBeforeReader,
     /// A bookmark at an event the storage does not hold is accepted.
     BookmarkOfAnUnknownEventAccepted,
     /// A bookmark keeps the caller's reference instead of the storage's own.
@@ -80,6 +92,8 @@ pub(crate) enum Mutation {
     CloseClosesOneHandle,
     /// Closing a closed storage is an error.
     SecondCloseFails,
+    /// `query_raw` reads on after `close`.
+    RawQueryAfterClose,
     /// `get_event_by_id` answers the first event, whatever the id.
     EventByIdIgnoresTheId,
     /// `FencedWrites` is declared without `Lease`.
@@ -92,7 +106,7 @@ pub(crate) enum Mutation {
 
 impl Mutation {
     /// Every mutation, in the order the check applies them.
-    pub(crate) const ALL: [Mutation; 34] = [
+    pub(crate) const ALL: [Mutation; 40] = [
         Mutation::PositionsFromZero,
         Mutation::PositionsWithGaps,
         Mutation::ClosedCheckedAfterInput,
@@ -104,6 +118,9 @@ impl Mutation {
         Mutation::AfterInclusive,
         Mutation::LimitIgnored,
         Mutation::BackwardLimitFromTheOldest,
+        Mutation::BackwardAfterLimitFromTheReference,
+        Mutation::OrItemsBesideTheStream,
+        Mutation::CriteriaIgnoreUntil,
         Mutation::CriteriaLookAtEveryStream,
         Mutation::CriteriaIgnored,
         Mutation::ConflictNamesTheLastMatch,
@@ -115,6 +132,8 @@ impl Mutation {
         Mutation::HeadIgnoresWildcards,
         Mutation::HeadIsTheFirstEvent,
         Mutation::InputNotValidated,
+        Mutation::InvalidInputNamesNothing,
+        Mutation::BookmarkEventBeforeReader,
         Mutation::BookmarkOfAnUnknownEventAccepted,
         Mutation::BookmarkInTheCallersCoordinates,
         Mutation::BookmarkUpdateTimeNotMoved,
@@ -123,6 +142,7 @@ impl Mutation {
         Mutation::RemovingNoBookmarkFails,
         Mutation::CloseClosesOneHandle,
         Mutation::SecondCloseFails,
+        Mutation::RawQueryAfterClose,
         Mutation::EventByIdIgnoresTheId,
         Mutation::FencedWritesWithoutLease,
         Mutation::LeaseMethodWithoutLease,
