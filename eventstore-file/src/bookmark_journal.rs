@@ -9,12 +9,12 @@ use uuid::Uuid;
 
 use crate::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
 use crate::corruption::{Corruption, OpenFailure};
-use crate::journal::{Journal, Record};
+use crate::journal::{Journal, Kind, Record};
 
 /// The journal's file name inside the store's directory.
 pub(crate) const BOOKMARKS_FILE: &str = "bookmarks.log";
 
-const MAGIC: [u8; 8] = *b"ESFBMK01";
+const KIND: Kind = *b"ESFBMK";
 const PLACED: u8 = 1;
 const REMOVED: u8 = 2;
 
@@ -115,7 +115,7 @@ impl BookmarkJournal {
     /// I/O failure or damage (see [`Journal::open`]).
     pub(crate) fn open(dir: &Path) -> Result<(BookmarkJournal, Bookmarks), OpenFailure> {
         let path = dir.join(BOOKMARKS_FILE);
-        let (journal, records) = Journal::open(&path, MAGIC)?;
+        let (journal, records) = Journal::open(&path, KIND)?;
         let bookmarks = replay(&path, &records)?;
         Ok((BookmarkJournal { journal }, bookmarks))
     }
@@ -126,7 +126,7 @@ impl BookmarkJournal {
     /// I/O failure or damage.
     pub(crate) fn read_only(dir: &Path) -> Result<Bookmarks, OpenFailure> {
         let path = dir.join(BOOKMARKS_FILE);
-        let records = Journal::read_only(&path, MAGIC)?;
+        let records = Journal::read_only(&path, KIND)?;
         replay(&path, &records)
     }
 
@@ -182,16 +182,17 @@ mod tests {
     fn a_record_that_does_not_decode_is_named_by_file_and_offset() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(BOOKMARKS_FILE);
-        let (mut journal, _) = Journal::open(&path, MAGIC).unwrap();
+        let (mut journal, _) = Journal::open(&path, KIND).unwrap();
         let removed = BookmarkChange::Removed("reader".to_owned())
             .encode()
             .unwrap();
-        journal.append(&[removed.clone(), vec![9, 9, 9]]).unwrap();
+        journal.append(std::slice::from_ref(&removed)).unwrap();
+        journal.append(&[vec![9, 9, 9]]).unwrap();
         drop(journal);
         let error = BookmarkJournal::open(dir.path()).unwrap_err();
         // The second frame starts after the 8-byte header and the first 12-byte frame header
-        // with its payload.
-        let offset = 8 + 12 + removed.len();
+        // with its payload, the record after its 4-byte length.
+        let offset = 8 + 12 + 4 + removed.len();
         let message = error.to_string();
         assert!(message.contains(&path.display().to_string()), "{message}");
         assert!(

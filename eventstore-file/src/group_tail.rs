@@ -16,6 +16,9 @@
 //! Damage followed by a frame of a later group lies in a group that was synced, and is
 //! corruption; so is damage followed by a frame from before batches recorded their group,
 //! which cannot tell, and damage that shows no lost sector (a flipped byte).
+//!
+//! The journals (`journal`) write each append as one frame, so only the last verdict there
+//! tells a torn append from damage: a lost sector and no whole frame after it.
 
 use std::fs::File;
 use std::io;

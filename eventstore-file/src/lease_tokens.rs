@@ -27,12 +27,12 @@ use hashbrown::HashMap;
 use crate::codec::{put_str, put_u64, Decoder};
 use crate::corruption::{Corruption, OpenFailure};
 use crate::file_failure::FileFailure;
-use crate::journal::Journal;
+use crate::journal::{Journal, Kind};
 
 /// The journal's file name inside the store's directory.
 pub(crate) const TOKENS_FILE: &str = "lease-tokens.log";
 
-const MAGIC: [u8; 8] = *b"ESFTOK01";
+const KIND: Kind = *b"ESFTOK";
 
 /// Tokens reserved with one durable write.
 const RESERVATION_BLOCK: u64 = 100;
@@ -64,7 +64,7 @@ impl LeaseState {
     /// I/O failure or damage (see [`Journal::open`]).
     pub(crate) fn open(dir: &Path) -> Result<LeaseState, OpenFailure> {
         let path = dir.join(TOKENS_FILE);
-        let (mut journal, records) = Journal::open(&path, MAGIC)?;
+        let (mut journal, records) = Journal::open(&path, KIND)?;
         let mut ceilings = HashMap::new();
         for record in &records {
             let mut decoder = Decoder::new(&record.payload);

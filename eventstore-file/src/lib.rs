@@ -50,6 +50,12 @@
 //!   before anything is answered from it. Stores written before frames
 //!   recorded their group are read as they are; a version before that cannot read a store
 //!   this one has written to.
+//! - **Journals recover alike.** `bookmarks.log` and `lease-tokens.log` write each change as
+//!   one frame, synced before it is answered: a torn last frame, or damage showing a lost
+//!   sector with no frame after it, is cut off; a file whose header never reached the disk
+//!   (nothing but zeros) is started afresh. Journals of a frame per record, as versions
+//!   before wrote them, are read, and rewritten in frames per change when the store is opened
+//!   for writing; those versions cannot read them afterwards.
 //! - **One process at a time.** The directory is locked while open; a second open, here or in
 //!   another process, fails naming the directory and the holder's pid. Share one storage
 //!   between tasks by cloning the handle. An operator's tool reads a store beside the process

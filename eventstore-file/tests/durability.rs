@@ -659,3 +659,55 @@ async fn a_journal_whose_header_never_reached_the_disk_is_started_afresh() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bookmark_whose_first_sector_was_lost_is_cut_off_and_the_rest_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(dir.path()).await.unwrap();
+    let first = append_one(&storage, 0).await;
+    storage
+        .bookmark("reader", &first.reference, Tags::none())
+        .await
+        .unwrap();
+    let journal = dir.path().join("bookmarks.log");
+    let before = std::fs::read(&journal).unwrap();
+    // A bookmark large enough to span a sector boundary, written and synced; a power loss
+    // during its sync could have kept its later sectors and lost its first.
+    let tags = Tags::from_pairs((0..4).map(|n| (format!("k{n}"), "v".repeat(300))));
+    storage
+        .bookmark("other", &first.reference, tags)
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+    let mut crashed = std::fs::read(&journal).unwrap();
+    let start = (0..crashed.len())
+        .find(|&at| before.get(at).copied().unwrap_or(0) != crashed[at])
+        .unwrap();
+    crashed[start..(start / 512 + 1) * 512].fill(0);
+    std::fs::write(&journal, &crashed).unwrap();
+
+    let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
+    assert_eq!(
+        reader.get_bookmark("reader").await.unwrap(),
+        Some(first.reference)
+    );
+    reader.close().await.unwrap();
+    let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+    assert_eq!(
+        reopened.get_bookmark("reader").await.unwrap(),
+        Some(first.reference),
+        "the bookmark before is kept"
+    );
+    assert_eq!(reopened.get_bookmark("other").await.unwrap(), None);
+    reopened
+        .bookmark("other", &first.reference, Tags::none())
+        .await
+        .unwrap();
+    reopened.close().await.unwrap();
+    let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+    assert_eq!(
+        reopened.get_bookmark("other").await.unwrap(),
+        Some(first.reference)
+    );
+    reopened.close().await.unwrap();
+}
