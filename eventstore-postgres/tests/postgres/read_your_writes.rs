@@ -17,6 +17,28 @@ use serde_json::json;
 use crate::common;
 
 const WRITERS: usize = 6;
+
+/// A storage on `prefix` whose appends wait for the barrier longer than any foreign
+/// transaction on a shared test server lasts: a failure is a read that missed an append,
+/// never a slow neighbour.
+async fn patient(prefix: &str) -> eventstore_postgres::PostgresEventStorage {
+    common::builder(prefix)
+        .visibility_wait(Duration::from_secs(60))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// A transaction of another session with an id, older than anything written after it:
+/// readers see nothing committed later until it ends.
+async fn hold_the_barrier(pool: &sqlx::PgPool) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut foreign = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut *foreign)
+        .await
+        .unwrap();
+    foreign
+}
 const APPENDS_EACH: usize = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -25,15 +47,8 @@ async fn every_append_is_readable_everywhere_the_moment_it_returns() {
         return;
     }
     let prefix = common::unique_prefix();
-    // A wait no foreign transaction on a shared test server outlasts: a failure here is a
-    // read that missed an append, never a slow neighbour.
-    let open = || {
-        common::builder(&prefix)
-            .visibility_wait(Duration::from_secs(60))
-            .build()
-    };
-    let writer = Arc::new(open().await.unwrap());
-    let reader = Arc::new(open().await.unwrap());
+    let writer = Arc::new(patient(&prefix).await);
+    let reader = Arc::new(patient(&prefix).await);
     let tasks: Vec<_> = (0..WRITERS)
         .map(|n| {
             let (writer, reader) = (Arc::clone(&writer), Arc::clone(&reader));
@@ -65,13 +80,7 @@ async fn an_append_behind_another_sessions_open_transaction_waits_for_it() {
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = Arc::new(
-        common::builder(&prefix)
-            .visibility_wait(Duration::from_secs(60))
-            .build()
-            .await
-            .unwrap(),
-    );
+    let storage = Arc::new(patient(&prefix).await);
     let stream = EventStreamId::for_context("orders");
     let append = |storage: Arc<eventstore_postgres::PostgresEventStorage>, i: usize| {
         let stream = stream.clone();
@@ -86,11 +95,7 @@ async fn an_append_behind_another_sessions_open_transaction_waits_for_it() {
     };
 
     // Another session's transaction, with an id older than every append below.
-    let mut foreign = pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_current_xact_id()")
-        .execute(&mut *foreign)
-        .await
-        .unwrap();
+    let foreign = hold_the_barrier(&pool).await;
     // Appends of this storage run beside it: the last ones find only their own older
     // transactions besides the foreign one, which they must not take for their own.
     let appends: Vec<_> = (0..4).map(|i| append(Arc::clone(&storage), i)).collect();
@@ -136,13 +141,7 @@ async fn a_conflict_hidden_behind_another_sessions_open_transaction_is_reported_
         return;
     };
     let prefix = common::unique_prefix();
-    let storage = Arc::new(
-        common::builder(&prefix)
-            .visibility_wait(Duration::from_secs(60))
-            .build()
-            .await
-            .unwrap(),
-    );
+    let storage = Arc::new(patient(&prefix).await);
     // Another writer of the stream, which returns at its commit whoever can read it.
     let hasty = common::builder(&prefix)
         .visibility_wait(Duration::ZERO)
@@ -164,11 +163,7 @@ async fn a_conflict_hidden_behind_another_sessions_open_transaction_is_reported_
     };
 
     // An older transaction of another session holds the barrier below the order's event.
-    let mut foreign = pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_current_xact_id()")
-        .execute(&mut *foreign)
-        .await
-        .unwrap();
+    let foreign = hold_the_barrier(&pool).await;
     let stored = hasty
         .append(AppendCriteria::none(), &stream, vec![placed()])
         .await
