@@ -139,7 +139,8 @@ $collate$;
 -- Lease changes are notified on the channel __prefix__lease_changes, one JSON object per
 -- change: {"lease", "kind", ...} with kind released (owner, token, successor), acquired
 -- (owner, token, after_expiry), step_down_requested (holder, token, contender),
--- contender_joined (owner, priority) or contender_left (owner). pg_notify delivers them when
+-- contender_joined (owner, priority) or contender_left (owner); a batch's also carry their
+-- place in it (n), as identical ones would be delivered once. pg_notify delivers them when
 -- the transaction commits, never when it rolls back. A renewal, and a standby's refresh of
 -- its registration, notify nothing. A change too long for a notification (names full of
 -- characters JSON escapes) is sent as {"kind": "missed"}: listeners learn only that something
@@ -742,11 +743,16 @@ BEGIN
         END LOOP;
     END IF;
 
+    -- A transaction delivers identical notifications on a channel once, and a batch that
+    -- registers a contender at 1, then 2, then 1 again makes two identical changes: each
+    -- carries its place in the batch ("n"), so that listeners hear what the same requests
+    -- made one by one would have told them.
     IF v_changes IS NOT NULL THEN
         PERFORM pg_notify('__prefix__lease_changes',
-                    CASE WHEN octet_length(change::text) < 8000 THEN change::text
+                    CASE WHEN octet_length(numbered::text) < 8000 THEN numbered::text
                          ELSE '{"kind": "missed"}' END)
-           FROM unnest(v_changes) AS change;
+           FROM unnest(v_changes) WITH ORDINALITY AS change(body, n),
+                LATERAL (SELECT change.body::jsonb || jsonb_build_object('n', change.n)) AS c(numbered);
     END IF;
 END
 $$;

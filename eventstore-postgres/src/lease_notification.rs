@@ -183,6 +183,17 @@ mod tests {
                 changed("l", LeaseChangeKind::ContenderLeft { owner: "c".into() }),
             ),
             (r#"{"kind": "missed"}"#, LeaseNotification::Missed),
+            // A batch's changes, as jsonb writes them with their place in the batch.
+            (
+                r#"{"n": 3, "kind": "contender_joined", "lease": "l", "owner": "c", "priority": 1}"#,
+                changed(
+                    "l",
+                    LeaseChangeKind::ContenderJoined {
+                        owner: "c".into(),
+                        priority: 1,
+                    },
+                ),
+            ),
         ];
         for (payload, expected) in cases {
             assert_eq!(decode(payload).unwrap(), expected, "{payload}");

@@ -165,6 +165,72 @@ async fn every_change_of_a_lease_is_pushed_in_the_order_it_was_made() {
     storage.close().await.unwrap();
 }
 
+/// Every change of `lease` up to and including the sentinel's registration, in order.
+async fn changes_until_the_sentinel(
+    changes: &mut LeaseChanges,
+    lease: &str,
+) -> Vec<LeaseChangeKind> {
+    let mut kinds = Vec::new();
+    loop {
+        let kind = next_change(changes, lease).await;
+        let done = kind == joined("sentinel", -10);
+        kinds.push(kind);
+        if done {
+            return kinds;
+        }
+    }
+}
+
+/// A batch pushes what its requests made one by one push, also where two of them make the
+/// same change: a transaction delivers identical notifications once, so each of a batch's
+/// carries its place in the batch.
+#[tokio::test]
+async fn a_batch_pushes_every_change_its_requests_push_one_by_one() {
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    let storage = common::storage_on(&common::unique_prefix()).await;
+    let mut heard = Vec::new();
+    for (lease, batched) in [("one-by-one", false), ("batched", true)] {
+        let mut changes = storage
+            .subscribe_lease_changes(LeaseScope::lease(lease))
+            .await
+            .unwrap();
+        assert_eq!(ask(&storage, lease, "h", 0).await, LeaseStatus::Leader);
+        // c registers at 1, again at 2, and at 1 once more.
+        let requests: Vec<LeaseRequest> = [1, 2, 1]
+            .map(|priority| LeaseRequest::new(lease, "c", priority, TTL))
+            .to_vec();
+        if batched {
+            storage.request_leases(requests).await.unwrap();
+        } else {
+            for request in requests {
+                storage.request_lease(request).await.unwrap();
+            }
+        }
+        // A change after them all, so that every change before it is known to have come.
+        assert_eq!(
+            ask(&storage, lease, "sentinel", -10).await,
+            LeaseStatus::Standby
+        );
+        heard.push(changes_until_the_sentinel(&mut changes, lease).await);
+    }
+    assert_eq!(
+        heard[1], heard[0],
+        "the batch pushes what the requests one by one push"
+    );
+    let last_of_c = heard[1].iter().rev().find(
+        |kind| matches!(kind, LeaseChangeKind::ContenderJoined { owner, .. } if owner == "c"),
+    );
+    assert_eq!(
+        last_of_c,
+        Some(&joined("c", 1)),
+        "c stands at 1: {:?}",
+        heard[1]
+    );
+    storage.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_successor_is_the_highest_priority_then_the_smallest_owner_among_live_contenders() {
     let Some(_admin) = common::try_pool().await else {
