@@ -65,9 +65,10 @@ pub(super) async fn listen_until_stopped(
         match attempt {
             Ok(mut listener) => {
                 outage.listening(&listen.hubs);
-                match forward(&mut listener, &listen, &mut stop, &mut outage).await {
+                let ended = forward(&mut listener, &listen, &mut stop, &mut outage).await;
+                dispose(listener);
+                match ended {
                     Ended::Stopped => {
-                        drop(listener);
                         close(pool).await;
                         break;
                     }
@@ -97,6 +98,45 @@ fn listener_pool(connect_options: &PgConnectOptions) -> PgPool {
         .idle_timeout(None)
         .max_lifetime(None)
         .connect_lazy_with(connect_options.clone())
+}
+
+/// Lets go of `listener` on a thread and a runtime of its own, which end within
+/// [`ATTEMPT_TIMEOUT`].
+///
+/// A dropped `PgListener` spawns its `UNLISTEN *` on the runtime it is dropped on. On a
+/// connection that went silent, that waits for ever: first for the answer to an abandoned
+/// heartbeat, then for its own. Spawned on the storage's runtime, it would hold the socket
+/// open for as long as the process runs, one more for every silence. Dropping the runtime it
+/// was spawned on ends it and closes the socket; a connection that answers has unlistened
+/// and gone back to its pool by then.
+fn dispose(listener: PgListener) {
+    let spawned = std::thread::Builder::new()
+        .name("eventstore-listener-drop".to_owned())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    // Dropped outside any runtime, the listener could not unlisten at all.
+                    tracing::warn!(%error, "cannot let go of the notification listener's connection");
+                    std::mem::forget(listener);
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                drop(listener);
+                let deadline = Instant::now() + ATTEMPT_TIMEOUT;
+                let metrics = tokio::runtime::Handle::current().metrics();
+                while metrics.num_alive_tasks() > 0 && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start a thread to let go of the notification listener's connection");
+    }
 }
 
 /// Closes `pool` and the listener's connection with it, unless the server does not answer in

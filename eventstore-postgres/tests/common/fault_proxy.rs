@@ -1,7 +1,8 @@
 //! A TCP proxy in front of the test server, with two faults a network or a pooler can cause:
 //! - open connections silenced: bytes stop flowing both ways while both sockets stay open, as
-//!   when the server's host fails or the network path to it drops without a reset;
-//!   connections made after that pass as before;
+//!   when the server's host fails or the network path to it drops without a reset (until the
+//!   client closes its socket, which the proxy sees); connections made after that pass as
+//!   before;
 //! - notifications dropped: the server's `NotificationResponse` messages never reach the
 //!   client while everything else does, as with a pooler in transaction mode, which runs a
 //!   `LISTEN` on a server connection it then hands to other clients.
@@ -36,6 +37,8 @@ struct Faults {
     /// Connections numbered below this are silenced.
     silenced_below: watch::Sender<u64>,
     opened: AtomicU64,
+    /// Connections the client closed, or the server.
+    closed: AtomicU64,
     dropping_notifications: AtomicBool,
 }
 
@@ -53,6 +56,7 @@ impl FaultProxy {
         let faults = Arc::new(Faults {
             silenced_below: watch::channel(0).0,
             opened: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
             dropping_notifications: AtomicBool::new(false),
         });
         let accepting = tokio::spawn(accept(listener, server, Arc::clone(&faults)));
@@ -74,6 +78,11 @@ impl FaultProxy {
         self.faults.silenced_below.send_replace(opened);
     }
 
+    /// How many connections through the proxy are open: neither side closed them.
+    pub fn open_connections(&self) -> u64 {
+        self.faults.opened.load(Ordering::SeqCst) - self.faults.closed.load(Ordering::SeqCst)
+    }
+
     /// Drops the server's notifications on every connection, open or new, from now on.
     pub fn drop_notifications(&self) {
         self.faults
@@ -93,13 +102,18 @@ async fn accept(listener: TcpListener, server: String, faults: Arc<Faults>) {
     let mut connections = JoinSet::new();
     while let Ok((client, _)) = listener.accept().await {
         let number = faults.opened.fetch_add(1, Ordering::SeqCst);
-        connections.spawn(relay(client, server.clone(), Arc::clone(&faults), number));
+        let faults = Arc::clone(&faults);
+        let server = server.clone();
+        connections.spawn(async move {
+            relay(client, server, &faults, number).await;
+            faults.closed.fetch_add(1, Ordering::SeqCst);
+        });
     }
 }
 
-/// Relays one connection until either side closes, or holds both sockets open in silence
-/// once connection `number` is silenced.
-async fn relay(client: TcpStream, server: String, faults: Arc<Faults>, number: u64) {
+/// Relays one connection until either side closes, or, once connection `number` is
+/// silenced, holds both sockets open in silence until the client closes its own.
+async fn relay(client: TcpStream, server: String, faults: &Faults, number: u64) {
     let Ok(upstream) = TcpStream::connect(&server).await else {
         return;
     };
@@ -110,12 +124,23 @@ async fn relay(client: TcpStream, server: String, faults: Arc<Faults>, number: u
     };
     let (mut client_reads, mut client_writes) = client.into_split();
     let (server_reads, mut server_writes) = upstream.into_split();
-    let to_server = tokio::io::copy(&mut client_reads, &mut server_writes);
-    let to_client = relay_messages(server_reads, &mut client_writes, &faults);
-    tokio::select! {
-        _ = to_server => {}
-        _ = to_client => {}
-        () = silenced => std::future::pending::<()>().await,
+    let went_silent = {
+        let to_server = tokio::io::copy(&mut client_reads, &mut server_writes);
+        let to_client = relay_messages(server_reads, &mut client_writes, faults);
+        tokio::select! {
+            _ = to_server => false,
+            _ = to_client => false,
+            () = silenced => true,
+        }
+    };
+    if went_silent {
+        // Whatever the client sends is lost; the server's socket stays open meanwhile.
+        let mut dropped = vec![0; 64 * 1024];
+        while client_reads
+            .read(&mut dropped)
+            .await
+            .is_ok_and(|read| read > 0)
+        {}
     }
 }
 

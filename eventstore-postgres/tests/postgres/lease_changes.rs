@@ -512,6 +512,42 @@ async fn a_listener_whose_server_went_silent_reconnects_and_says_notices_may_hav
     panic!("no change pushed after {} reconnects", asked.len());
 }
 
+/// The silent connection a listener left for a new one is closed within moments, and the
+/// new one at `close`: the driver's `UNLISTEN` on a silent connection waits for ever, and
+/// would otherwise hold its socket open for as long as the process runs.
+#[tokio::test]
+async fn a_silent_connection_the_listener_left_is_closed() {
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    let proxy = FaultProxy::start(&common::direct_url()).await;
+    let (storage, mut changes) = listening_through(&proxy).await;
+    assert_eq!(proxy.open_connections(), 1, "the listener's connection");
+
+    proxy.silence_open_connections();
+    assert_eq!(next_notice(&mut changes).await, LeaseNotice::Missed);
+    // Far beyond the five seconds the listener gives a connection it left to unlisten.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while proxy.open_connections() > 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} connections still open through the proxy; only the new listener's should be",
+            proxy.open_connections()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    storage.close().await.unwrap();
+    while proxy.open_connections() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} connections still open through the proxy after close",
+            proxy.open_connections()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A connection that answers queries but never delivers a notification, as behind a pooler
 /// in transaction mode, is found out by the heartbeat's own notice: the listener connects
 /// again, and subscribers hear that they may have missed notices, so that electors ask the
