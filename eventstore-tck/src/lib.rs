@@ -54,7 +54,8 @@ pub const SCENARIOS: &[(&str, &[&str])] = include!(concat!(env!("OUT_DIR"), "/sc
 /// listed is ignored with the reason (`needs Capability::Lease, which this backend does not
 /// declare`), so the run's summary counts it as ignored, not passed. One more test,
 /// `declared_capabilities::match_the_storage_and_decide_which_scenarios_run`, fails unless
-/// the list is exactly what the storage's `supports` answers, and prints how many scenarios
+/// the list is exactly what the storage's `supports` answers for the capabilities scenarios
+/// need (every one but `RawPayloads`, which no scenario needs), and prints how many scenarios
 /// ran and how many did not apply, and why ([`applicability`]).
 ///
 /// The tests are those listed in [`SCENARIOS`]. The calling crate needs `tokio` (with
