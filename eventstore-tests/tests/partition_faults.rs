@@ -1,6 +1,7 @@
 //! A partition elector whose storage misbehaves: a panic in a storage call still publishes
-//! that it stopped, and a lapse in the middle of a handover leaves the loop idle, not
-//! spinning on a drain deadline that no longer belongs to anything.
+//! that it stopped, a lapse in the middle of a handover leaves the loop idle, not spinning on
+//! a drain deadline that no longer belongs to anything, and a shutdown that cuts a
+//! handover's release short still releases the partition.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,4 +206,59 @@ async fn a_partition_handed_over_when_its_member_lapsed_is_released_once_it_is_b
     }
     joining.shutdown().await.unwrap();
     lapsing.shutdown().await.unwrap();
+}
+
+/// A shutdown while a handover's release is on its way (a slow storage) releases that
+/// partition too: its next holder leads at once, not after the ttl.
+#[tokio::test(flavor = "current_thread")]
+async fn a_shutdown_during_a_handovers_release_releases_the_partition() {
+    let inner = MemoryEventStorage::new();
+    let storage = Arc::new(Unreliable::new(inner.clone()));
+    let ttl = Duration::from_secs(30);
+    let leaving = PartitionElector::builder(storage.clone() as Arc<dyn EventStorage>, "orders", 2)
+        .owner("pod-a")
+        .ttl(ttl)
+        .drain_timeout(Duration::from_secs(20))
+        .start()
+        .unwrap();
+    let watch = leaving.watch();
+    eventually("the first member to hold both partitions", || async {
+        watch.held().len() == 2
+    })
+    .await;
+    let joining = PartitionElector::builder(Arc::new(inner.clone()), "orders", 2)
+        .owner("pod-b")
+        .ttl(ttl)
+        .start()
+        .unwrap();
+    eventually("the first member to hand one partition over", || async {
+        !watch.handing_over().is_empty()
+    })
+    .await;
+    let moving = *watch.handing_over().keys().next().unwrap();
+
+    // The work lets go of the partition; its release then hangs in the storage.
+    storage.hang(true);
+    watch.hand_over(moving);
+    eventually("the release to be on its way", || async {
+        storage.hung_calls() == 1
+    })
+    .await;
+    storage.hang(false);
+    tokio::time::timeout(DEADLINE, leaving.shutdown())
+        .await
+        .expect("shuts down in time")
+        .unwrap();
+
+    let lease = format!("orders/{moving}");
+    let now = inner.storage_time().await.unwrap();
+    let still_held =
+        inner.get_leases().await.unwrap().into_iter().find(|held| {
+            held.lease_name == lease && held.owner == "pod-a" && !held.is_expired_at(now)
+        });
+    assert!(
+        still_held.is_none(),
+        "pod-a still holds {lease} until its ttl: {still_held:?}"
+    );
+    joining.shutdown().await.unwrap();
 }

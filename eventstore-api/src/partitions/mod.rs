@@ -190,6 +190,7 @@ impl PartitionElectorBuilder {
             drain_deadlines: BTreeMap::new(),
             released: BTreeSet::new(),
             registered: BTreeSet::new(),
+            releasing: BTreeSet::new(),
             requested: false,
             count_mismatched: false,
         };

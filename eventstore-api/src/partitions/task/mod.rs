@@ -109,6 +109,9 @@ pub(super) struct PartitionLoop {
     /// Partitions asked for with the target priority since the last renewal: this member is
     /// registered as their contender, so their holder is asked to step down.
     pub(super) registered: BTreeSet<u32>,
+    /// Partitions whose release is on its way: a shutdown that cuts it short, having taken
+    /// them out of every other set, releases them again.
+    pub(super) releasing: BTreeSet<u32>,
     /// A request was sent: a subscription ready after it missed whatever changed in between.
     pub(super) requested: bool,
     /// The last read of the group showed a member counting other partitions than this one.

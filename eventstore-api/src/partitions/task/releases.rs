@@ -17,7 +17,7 @@ impl PartitionLoop {
     /// lapse, or an answer that came too late to count, nothing works on them here, and they
     /// would keep their target member waiting for their ttl.
     pub(super) async fn withdraw_dropped(
-        &self,
+        &mut self,
         previous: &Holdings,
         previous_target: &BTreeSet<u32>,
         held_in_storage: &BTreeSet<u32>,
@@ -78,13 +78,18 @@ impl PartitionLoop {
     }
 
     /// Releases `partitions` in one call, given up after a ttl (a hung storage must not hang
-    /// the loop; what is not released expires).
-    async fn release(&self, partitions: Vec<u32>) {
+    /// the loop; what is not released expires). Until the call returns they count as
+    /// `releasing`, for a shutdown that cuts it short.
+    async fn release(&mut self, partitions: Vec<u32>) {
         let lease_names: Vec<String> = partitions
             .iter()
             .map(|partition| partition_lease_name(&self.shared.group, *partition))
             .collect();
+        self.releasing.extend(&partitions);
         self.release_leases(&lease_names).await.ok();
+        for partition in &partitions {
+            self.releasing.remove(partition);
+        }
     }
 
     async fn release_leases(&self, lease_names: &[String]) -> Result<(), EventStorageError> {
@@ -104,7 +109,7 @@ impl PartitionLoop {
     }
 
     /// Leaves the group: the membership first, so that the others rebalance at once, then
-    /// every partition held or asked for.
+    /// every partition held, asked for, or on its way out when the shutdown came.
     pub(super) async fn release_all(&mut self) -> Result<(), EventStorageError> {
         let holdings = self.shared.holdings();
         self.shared.lapse(true);
@@ -116,6 +121,7 @@ impl PartitionLoop {
             .keys()
             .chain(holdings.handing_over.keys())
             .chain(self.target.iter())
+            .chain(self.releasing.iter())
             .copied()
             .collect();
         self.release(partitions.into_iter().collect()).await;
