@@ -227,12 +227,23 @@ async fn rows(connection: &mut PgConnection, prefix: &str) -> Vec<String> {
     .unwrap()
 }
 
-/// The notifications of one round on `channel`, by lease, in the order sent; a run of
-/// `contender_left` of one request is sorted, since lapsed contenders go in no set order.
+/// The notifications of one round on `channel`, by lease, in the order sent, without the
+/// place in its batch that a batch's change carries (`n`), and each change once: a round runs
+/// the requests one by one in one transaction, which PostgreSQL delivers identical
+/// notifications of once (`lease_changes` compares a batch with requests in transactions of
+/// their own). A run of `contender_left` of one request is sorted, since lapsed contenders go
+/// in no set order.
 fn by_lease(payloads: &[String]) -> BTreeMap<String, Vec<String>> {
     let mut leases: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    let mut seen = std::collections::HashSet::new();
     for payload in payloads {
-        let change: serde_json::Value = serde_json::from_str(payload).unwrap();
+        let mut change: serde_json::Value = serde_json::from_str(payload).unwrap();
+        if let Some(fields) = change.as_object_mut() {
+            fields.remove("n");
+        }
+        if !seen.insert(change.to_string()) {
+            continue;
+        }
         let lease = change["lease"].as_str().unwrap_or("?").to_owned();
         leases.entry(lease).or_default().push(change);
     }
