@@ -175,6 +175,22 @@ impl RawStoredEvent {
     }
 }
 
+impl RawStoredEvent {
+    /// `events` with their payloads written out as JSON text: what
+    /// [`EventStorage::query_raw`](crate::EventStorage::query_raw) returns by default, for a
+    /// backend that overrides it and reads payloads as values.
+    ///
+    /// # Errors
+    /// `Backend` when a payload cannot be written out.
+    pub fn written_out(events: Vec<StoredEvent>) -> crate::StorageResult<Vec<RawStoredEvent>> {
+        events
+            .into_iter()
+            .map(RawStoredEvent::try_from)
+            .collect::<Result<_, _>>()
+            .map_err(|e| crate::EventStorageError::backend("write a payload out as JSON text", e))
+    }
+}
+
 impl TryFrom<StoredEvent> for RawStoredEvent {
     type Error = serde_json::Error;
 

@@ -103,11 +103,7 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         direction: Direction,
     ) -> StorageResult<Vec<RawStoredEvent>> {
         let events = self.query(filter, stream, after, limit, direction).await?;
-        events
-            .into_iter()
-            .map(RawStoredEvent::try_from)
-            .collect::<Result<_, _>>()
-            .map_err(|e| EventStorageError::backend("write a payload out as JSON text", e))
+        RawStoredEvent::written_out(events)
     }
 
     /// The events [`query`](EventStorage::query) returns for the same arguments, as a

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use eventstore_api::elector::{LeaderElector, LeadershipWatch};
 use eventstore_api::projector::{
     BookmarkReading, ElectedProjector, PartitionedProjector, Projection, ProjectionError,
-    Projector, ProjectorError, ProjectorRun,
+    Projector, ProjectorError, ProjectorRun, DEFAULT_BATCH_SIZE,
 };
 use eventstore_api::{
     AppendCriteria, EventReference, EventStorage, EventStreamId, EventToStore, Fence, LeaseRequest,
@@ -170,12 +170,15 @@ fn stop_signal() -> (oneshot::Sender<()>, impl Future<Output = ()> + Send) {
     })
 }
 
+/// Runs an elected projector of `elector`'s lease, in batches of `batch_size`, bookmarked as
+/// [`READER`].
 fn run_elected(
     storage: &Arc<dyn EventStorage>,
     elector: &LeaderElector,
     commits: &Commits,
     commit: Commit,
     reading: BookmarkReading,
+    batch_size: u64,
 ) -> (oneshot::Sender<()>, Running) {
     let recorder = Recorder {
         commits: commits.clone(),
@@ -186,6 +189,7 @@ fn run_elected(
         .stream(stream())
         .bookmark(READER)
         .bookmark_reading(reading)
+        .batch_size(batch_size)
         .build()
         .unwrap();
     let mut elected =
@@ -255,6 +259,7 @@ async fn refused_once_then_waits(
         &commits,
         commit,
         BookmarkReading::default(),
+        DEFAULT_BATCH_SIZE,
     );
     append(&inner, 1..=3).await;
     eventually("the first batch to be committed", || async {
@@ -331,7 +336,14 @@ async fn a_new_tenure_starts_from_the_bookmark_whatever_the_bookmark_reading() {
         let storage: Arc<dyn EventStorage> = Arc::new(PollOnly::new(inner.clone()));
         let elector = leading(&storage, "node-a").await;
         let commits = Commits::default();
-        let (stop, task) = run_elected(&storage, &elector, &commits, Commit::Plain, reading);
+        let (stop, task) = run_elected(
+            &storage,
+            &elector,
+            &commits,
+            Commit::Plain,
+            reading,
+            DEFAULT_BATCH_SIZE,
+        );
         append(&inner, 1..=3).await;
         eventually("the first batch to be committed", || async {
             commits.numbers() == [1, 2, 3]
@@ -499,22 +511,15 @@ async fn an_elected_projector_stops_amid_a_backlog() {
     let storage: Arc<dyn EventStorage> = Arc::new(PollOnly::new(inner.clone()));
     let elector = leading(&storage, "node-a").await;
     append(&inner, 1..=100_000).await;
-    let recorder = Recorder {
-        commits: Commits::default(),
-        commit: Commit::Plain,
-        pending: Vec::new(),
-    };
-    let commits = recorder.commits.clone();
-    let projector = Projector::builder(Arc::clone(&storage), recorder)
-        .stream(stream())
-        .bookmark(READER)
-        .batch_size(1)
-        .build()
-        .unwrap();
-    let mut elected =
-        ElectedProjector::new(projector, elector.watch()).poll_interval(POLL_INTERVAL);
-    let (stop, stopped) = stop_signal();
-    let task = tokio::spawn(async move { elected.run_until(stopped).await });
+    let commits = Commits::default();
+    let (stop, task) = run_elected(
+        &storage,
+        &elector,
+        &commits,
+        Commit::Plain,
+        BookmarkReading::default(),
+        1,
+    );
     eventually("the backlog to be under way", || async {
         commits.count() > 3
     })

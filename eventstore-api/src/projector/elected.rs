@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::failure_pause::FailurePause;
@@ -131,13 +130,10 @@ impl<P: Projection> ElectedProjector<P> {
                     let fence = fenced.then(|| Fence::new(self.leadership.lease_name(), token));
                     self.projector.set_fence(fence);
                     let watch = self.leadership.clone();
-                    let stopping = Arc::new(AtomicBool::new(false));
-                    let keep_going = {
-                        let stopping = Arc::clone(&stopping);
-                        move || {
-                            !stopping.load(Ordering::Relaxed)
-                                && watch.current() == Leadership::Leader { token }
-                        }
+                    let stopping = AtomicBool::new(false);
+                    let keep_going = || {
+                        !stopping.load(Ordering::Relaxed)
+                            && watch.current() == Leadership::Leader { token }
                     };
                     // What readers see before the run: a hinted event at or below it is read
                     // by the run, whether the projection takes it or not (another type, say),

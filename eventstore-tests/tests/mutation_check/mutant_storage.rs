@@ -338,11 +338,7 @@ impl EventStorage for MutantStorage {
                 .await;
         }
         let events = self.query(filter, stream, after, limit, direction).await?;
-        events
-            .into_iter()
-            .map(RawStoredEvent::try_from)
-            .collect::<Result<_, _>>()
-            .map_err(|e| EventStorageError::backend("write a payload out as JSON text", e))
+        RawStoredEvent::written_out(events)
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
