@@ -21,6 +21,14 @@ pub(crate) struct EventLog {
     keys: HashMap<EventStreamId, HashMap<String, usize>>,
 }
 
+/// What an append did.
+pub(crate) enum Appended {
+    /// The events were written; they are returned as stored.
+    Written(Vec<StoredEvent>),
+    /// Idempotency answered a retry with the events stored before; nothing was written.
+    Retried(Vec<StoredEvent>),
+}
+
 impl EventLog {
     /// Appends a validated batch to a concrete stream if `criteria` hold, all or nothing.
     pub(crate) fn append(
@@ -29,9 +37,9 @@ impl EventLog {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<StoredEvent>, EventStorageError> {
+    ) -> Result<Appended, EventStorageError> {
         if let Idempotency::Retry(stored) = self.judge_keys(stream, &events)? {
-            return Ok(stored);
+            return Ok(Appended::Retried(stored));
         }
         self.check(criteria, stream)?;
 
@@ -62,7 +70,7 @@ impl EventLog {
             stored.push(StoredEvent::clone(&event));
             self.events.push(event);
         }
-        Ok(stored)
+        Ok(Appended::Written(stored))
     }
 
     /// Judges the batch's idempotency keys against the events `stream` stores under them.

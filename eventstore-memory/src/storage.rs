@@ -14,7 +14,7 @@ use eventstore_api::{
     ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 
-use crate::event_log::EventLog;
+use crate::event_log::{Appended, EventLog};
 use eventstore_api::in_process::{LeaseTable, StorageClock};
 
 /// An event storage held entirely in memory, leases included.
@@ -98,14 +98,19 @@ impl Shared {
         let now = self.clock.now();
         let stored = self.write_log().append(criteria, stream, events, now);
         eventstore_api::telemetry::record_append("memory", started.elapsed());
-        let stored = stored?;
-        if let Some(last) = stored.last() {
-            self.appends.publish(AppendHint {
-                stream: stream.clone(),
-                last: last.reference,
-            });
+        match stored? {
+            Appended::Written(stored) => {
+                if let Some(last) = stored.last() {
+                    self.appends.publish(AppendHint {
+                        stream: stream.clone(),
+                        last: last.reference,
+                    });
+                }
+                Ok(stored)
+            }
+            // Nothing was written, so there is nothing for subscribers to read.
+            Appended::Retried(stored) => Ok(stored),
         }
-        Ok(stored)
     }
 
     fn bookmark(&self, reader: &str, reference: &EventReference, tags: Tags) -> StorageResult<()> {

@@ -108,6 +108,31 @@ pub async fn an_append_of_many_events_is_one_hint<F: StorageFactory>(factory: &F
     );
 }
 
+/// A retry that idempotency answers with the events stored before appends nothing, so it is
+/// not hinted: subscribers would read for nothing. The hint after the first append is the
+/// next real append's.
+pub async fn an_idempotent_retry_is_not_hinted<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_append_hints(factory).await else {
+        return;
+    };
+    let mut hints = subscribe(&storage, &orders()).await;
+    let keyed = || vec![labelled("A", "once").with_idempotency_key("order-1")];
+    let first = append(&storage, &orders(), keyed()).await;
+    let retried = append(&storage, &orders(), keyed()).await;
+    assert_eq!(
+        retried[0].reference, first[0].reference,
+        "the retry is answered with the stored event"
+    );
+    let next = append(&storage, &orders(), vec![labelled("B", "next")]).await;
+    let hint = next_hint(&mut hints, "the first append").await;
+    assert_eq!(hint.last, first[0].reference, "the first append is hinted");
+    let hint = next_hint(&mut hints, "the append after the retry").await;
+    assert_eq!(
+        hint.last, next[0].reference,
+        "the hint after the first append is the next append's, not the retry's"
+    );
+}
+
 /// An elected projector whose poll interval is a minute projects an append within moments:
 /// the hint wakes it.
 ///
