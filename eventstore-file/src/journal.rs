@@ -34,7 +34,7 @@ use crate::corruption::{Corruption, OpenFailure};
 use crate::directory::{parent_of, sync_dir};
 use crate::frame::{write_frame, FrameScanner, Scanned};
 use crate::group_tail::{after_damage, AfterDamage};
-use crate::positioned_io::{only_zeros, write_all_at};
+use crate::positioned_io::{only_zeros, write_again, write_all_at};
 
 /// What kind of journal a file is: the first six bytes of its header, e.g. `ESFBMK`.
 pub(crate) type Kind = [u8; 6];
@@ -108,6 +108,8 @@ pub(crate) struct Journal {
 struct Contents {
     format: Format,
     records: Vec<Record>,
+    /// Where the last append's frame begins (the header's start, before any append).
+    last_append: u64,
     /// Where the intact frames end, and what is to be cut off there, if anything: why.
     end: u64,
     cut: Option<String>,
@@ -154,6 +156,13 @@ impl Journal {
             }
             None => (contents.end, length),
         };
+        // The last append read may be only in the page cache: unsynced by a killed process, or
+        // its sync failed (its pages then count as clean, and a sync now would not write
+        // them). It is written again and synced before anyone is answered from it.
+        write_again(&file, contents.last_append, contents.end).map_err(OpenFailure::io(
+            "cannot write again the last append of",
+            path,
+        ))?;
         let mut journal = Journal::at(path, kind, file, contents.records.len(), extent);
         if contents.format == Format::FramePerRecord {
             // Appends go in frames of their own only in the current format.
@@ -327,12 +336,15 @@ fn read(file: &File, path: &Path, kind: &Kind, length: u64) -> Result<Contents, 
     };
     let mut scanner = FrameScanner::new(reader, MAGIC_LEN as u64, length);
     let mut records = Vec::new();
+    // Before any frame, the header is what the last write may have left unsynced.
+    let mut last_append = 0;
     loop {
         let scanned = scanner
             .next_frame()
             .map_err(OpenFailure::io("cannot read", path))?;
         let (end, cut) = match scanned {
             Scanned::Frame { offset, payload } => {
+                last_append = offset;
                 match format {
                     Format::FramePerRecord => records.push(Record { offset, payload }),
                     Format::FramePerAppend => read_group(&payload, offset, &mut records)
@@ -364,6 +376,7 @@ fn read(file: &File, path: &Path, kind: &Kind, length: u64) -> Result<Contents, 
         return Ok(Contents {
             format,
             records,
+            last_append: last_append.min(end),
             end,
             cut,
         });

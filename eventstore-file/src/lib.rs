@@ -45,9 +45,11 @@
 //!   of a later group, is such a write. Damage anywhere else (in a sealed segment, followed
 //!   by a later group's frame, or showing no lost sector, as a flipped byte does) fails the
 //!   open with an error naming the file and offset. A flipped byte inside the very last
-//!   frame cannot be told from a torn write and is cut off too. The last segment is synced
-//!   once it is scanned, so that what a killed process wrote and never synced is on disk
-//!   before anything is answered from it. Stores written before frames
+//!   frame cannot be told from a torn write and is cut off too. Once the last segment is
+//!   scanned, its last group is written again and synced, and so is each journal's last
+//!   change: what a killed process wrote and never synced, or a write whose sync failed
+//!   (whose pages the kernel keeps, counted clean, so that a sync alone would not write them)
+//!   is on disk before anything is answered from it. Stores written before frames
 //!   recorded their group are read as they are; a version before that cannot read a store
 //!   this one has written to.
 //! - **Journals recover alike.** `bookmarks.log` and `lease-tokens.log` write each change as

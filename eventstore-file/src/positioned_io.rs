@@ -32,6 +32,21 @@ pub(crate) fn only_zeros(file: &File, length: u64) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Writes the bytes of `file` from `start` to `end` again, as they read, and syncs the file's
+/// data: they are then on disk whatever the page cache said of them. After a failed sync the
+/// kernel keeps the pages it could not write, counted clean, so a sync alone would not.
+///
+/// # Errors
+/// Reading, writing or syncing failed.
+pub(crate) fn write_again(file: &File, start: u64, end: u64) -> io::Result<()> {
+    let length = usize::try_from(end.saturating_sub(start))
+        .map_err(|_| io::Error::other("the bytes to write again do not fit in memory"))?;
+    let mut bytes = vec![0; length];
+    read_exact_at(file, &mut bytes, start)?;
+    write_all_at(file, &bytes, start)?;
+    file.sync_data()
+}
+
 /// Writes all of `bytes` to `file` at `offset`.
 ///
 /// # Errors

@@ -9,11 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::corruption::{Corruption, OpenFailure};
-use crate::event_record::{decode_batch, EventFields};
+use crate::event_record::{decode_batch, group_start, EventFields};
 use crate::frame::{FrameScanner, Scanned, HEADER_LEN};
 use crate::group_tail::{after_damage, AfterDamage};
 use crate::index::{EventIndex, IndexedEvent, Location};
-use crate::positioned_io::only_zeros;
+use crate::positioned_io::{only_zeros, write_again};
 use crate::segments::{
     create_segment, decode_header, encode_header, list_segments, SegmentWriter, SEGMENT_HEADER_LEN,
 };
@@ -44,13 +44,18 @@ pub(crate) fn recover_log(
     let number = segments.len() as u32;
     let extent = index_segment(&last_path, last_first, Mode::RepairLast, number, &mut index)?;
     let file = OpenOptions::new()
+        .read(true)
         .write(true)
         .open(&last_path)
         .map_err(OpenFailure::io("cannot open for appending", &last_path))?;
-    // What the scan read may be a write that a killed process never synced, still in the
-    // page cache: once indexed, a retry can be answered from it, so it must be on disk first.
-    file.sync_data()
-        .map_err(OpenFailure::io("cannot sync", &last_path))?;
+    // What the scan read of the last group may be only in the page cache: a write that a
+    // killed process never synced, or one whose sync failed (the kernel then counts its
+    // pages clean, so a sync now would not write them). Once indexed, a retry can be answered
+    // from it, so it is written again and synced first.
+    write_again(&file, extent.last_group_start, extent.frames_end).map_err(OpenFailure::io(
+        "cannot write again the last group of",
+        &last_path,
+    ))?;
     let writer = SegmentWriter::new(
         dir,
         max_segment_bytes,
@@ -135,9 +140,11 @@ fn index_segment(
     Ok(extent)
 }
 
-/// Where a scanned segment's frames end, and how long the file is (zero-filled after them).
+/// Where a scanned segment's frames end, where the write of the last group of them began,
+/// and how long the file is (zero-filled after them).
 #[derive(Debug, Clone, Copy)]
 struct Extent {
+    last_group_start: u64,
     frames_end: u64,
     file_length: u64,
 }
@@ -145,8 +152,18 @@ struct Extent {
 impl Extent {
     fn exact(length: u64) -> Extent {
         Extent {
+            last_group_start: length,
             frames_end: length,
             file_length: length,
+        }
+    }
+
+    /// This extent, its last group begun at `start` (no earlier than the frames' end, when
+    /// the frames were cut before it).
+    fn with_last_group(self, start: u64) -> Extent {
+        Extent {
+            last_group_start: start.min(self.frames_end),
+            ..self
         }
     }
 }
@@ -207,6 +224,8 @@ fn scan_segment(
         .into());
     }
     let mut scanner = FrameScanner::new(reader, SEGMENT_HEADER_LEN, length);
+    // Before any frame, the header is what the last write may have left unsynced.
+    let mut last_group = 0;
     loop {
         match scanner
             .next_frame()
@@ -214,9 +233,15 @@ fn scan_segment(
         {
             Scanned::Frame { offset, payload } => {
                 index_frame(path, offset, &payload, number, index)?;
+                // A frame of kind 1 does not say where its group began: itself, at least.
+                last_group = match group_start(&payload) {
+                    Ok(Some(start)) if start <= offset => start,
+                    _ => offset,
+                };
             }
             Scanned::End { offset } if is_last || offset == length => {
                 return Ok(Extent {
+                    last_group_start: last_group.min(offset),
                     frames_end: offset,
                     file_length: length,
                 })
@@ -233,7 +258,8 @@ fn scan_segment(
                 .into())
             }
             Scanned::Torn { offset, reason } if is_last => {
-                return end_before_unacknowledged(&file, path, mode, offset, length, reason);
+                return end_before_unacknowledged(&file, path, mode, offset, length, reason)
+                    .map(|extent| extent.with_last_group(last_group));
             }
             Scanned::Torn { offset, reason } => {
                 return Err(Corruption::new(
@@ -246,8 +272,10 @@ fn scan_segment(
             Scanned::Corrupt { offset, problem } if is_last => {
                 let after = after_damage(&file, offset, length)
                     .map_err(OpenFailure::io("cannot read", path))?;
-                let unacknowledged =
-                    |reason| end_before_unacknowledged(&file, path, mode, offset, length, reason);
+                let unacknowledged = |reason| {
+                    end_before_unacknowledged(&file, path, mode, offset, length, reason)
+                        .map(|extent| extent.with_last_group(last_group))
+                };
                 let problem = match after {
                     AfterDamage::ItsOwnGroup { .. } => {
                         return unacknowledged(

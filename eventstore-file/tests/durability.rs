@@ -711,3 +711,69 @@ async fn a_bookmark_whose_first_sector_was_lost_is_cut_off_and_the_rest_kept() {
     );
     reopened.close().await.unwrap();
 }
+
+/// A write whose sync failed stays in the page cache with its pages counted clean: a sync
+/// after reopening would not write them, yet the reopened store reads them, and would answer a
+/// retry of the failed append from them as if it were stored. So an open for appending writes
+/// the last group of the log, and the last append of each journal, again and syncs them before
+/// it answers anyone. A sync alone leaves a file's modification time alone; writing again
+/// moves it, which is what this test sees, while every byte stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_for_appending_writes_the_tail_it_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(dir.path()).await.unwrap();
+    let first = append_one(&storage, 0).await;
+    append_one(&storage, 1).await;
+    storage
+        .bookmark("reader", &first.reference, Tags::none())
+        .await
+        .unwrap();
+    storage
+        .request_lease(LeaseRequest::new("l", "o", 0, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+
+    let segment = segment_files(dir.path()).pop().unwrap();
+    let files = [
+        segment,
+        dir.path().join("bookmarks.log"),
+        dir.path().join("lease-tokens.log"),
+    ];
+    let long_ago = std::time::UNIX_EPOCH + Duration::from_secs(86_400);
+    let bytes_before: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    for file in &files {
+        let handle = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+        handle.set_modified(long_ago).unwrap();
+    }
+    let modified = |file: &Path| std::fs::metadata(file).unwrap().modified().unwrap();
+
+    // A reader changes nothing.
+    let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
+    assert_eq!(all_events(&reader).await.len(), 2);
+    reader.close().await.unwrap();
+    for file in &files {
+        assert_eq!(modified(file), long_ago, "{} read only", file.display());
+    }
+
+    let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+    for (file, before) in files.iter().zip(&bytes_before) {
+        assert!(
+            modified(file) > long_ago,
+            "{} was not written again by the open",
+            file.display()
+        );
+        assert_eq!(
+            &std::fs::read(file).unwrap(),
+            before,
+            "{} changed",
+            file.display()
+        );
+    }
+    assert_eq!(all_events(&reopened).await.len(), 2);
+    assert_eq!(
+        reopened.get_bookmark("reader").await.unwrap(),
+        Some(first.reference)
+    );
+    reopened.close().await.unwrap();
+}
