@@ -353,3 +353,121 @@ async fn a_release_before_the_subscription_is_live_is_not_left_to_the_next_poll(
     );
     standby.shutdown().await.unwrap();
 }
+
+/// A pause of the process (here the test's only runtime thread, blocked) that outlasts the
+/// local deadline but not the storage's ttl: the tenure lapses with nothing published, and
+/// the next renewal confirms the same token. A caller that began waiting for leadership when
+/// its token turned `None` is woken by that renewal, or the lease would stay held by an
+/// instance that does no work.
+#[tokio::test]
+async fn a_waiter_hears_of_a_tenure_renewed_after_a_lapse_nothing_published() {
+    let storage = Arc::new(MemoryEventStorage::new());
+    let a = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("a")
+        .ttl(Duration::from_secs(2))
+        .request_interval(Duration::from_millis(100))
+        // The local deadline is 300 ms after a request's send; the storage keeps 2 s.
+        .safety_margin(Duration::from_millis(1_700))
+        .start()
+        .unwrap();
+    let token = leads(&a).await;
+    let mut watch = a.watch();
+
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        !watch.is_leader(),
+        "the local deadline lapsed during the pause"
+    );
+
+    let waited = tokio::time::timeout(DEADLINE, watch.wait_for_leadership()).await;
+    assert_eq!(
+        waited,
+        Ok(Some(token)),
+        "the renewal of the same tenure wakes the waiter"
+    );
+    a.shutdown().await.unwrap();
+}
+
+/// Once the elector is gone, `changed` says so (after `Stopped` is seen), so that a work loop
+/// following the leadership ends instead of waiting forever.
+#[tokio::test]
+async fn changed_reports_the_end_once_the_elector_is_gone() {
+    let storage = Arc::new(MemoryEventStorage::new());
+    let a = elector(&storage, "a", 0);
+    leads(&a).await;
+    let mut watch = a.watch();
+    let mut late = a.watch();
+    a.shutdown().await.unwrap();
+    let ended =
+        tokio::time::timeout(DEADLINE, async { while watch.changed().await.is_ok() {} }).await;
+    assert!(ended.is_ok(), "changed() still waits after the shutdown");
+    assert_eq!(watch.current(), Leadership::Stopped);
+    // A watch taken before the end, and one taken after it, hear the same.
+    assert!(late.changed().await.is_ok(), "Stopped is a change to see");
+    assert!(late.changed().await.is_err());
+    let mut after = late.clone();
+    assert!(after.changed().await.is_err());
+}
+
+/// Every ttl the storage accepts (1 ms and up) starts with the default settings.
+#[tokio::test]
+async fn a_short_ttl_the_storage_accepts_starts_with_the_defaults() {
+    let storage = Arc::new(MemoryEventStorage::new());
+    for millis in [1, 5, 19] {
+        let ttl = Duration::from_millis(millis);
+        storage
+            .request_lease(LeaseRequest::new("probe", "x", 0, ttl))
+            .await
+            .expect("the storage accepts the ttl");
+        let started = LeaderElector::builder(storage.clone(), "jobs")
+            .owner("a")
+            .ttl(ttl)
+            .start();
+        match started {
+            Ok(elector) => elector.shutdown().await.unwrap(),
+            Err(error) => panic!("a ttl of {ttl:?} with the defaults refused: {error}"),
+        }
+    }
+}
+
+/// A subscription still on its way when the elector shuts down is ended with it: nothing
+/// outlives the elector holding the storage.
+#[tokio::test]
+async fn a_shutdown_leaves_no_task_behind() {
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    storage.hold_subscriptions(true);
+    let a = elector(&storage, "a", 0);
+    leads(&a).await;
+    a.shutdown().await.unwrap();
+    eventually(
+        "every handle the elector took on the storage to be dropped",
+        || async { Arc::strong_count(&storage) == 1 },
+    )
+    .await;
+}
+
+/// When the loop died (a panic in the storage it called) it released nothing: the shutdown
+/// releases the lease itself, so the next contender need not wait out the ttl.
+#[tokio::test]
+async fn a_shutdown_after_the_loop_died_releases_the_lease() {
+    let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    let a = elector(&storage, "a", 0);
+    leads(&a).await;
+    let published = a.watch().subscribe();
+    storage.panic(true);
+    eventually("the loop to die", || async {
+        *published.borrow() == Leadership::Stopped
+    })
+    .await;
+    storage.panic(false);
+    a.shutdown().await.expect("the shutdown's release");
+    let now = storage.storage_time().await.unwrap();
+    let held: Vec<_> = storage
+        .get_leases()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|lease| !lease.is_expired_at(now))
+        .collect();
+    assert!(held.is_empty(), "still held after the shutdown: {held:?}");
+}

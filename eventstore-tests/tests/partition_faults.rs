@@ -1,7 +1,8 @@
 //! A partition elector whose storage misbehaves: a panic in a storage call still publishes
 //! that it stopped, a lapse in the middle of a handover leaves the loop idle, not spinning on
-//! a drain deadline that no longer belongs to anything, and a shutdown that cuts a
-//! handover's release short still releases the partition.
+//! a drain deadline that no longer belongs to anything, a shutdown that cuts a handover's
+//! release short still releases the partition, and so does a shutdown after a lapse or after
+//! the loop died.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,100 @@ async fn a_partition_elector_whose_storage_panics_says_it_stopped() {
     assert!(watch.is_stopped());
     assert!(watch.held().is_empty());
     elector.abort();
+}
+
+/// The loop died (a panic in the storage it called) holding partitions it released nothing
+/// of: the shutdown releases the membership and every partition itself, so that another
+/// member need not wait out the ttl.
+#[tokio::test]
+async fn a_shutdown_after_the_loop_died_releases_every_partition() {
+    let inner = MemoryEventStorage::new();
+    let storage = Arc::new(Unreliable::new(inner.clone()));
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    let elector = PartitionElector::builder(shared, "numbers", 3)
+        .owner("dying")
+        .ttl(Duration::from_secs(60))
+        .start()
+        .unwrap();
+    let mut watch = elector.watch();
+    eventually("the only member to hold every partition", || async {
+        watch.held().len() == 3
+    })
+    .await;
+    storage.panic(true);
+    let stopped =
+        tokio::time::timeout(DEADLINE, async { while watch.changed().await.is_ok() {} }).await;
+    assert!(stopped.is_ok(), "watchers hear that the elector stopped");
+    storage.panic(false);
+    elector.shutdown().await.expect("the shutdown's release");
+    let now = inner.storage_time().await.unwrap();
+    let held: Vec<_> = inner
+        .get_leases()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|lease| lease.owner == "dying" && !lease.is_expired_at(now))
+        .collect();
+    assert!(held.is_empty(), "still held after the shutdown: {held:?}");
+}
+
+/// A member that lapsed while handing a partition over is still the partition's holder in
+/// the storage once the storage is back. A shutdown before its next round releases that
+/// partition too (the last read of the group recorded it): the member it moves to takes it at
+/// once, not after the lease's ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_right_after_a_lapse_releases_the_partition_it_was_handing_over() {
+    let inner = MemoryEventStorage::new();
+    let storage = Arc::new(Unreliable::new(inner.clone()));
+    // Deadline 4 s after a confirmed renewal, expiry in the storage 10 s after it; renewals
+    // every 3 s, so no round runs between the storage's recovery and the shutdown.
+    let ttl = Duration::from_secs(10);
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    let leaving = PartitionElector::builder(shared, "orders", 2)
+        .owner("pod-a")
+        .ttl(ttl)
+        .safety_margin(Duration::from_secs(6))
+        .request_interval(Duration::from_secs(3))
+        .drain_timeout(Duration::from_secs(9))
+        .start()
+        .unwrap();
+    let leaving_watch = leaving.watch();
+    eventually("pod-a to hold both partitions", || async {
+        leaving_watch.held().len() == 2
+    })
+    .await;
+    let staying = PartitionElector::builder(Arc::new(inner.clone()), "orders", 2)
+        .owner("pod-b")
+        .ttl(ttl)
+        .request_interval(Duration::from_millis(500))
+        .start()
+        .unwrap();
+    let staying_watch = staying.watch();
+    eventually("pod-a to be asked to hand one partition over", || async {
+        leaving_watch.handing_over().len() == 1
+    })
+    .await;
+
+    storage.fail(true);
+    eventually("pod-a to lapse", || async {
+        leaving_watch.held().is_empty() && leaving_watch.handing_over().is_empty()
+    })
+    .await;
+    storage.fail(false);
+    leaving.shutdown().await.unwrap();
+    let left = std::time::Instant::now();
+
+    // Within 3 s: well before the 6 s left of the lease's ttl.
+    eventually("pod-b to hold both partitions", || async {
+        staying_watch.held().len() == 2
+    })
+    .await;
+    assert!(
+        left.elapsed() < Duration::from_secs(3),
+        "pod-b took both partitions only {:?} after pod-a left",
+        left.elapsed()
+    );
+    staying.shutdown().await.unwrap();
 }
 
 /// The CPU time the calling thread has used so far, from `/proc/thread-self/stat`.

@@ -118,11 +118,16 @@ pub(super) struct Shared {
     /// The last token this elector led under, so that an acquisition is counted once.
     led_token: Mutex<Option<FencingToken>>,
     pub(super) acknowledgement: Notify,
-    publisher: watch::Sender<Leadership>,
+    /// Publishes leadership; dropped once `Stopped` is published, so that watchers hear that
+    /// nothing will change any more.
+    publisher: Mutex<Option<watch::Sender<Leadership>>>,
+    /// What new watches subscribe to, the last value included after the publisher is gone.
+    published: watch::Receiver<Leadership>,
 }
 
 impl Shared {
     pub(super) fn new(lease_name: String, owner: String) -> Arc<Self> {
+        let (publisher, published) = watch::channel(Leadership::Unknown);
         Arc::new(Shared {
             lease_name,
             owner,
@@ -130,32 +135,39 @@ impl Shared {
             acknowledged: Mutex::new(None),
             led_token: Mutex::new(None),
             acknowledgement: Notify::new(),
-            publisher: watch::Sender::new(Leadership::Unknown),
+            publisher: Mutex::new(Some(publisher)),
+            published,
         })
     }
 
     pub(super) fn tenure(&self) -> Option<Tenure> {
-        *self
-            .tenure
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        *lock(&self.tenure)
     }
 
     /// Records a confirmed tenure (or none) and publishes `leadership` if it changed; nothing
-    /// once `Stopped` is published. Both happen under the watch's lock, so an answer applied
-    /// while [`LeaderElector::abort`](super::LeaderElector::abort) stops the elector on
-    /// another thread cannot bring a tenure back after `Stopped`.
+    /// once `Stopped` is published. Both happen under the publisher's lock, so an answer
+    /// applied while [`LeaderElector::abort`](super::LeaderElector::abort) stops the elector
+    /// on another thread cannot bring a tenure back after `Stopped`.
     pub(super) fn confirm(&self, tenure: Option<Tenure>, leadership: Leadership) {
-        self.publisher.send_if_modified(|current| {
-            if *current == Leadership::Stopped {
-                return false;
-            }
-            *self
-                .tenure
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()) = tenure;
-            self.publish(current, leadership)
+        let mut publisher = lock(&self.publisher);
+        let Some(sender) = publisher.as_ref() else {
+            return;
+        };
+        let stopped = leadership == Leadership::Stopped;
+        sender.send_if_modified(|current| {
+            let mut held = lock(&self.tenure);
+            // A tenure whose deadline passed while the task did not run (a pause, a starved
+            // runtime) was never published as lost, yet watchers saw it lapse and wait for a
+            // change: a renewal that confirms the same token must wake them.
+            let lapsed_unseen = held.is_some_and(|held| Instant::now() >= held.deadline);
+            *held = tenure;
+            drop(held);
+            let changed = self.publish(current, leadership);
+            changed || (lapsed_unseen && tenure.is_some())
         });
+        if stopped {
+            *publisher = None;
+        }
     }
 
     /// Drops any tenure and publishes `leadership` (`Unknown` or `Stopped`).
@@ -170,10 +182,7 @@ impl Shared {
         }
         tracing::info!(lease = %self.lease_name, owner = %self.owner, %leadership, "leadership changed");
         if let Some(token) = leadership.token() {
-            let mut led = self
-                .led_token
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut led = lock(&self.led_token);
             if *led != Some(token) {
                 *led = Some(token);
                 metrics::counter!(telemetry::LEASE_ACQUISITIONS, "lease" => self.lease_name.clone())
@@ -196,10 +205,7 @@ impl Shared {
 
     /// Takes the step-down acknowledgement if it is for `token`.
     pub(super) fn take_acknowledgement(&self, token: FencingToken) -> bool {
-        let mut acknowledged = self
-            .acknowledged
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut acknowledged = lock(&self.acknowledged);
         if *acknowledged == Some(token) {
             *acknowledged = None;
             true
@@ -222,7 +228,9 @@ pub struct LeadershipWatch {
 
 impl LeadershipWatch {
     pub(super) fn new(shared: Arc<Shared>) -> Self {
-        let receiver = shared.publisher.subscribe();
+        let mut receiver = shared.published.clone();
+        // As a new subscriber would: what is published now counts as seen.
+        receiver.mark_unchanged();
         LeadershipWatch { shared, receiver }
     }
 
@@ -272,7 +280,8 @@ impl LeadershipWatch {
     /// Waits until the published leadership changes.
     ///
     /// # Errors
-    /// When the elector is gone and nothing will change any more.
+    /// When the elector is gone and nothing will change any more: once
+    /// [`Leadership::Stopped`] is published and seen.
     pub async fn changed(&mut self) -> Result<(), watch::error::RecvError> {
         self.receiver.changed().await
     }
@@ -322,13 +331,17 @@ impl LeadershipWatch {
     /// Until this is called the elector keeps renewing: a leader that cannot stop safely
     /// keeps the lease.
     pub fn acknowledge_step_down(&self, token: FencingToken) {
-        *self
-            .shared
-            .acknowledged
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(token);
+        *lock(&self.shared.acknowledged) = Some(token);
         self.shared.acknowledgement.notify_one();
     }
+}
+
+/// Locks a mutex; every update under it is a single assignment, so a panic elsewhere while
+/// it was held left consistent data, and poisoning is ignored.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@
 
 mod leadership;
 mod owner;
+mod subscribing;
 mod task;
 mod timing;
 
@@ -48,9 +49,10 @@ pub use owner::unique_owner_id;
 
 use crate::{validate, Capability, EventStorage, EventStorageError, FencingToken};
 use leadership::Shared;
+pub(crate) use subscribing::Subscribing;
 pub(crate) use task::{herd_jitter, jittered};
-use task::{ElectionLoop, HandoverState, LoopSettings};
-pub(crate) use timing::{shorter_than_ttl, Timings, MIN_DEFAULT_GRACE};
+use task::{release_within, ElectionLoop, HandoverState, LoopSettings};
+pub(crate) use timing::{default_grace, shorter_than_ttl, Timings};
 
 /// The ttl of an elector unless set otherwise.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -105,9 +107,9 @@ impl ElectorBuilder {
     }
 
     /// How long contenders other than the preferred one wait after a pushed release before
-    /// they ask (a fortieth of the ttl by default, at least 10 ms): the preferred contender
-    /// (highest priority) asks at once and takes the lease with the next token; the others
-    /// take it only if it has not asked by then. An instance that stepped down waits as long
+    /// they ask (a fortieth of the ttl by default, at least 10 ms but at most half the ttl):
+    /// the preferred contender (highest priority) asks at once and takes the lease with the
+    /// next token; the others take it only if it has not asked by then. An instance that stepped down waits as long
     /// before asking again, and leads again if the preferred contender has not taken the
     /// lease; it then passes on no step-down request from that contender for a ttl (it
     /// probably died) and, should it hand over again, waits a whole request interval, for a
@@ -164,8 +166,11 @@ impl ElectorBuilder {
             shutdown: shutdown_requested,
             handover: HandoverState::default(),
         };
+        let storage = Arc::clone(&election.storage);
         let task = tokio::spawn(election.run(priority_changes));
         Ok(LeaderElector {
+            storage,
+            ttl,
             watch: LeadershipWatch::new(shared),
             shutdown,
             priority,
@@ -205,6 +210,9 @@ impl ElectorBuilder {
 /// ```
 #[derive(Debug)]
 pub struct LeaderElector {
+    /// For the release a shutdown makes when the loop died before it could.
+    storage: Arc<dyn EventStorage>,
+    ttl: Duration,
     watch: LeadershipWatch,
     shutdown: watch::Sender<bool>,
     priority: watch::Sender<i64>,
@@ -279,9 +287,18 @@ impl LeaderElector {
     /// The release's error (the lease then expires after its ttl).
     pub async fn shutdown(mut self) -> Result<(), EventStorageError> {
         let _ = self.shutdown.send(true);
-        match self.task.take() {
-            Some(task) => task.await.unwrap_or(Ok(())),
-            None => Ok(()),
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
+            Ok(released) => released,
+            // The loop panicked (in a storage it called, say) and released nothing.
+            Err(died) => {
+                let (lease_name, owner) = (self.watch.lease_name(), self.watch.owner());
+                tracing::error!(lease = %lease_name, %owner, error = %died,
+                    "the elector's loop died; releasing its lease on shutdown");
+                release_within(self.storage.as_ref(), lease_name, owner, self.ttl).await
+            }
         }
     }
 

@@ -4,9 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::subscribing::Subscribing;
 use rand::Rng;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::leadership::{Leadership, Shared, Tenure};
@@ -47,7 +47,7 @@ struct Signals {
     /// Pushed lease changes of this lease; `None` when the storage pushes none (polling only).
     changes: Option<LeaseChanges>,
     /// The subscription on its way, until it is ready.
-    subscribing: Option<JoinHandle<Option<LeaseChanges>>>,
+    subscribing: Subscribing,
     /// A request was sent: a subscription ready after it missed whatever changed in between.
     requested: bool,
     /// This instance's priority, changeable while running.
@@ -145,23 +145,13 @@ impl ElectionLoop {
 
     /// Subscribes to this lease's pushed changes on a task of its own, if the storage pushes
     /// any; the loop picks the subscription up when it is ready.
-    fn subscribe(&self) -> Option<JoinHandle<Option<LeaseChanges>>> {
-        if !self.storage.supports(Capability::LeaseChanges) {
-            return None;
-        }
-        let storage = Arc::clone(&self.storage);
+    fn subscribe(&self) -> Subscribing {
         let shared = Arc::clone(&self.shared);
-        Some(tokio::spawn(async move {
-            let scope = LeaseScope::lease(shared.lease_name.clone());
-            match storage.subscribe_lease_changes(scope).await {
-                Ok(changes) => Some(changes),
-                Err(error) => {
-                    tracing::warn!(lease = %shared.lease_name, owner = %shared.owner,
-                        error = %error.report(), "cannot follow pushed lease changes; polling only");
-                    None
-                }
-            }
-        }))
+        let scope = LeaseScope::lease(shared.lease_name.clone());
+        Subscribing::start(&self.storage, scope, move |error| {
+            tracing::warn!(lease = %shared.lease_name, owner = %shared.owner,
+                error = %error.report(), "cannot follow pushed lease changes; polling only");
+        })
     }
 
     /// How long an instance that just handed over waits before it asks again.
@@ -331,7 +321,7 @@ impl ElectionLoop {
                         () = sleep_until(until) => Woken::Timer,
                         () = notified => Woken::Acknowledgement,
                         notice = next_notice(changes) => Woken::Notice(notice),
-                        subscribed = subscription(subscribing) => Woken::Subscribed(subscribed),
+                        subscribed = subscribing.ready() => Woken::Subscribed(subscribed),
                         Ok(()) = priority.changed() => Woken::Priority,
                     }
                 })
@@ -343,7 +333,6 @@ impl ElectionLoop {
                 Some(Woken::Priority) => until = until.min(not_before),
                 Some(Woken::Acknowledgement) => {}
                 Some(Woken::Subscribed(subscribed)) => {
-                    signals.subscribing = None;
                     // A release between the first answer and this subscription reached
                     // nobody here: ask again soon, as after a missed notice.
                     if subscribed.is_some() && signals.requested {
@@ -439,22 +428,13 @@ impl ElectionLoop {
 
     /// Releases the lease, giving up after a ttl (a hung storage must not hang a shutdown).
     async fn release(&self) -> Result<(), EventStorageError> {
-        let operation = self
-            .storage
-            .release_lease(&self.shared.lease_name, &self.shared.owner);
-        match timeout(self.settings.ttl, operation).await {
-            Ok(released) => {
-                if released.is_ok() {
-                    metrics::counter!(telemetry::LEASE_RELEASES, "lease" => self.shared.lease_name.clone())
-                        .increment(1);
-                }
-                released
-            }
-            Err(_elapsed) => Err(EventStorageError::Timeout {
-                operation: format!("release_lease({})", self.shared.lease_name),
-                after: self.settings.ttl,
-            }),
-        }
+        release_within(
+            self.storage.as_ref(),
+            &self.shared.lease_name,
+            &self.shared.owner,
+            self.settings.ttl,
+        )
+        .await
     }
 }
 
@@ -472,13 +452,26 @@ async fn next_notice(changes: &mut Option<LeaseChanges>) -> Option<LeaseNotice> 
     }
 }
 
-/// The subscription once it is ready, or never when none is on its way.
-async fn subscription(
-    subscribing: &mut Option<JoinHandle<Option<LeaseChanges>>>,
-) -> Option<LeaseChanges> {
-    match subscribing {
-        Some(task) => task.await.ok().flatten(),
-        None => std::future::pending().await,
+/// Releases `lease_name` held by `owner`, giving up after `ttl` (a hung storage must not hang
+/// a shutdown; the lease then expires).
+pub(super) async fn release_within(
+    storage: &dyn EventStorage,
+    lease_name: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<(), EventStorageError> {
+    match timeout(ttl, storage.release_lease(lease_name, owner)).await {
+        Ok(released) => {
+            if released.is_ok() {
+                metrics::counter!(telemetry::LEASE_RELEASES, "lease" => lease_name.to_owned())
+                    .increment(1);
+            }
+            released
+        }
+        Err(_elapsed) => Err(EventStorageError::Timeout {
+            operation: format!("release_lease({lease_name})"),
+            after: ttl,
+        }),
     }
 }
 

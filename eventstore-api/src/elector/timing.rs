@@ -5,8 +5,14 @@ use std::time::Duration;
 
 use crate::{validate, EventStorageError};
 
-/// The least handover grace chosen by default, however short the ttl.
-pub(crate) const MIN_DEFAULT_GRACE: Duration = Duration::from_millis(10);
+/// The least grace chosen by default, unless the ttl is shorter than twice that.
+const MIN_DEFAULT_GRACE: Duration = Duration::from_millis(10);
+
+/// A grace chosen by default: `ttl / divisor`, at least 10 ms, and at most half the ttl, so
+/// that every ttl the storage accepts (1 ms and up) starts with the defaults.
+pub(crate) fn default_grace(ttl: Duration, divisor: u32) -> Duration {
+    (ttl / divisor).max(MIN_DEFAULT_GRACE).min(ttl / 2)
+}
 
 /// Checked timings of a lease loop.
 #[derive(Debug, Clone, Copy)]
@@ -19,7 +25,8 @@ pub(crate) struct Timings {
 
 impl Timings {
     /// The timings for `ttl`, each unset one at its default: a third of the ttl between
-    /// requests, a twentieth as safety margin, a fortieth (at least 10 ms) as handover grace.
+    /// requests, a twentieth as safety margin, a fortieth (at least 10 ms, at most half the
+    /// ttl) as handover grace.
     ///
     /// # Errors
     /// [`EventStorageError::InvalidInput`] for a ttl out of range, a request interval that is
@@ -56,7 +63,7 @@ impl Timings {
                 ),
             ));
         }
-        let handover_grace = handover_grace.unwrap_or_else(|| (ttl / 40).max(MIN_DEFAULT_GRACE));
+        let handover_grace = handover_grace.unwrap_or_else(|| default_grace(ttl, 40));
         shorter_than_ttl("handover grace", handover_grace, ttl)?;
         Ok(Timings {
             ttl,
@@ -100,6 +107,28 @@ mod tests {
                 "{margin:?}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn every_ttl_the_storage_accepts_starts_with_the_defaults() {
+        for millis in [1, 2, 5, 10, 19, 20, 21, 400, 30_000] {
+            let ttl = Duration::from_millis(millis);
+            let timings = Timings::check(ttl, None, None, None)
+                .unwrap_or_else(|error| panic!("a ttl of {ttl:?} with the defaults: {error}"));
+            assert!(timings.handover_grace < ttl, "{ttl:?}");
+            assert!(
+                timings.handover_grace >= MIN_DEFAULT_GRACE.min(ttl / 2),
+                "{ttl:?}"
+            );
+        }
+        assert_eq!(
+            default_grace(Duration::from_secs(30), 40),
+            Duration::from_millis(750)
+        );
+        assert_eq!(
+            default_grace(Duration::from_millis(5), 40),
+            Duration::from_micros(2_500)
+        );
     }
 
     #[test]

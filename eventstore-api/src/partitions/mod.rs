@@ -80,7 +80,7 @@ use tokio::task::JoinHandle;
 pub use names::{member_lease_name, partition_lease_name};
 pub use watch::{PartitionElectorStopped, PartitionWatch};
 
-use crate::elector::{shorter_than_ttl, Timings, DEFAULT_TTL, MIN_DEFAULT_GRACE};
+use crate::elector::{default_grace, shorter_than_ttl, Timings, DEFAULT_TTL};
 use crate::{validate, Capability, EventStorage, EventStorageError, Fence};
 use names::GroupNames;
 use task::{LoopSettings, PartitionLoop};
@@ -138,15 +138,16 @@ impl PartitionElectorBuilder {
     }
 
     /// Over how long a lost-notification signal spreads the members' rounds (a fortieth of the
-    /// ttl by default, at least 10 ms). Only used with storages that push lease changes.
+    /// ttl by default, at least 10 ms, at most half the ttl). Only used with storages that
+    /// push lease changes.
     pub fn handover_grace(mut self, grace: Duration) -> Self {
         self.handover_grace = Some(grace);
         self
     }
 
     /// How long a partition being handed over waits for [`PartitionWatch::hand_over`] before
-    /// it is released anyway (a twentieth of the ttl by default, at least 10 ms). A write of
-    /// the unit still in hand after that is refused by the fence.
+    /// it is released anyway (a twentieth of the ttl by default, at least 10 ms, at most half
+    /// the ttl). A write of the unit still in hand after that is refused by the fence.
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.drain_timeout = Some(timeout);
         self
@@ -178,6 +179,7 @@ impl PartitionElectorBuilder {
             .unwrap_or_else(crate::elector::unique_owner_id);
         validate_group(&self.group, self.partitions, &owner)?;
         let settings = self.settings()?;
+        let ttl = settings.ttl;
         let shared = Shared::new(self.group.clone(), owner, self.partitions);
         let (shutdown, shutdown_requested) = channel::channel(false);
         let rounds = PartitionLoop {
@@ -191,11 +193,15 @@ impl PartitionElectorBuilder {
             released: BTreeSet::new(),
             registered: BTreeSet::new(),
             releasing: BTreeSet::new(),
+            held_when_read: BTreeSet::new(),
             requested: false,
             count_mismatched: false,
         };
+        let storage = Arc::clone(&rounds.storage);
         let task = tokio::spawn(rounds.run());
         Ok(PartitionElector {
+            storage,
+            ttl,
             watch: PartitionWatch::new(shared),
             shutdown,
             task: Some(task),
@@ -211,7 +217,7 @@ impl PartitionElectorBuilder {
         )?;
         let drain_timeout = self
             .drain_timeout
-            .unwrap_or_else(|| (timings.ttl / 20).max(MIN_DEFAULT_GRACE));
+            .unwrap_or_else(|| default_grace(timings.ttl, 20));
         shorter_than_ttl("drain timeout", drain_timeout, timings.ttl)?;
         Ok(LoopSettings {
             ttl: timings.ttl,
@@ -256,6 +262,9 @@ fn validate_group(group: &str, partitions: u32, owner: &str) -> Result<(), Event
 /// background.
 #[derive(Debug)]
 pub struct PartitionElector {
+    /// For the releases a shutdown makes when the loop died before it could.
+    storage: Arc<dyn EventStorage>,
+    ttl: Duration,
     watch: PartitionWatch,
     shutdown: channel::Sender<bool>,
     task: Option<JoinHandle<Result<(), EventStorageError>>>,
@@ -314,9 +323,30 @@ impl PartitionElector {
     /// fails to release expires after its ttl).
     pub async fn shutdown(mut self) -> Result<(), EventStorageError> {
         let _ = self.shutdown.send(true);
-        match self.task.take() {
-            Some(task) => task.await.unwrap_or(Ok(())),
-            None => Ok(()),
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
+            Ok(released) => released,
+            // The loop panicked (in a storage it called, say) and released nothing; what it
+            // held is no longer known, so the membership and every partition are released.
+            Err(died) => {
+                let watch = &self.watch;
+                tracing::error!(group = %watch.group(), owner = %watch.owner(), error = %died,
+                    "the partition elector's loop died; releasing its leases on shutdown");
+                let mut lease_names = vec![member_lease_name(watch.group(), watch.owner())];
+                lease_names.extend(
+                    (0..watch.partitions()).map(|n| partition_lease_name(watch.group(), n)),
+                );
+                let release = self.storage.release_leases(&lease_names, watch.owner());
+                match tokio::time::timeout(self.ttl, release).await {
+                    Ok(released) => released,
+                    Err(_elapsed) => Err(EventStorageError::Timeout {
+                        operation: format!("release_leases({} leases)", lease_names.len()),
+                        after: self.ttl,
+                    }),
+                }
+            }
         }
     }
 

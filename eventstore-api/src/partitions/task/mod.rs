@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 use super::names::GroupNames;
 use super::watch::Shared;
+use crate::elector::Subscribing;
 use crate::elector::{herd_jitter, jittered};
-use crate::{Capability, EventStorage, EventStorageError, LeaseChanges, LeaseNotice, LeaseScope};
+use crate::{EventStorage, EventStorageError, LeaseChanges, LeaseNotice, LeaseScope};
 use follow_up::FollowUp;
 use rounds::Scope;
 
@@ -112,6 +112,10 @@ pub(super) struct PartitionLoop {
     /// Partitions whose release is on its way: a shutdown that cuts it short, having taken
     /// them out of every other set, releases them again.
     pub(super) releasing: BTreeSet<u32>,
+    /// The partitions the storage recorded this member as holding when the group was last
+    /// read: after a lapse it may still hold some that it neither holds nor hands over as far
+    /// as it knows, and a shutdown releases those too.
+    pub(super) held_when_read: BTreeSet<u32>,
     /// A request was sent: a subscription ready after it missed whatever changed in between.
     pub(super) requested: bool,
     /// The last read of the group showed a member counting other partitions than this one.
@@ -208,22 +212,12 @@ impl PartitionLoop {
     }
 
     /// Follows the storage's lease changes on a task of its own, if it pushes any.
-    fn subscribe(&self) -> Option<JoinHandle<Option<LeaseChanges>>> {
-        if !self.storage.supports(Capability::LeaseChanges) {
-            return None;
-        }
-        let storage = Arc::clone(&self.storage);
+    fn subscribe(&self) -> Subscribing {
         let shared = Arc::clone(&self.shared);
-        Some(tokio::spawn(async move {
-            match storage.subscribe_lease_changes(LeaseScope::All).await {
-                Ok(changes) => Some(changes),
-                Err(error) => {
-                    tracing::warn!(group = %shared.group, owner = %shared.owner,
-                        error = %error.report(), "cannot follow pushed lease changes; polling only");
-                    None
-                }
-            }
-        }))
+        Subscribing::start(&self.storage, LeaseScope::All, move |error| {
+            tracing::warn!(group = %shared.group, owner = %shared.owner,
+                error = %error.report(), "cannot follow pushed lease changes; polling only");
+        })
     }
 
     /// Brings forward the request `notice` calls for, if any.
@@ -248,7 +242,7 @@ impl PartitionLoop {
         &mut self,
         due: &mut Due,
         changes: &mut Option<LeaseChanges>,
-        subscribing: &mut Option<JoinHandle<Option<LeaseChanges>>>,
+        subscribing: &mut Subscribing,
     ) -> Wake {
         loop {
             let (at, wake) = due.next();
@@ -261,7 +255,7 @@ impl PartitionLoop {
                     () = shared.acknowledgement.notified() => Woken::Acknowledgement,
                     () = sleep_until(drain.unwrap_or(at)), if drain.is_some() => Woken::DrainTimeout,
                     notice = next_notice(changes) => Woken::Notice(notice),
-                    subscribed = subscription(subscribing) => Woken::Subscribed(subscribed),
+                    subscribed = subscribing.ready() => Woken::Subscribed(subscribed),
                 }
             })
             .await;
@@ -270,7 +264,6 @@ impl PartitionLoop {
                 Some(Woken::Due(wake)) => return wake,
                 Some(Woken::Acknowledgement | Woken::DrainTimeout) => return Wake::Handovers,
                 Some(Woken::Subscribed(subscribed)) => {
-                    *subscribing = None;
                     // A change between the first round and this subscription reached nobody
                     // here: look again soon, as after a missed notice.
                     if subscribed.is_some() && self.requested {
@@ -316,16 +309,6 @@ async fn while_waiting<T>(
 async fn next_notice(changes: &mut Option<LeaseChanges>) -> Option<LeaseNotice> {
     match changes {
         Some(changes) => changes.next().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The subscription once it is ready, or never when none is on its way.
-async fn subscription(
-    subscribing: &mut Option<JoinHandle<Option<LeaseChanges>>>,
-) -> Option<LeaseChanges> {
-    match subscribing {
-        Some(task) => task.await.ok().flatten(),
         None => std::future::pending().await,
     }
 }

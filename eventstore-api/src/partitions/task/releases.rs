@@ -109,7 +109,8 @@ impl PartitionLoop {
     }
 
     /// Leaves the group: the membership first, so that the others rebalance at once, then
-    /// every partition held, asked for, or on its way out when the shutdown came.
+    /// every partition held, asked for, on its way out when the shutdown came, or recorded as
+    /// this member's when the group was last read (a lapse forgets those it still holds).
     pub(super) async fn release_all(&mut self) -> Result<(), EventStorageError> {
         let holdings = self.shared.holdings();
         self.shared.lapse(true);
@@ -122,6 +123,7 @@ impl PartitionLoop {
             .chain(holdings.handing_over.keys())
             .chain(self.target.iter())
             .chain(self.releasing.iter())
+            .chain(self.held_when_read.iter())
             .copied()
             .collect();
         self.release(partitions.into_iter().collect()).await;

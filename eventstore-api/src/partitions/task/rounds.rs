@@ -44,6 +44,7 @@ impl PartitionLoop {
                 self.target = plan.target.into_iter().collect();
                 unheld = Some(plan.unheld);
                 held_in_storage = plan.held;
+                self.held_when_read.clone_from(&held_in_storage);
                 self.count_mismatch(plan.beyond_count, plan.other_count);
                 if plan.settled {
                     Pace::Steady
