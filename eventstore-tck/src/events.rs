@@ -247,6 +247,56 @@ pub async fn appended_events_round_trip_every_field<F: StorageFactory>(factory: 
     );
 }
 
+/// Numbers in a payload come back exactly as appended: a float whose shortest digits a
+/// parser might round one unit off, the extremes of the floats, and integers at the limits of
+/// 64 bits. A payload that comes back changed also turns an exact retry of its event into an
+/// idempotency conflict; the retry here must be answered as a retry.
+pub async fn payload_numbers_round_trip_exactly<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    #[allow(clippy::excessive_precision)]
+    let floats = [
+        909_998.631_187_471_7,
+        0.1,
+        -123_456_789.123_456_79,
+        1e-300,
+        2.225_073_858_507_201_4e-308,
+        5e-324,
+        1.797_693_134_862_315_7e308,
+    ];
+    let payload = json!({
+        "floats": floats,
+        "integers": [i64::MIN, -1, 0, i64::MAX],
+        "unsigned": u64::MAX,
+    });
+    let keyed = || EventToStore::new("Paid", payload.clone()).with_idempotency_key("pay-1");
+    let stored = append(&storage, &orders(), vec![keyed()]).await;
+    assert_eq!(
+        stored[0].payload, payload,
+        "round trip rule: the numbers of a payload are stored exactly"
+    );
+    let by_id = event_by_id(&storage, stored[0].reference.id).await;
+    assert_eq!(
+        by_id.map(|event| event.payload),
+        Some(payload.clone()),
+        "get_event_by_id must return the payload's numbers exactly"
+    );
+    let queried = read(&storage, &EventFilter::match_all(), &orders()).await;
+    assert_eq!(
+        queried.first().map(|event| &event.payload),
+        Some(&payload),
+        "a query must return the payload's numbers exactly"
+    );
+    let retried = storage
+        .append(AppendCriteria::none(), &orders(), vec![keyed()])
+        .await
+        .unwrap_or_else(|err| panic!("an exact retry of the event must be a retry: {err}"));
+    assert_eq!(
+        retried.first().map(|event| event.reference),
+        Some(stored[0].reference),
+        "an exact retry is answered with the stored event"
+    );
+}
+
 /// Timestamps are assigned by the storage, in UTC, from its own clock: every event of a
 /// batch is stamped between "now" before and "now" after the append.
 pub async fn stored_timestamps_lie_within_the_storage_clock_window<F: StorageFactory>(factory: &F) {
