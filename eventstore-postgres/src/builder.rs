@@ -31,6 +31,13 @@ pub const DEFAULT_LISTENER_HEARTBEAT: Duration = Duration::from_secs(10);
 /// The shortest heartbeat accepted: a shorter one would mostly measure the server's load.
 const MIN_LISTENER_HEARTBEAT: Duration = Duration::from_millis(50);
 
+/// PostgreSQL's longest `lock_timeout`: its milliseconds must fit in an `int4`.
+const MAX_LOCK_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// The longest wait any other setting takes, far beyond any sensible one: longer waits
+/// (`Duration::MAX` for "forever") overflow the clock's arithmetic.
+const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 /// Where the connections come from.
 enum Source {
     Url(String),
@@ -190,8 +197,9 @@ impl PostgresEventStorageBuilder {
         self
     }
 
-    /// The longest any statement waits for a lock (default 10 s, at least 1 ms); waiting
-    /// longer fails with [`EventStorageError::Timeout`] and changes nothing.
+    /// The longest any statement waits for a lock (default 10 s, at least 1 ms, at most
+    /// PostgreSQL's limit of 2,147,483,647 ms); waiting longer fails with
+    /// [`EventStorageError::Timeout`] and changes nothing.
     pub fn lock_timeout(mut self, lock_timeout: Duration) -> Self {
         self.lock_timeout = lock_timeout;
         self
@@ -315,6 +323,57 @@ impl PostgresEventStorageBuilder {
         self
     }
 
+    /// Refuses a duration setting out of its range, naming it: a lock timeout beyond what
+    /// PostgreSQL takes, or any wait so long that adding it to the clock overflows
+    /// (`Duration::MAX` for "forever", say).
+    fn check_durations(&self) -> Result<(), EventStorageError> {
+        let out_of_range = |field: &str, value: Duration, rule: String| {
+            Err(EventStorageError::invalid(
+                field,
+                format!("{value:?}"),
+                rule,
+            ))
+        };
+        if self.lock_timeout < Duration::from_millis(1) {
+            return out_of_range(
+                "lock timeout",
+                self.lock_timeout,
+                "must be at least 1ms (PostgreSQL reads 0 as no timeout at all)".to_owned(),
+            );
+        }
+        if self.lock_timeout > MAX_LOCK_TIMEOUT {
+            return out_of_range(
+                "lock timeout",
+                self.lock_timeout,
+                format!("must be at most {MAX_LOCK_TIMEOUT:?}, the longest PostgreSQL takes"),
+            );
+        }
+        if self.listener_heartbeat < MIN_LISTENER_HEARTBEAT {
+            return out_of_range(
+                "listener heartbeat",
+                self.listener_heartbeat,
+                format!("must be at least {MIN_LISTENER_HEARTBEAT:?}"),
+            );
+        }
+        let waits = [
+            ("listener heartbeat", Some(self.listener_heartbeat)),
+            ("visibility wait", Some(self.visibility_wait)),
+            ("acquire timeout", Some(self.acquire_timeout)),
+            ("idle timeout", self.idle_timeout),
+            ("max lifetime", self.max_lifetime),
+        ];
+        for (field, value) in waits {
+            if let Some(value) = value.filter(|value| *value > MAX_WAIT) {
+                return out_of_range(
+                    field,
+                    value,
+                    format!("must be at most {MAX_WAIT:?} (365 days)"),
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the settings, connects and prepares the schema as the init mode says.
     ///
     /// # Errors
@@ -323,20 +382,7 @@ impl PostgresEventStorageBuilder {
     /// reached or refuses.
     pub async fn build(self) -> Result<PostgresEventStorage, EventStorageError> {
         let prefix = TablePrefix::parse(&self.prefix)?;
-        if self.lock_timeout < Duration::from_millis(1) {
-            return Err(EventStorageError::invalid(
-                "lock timeout",
-                format!("{:?}", self.lock_timeout),
-                "must be at least 1ms (PostgreSQL reads 0 as no timeout at all)",
-            ));
-        }
-        if self.listener_heartbeat < MIN_LISTENER_HEARTBEAT {
-            return Err(EventStorageError::invalid(
-                "listener heartbeat",
-                format!("{:?}", self.listener_heartbeat),
-                format!("must be at least {MIN_LISTENER_HEARTBEAT:?}"),
-            ));
-        }
+        self.check_durations()?;
         let listen_options = match &self.listen_url {
             None => None,
             Some(url) => {

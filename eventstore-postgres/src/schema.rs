@@ -201,6 +201,8 @@ async fn initialize_schema(
             .execute(&mut *transaction)
             .await
             .map_err(|e| failing.map(e))?;
+            let persistent = settings.prepared_statements;
+            refuse_tables_elsewhere(&mut transaction, prefix, persistent).await?;
             if recreate {
                 let script = prefix.apply(DROP_SQL);
                 (&mut *transaction)
@@ -208,16 +210,35 @@ async fn initialize_schema(
                     .await
                     .map_err(|e| failing.map(e))?;
             }
-            if recreate
-                || validate(&mut transaction, prefix, settings.prepared_statements)
-                    .await
-                    .is_err()
-            {
-                let script = prefix.apply(SCHEMA_SQL);
-                (&mut *transaction)
-                    .execute(script.as_str())
+            let stale = match recreate {
+                true => None,
+                false => validate(&mut transaction, prefix, persistent).await.err(),
+            };
+            if recreate || stale.is_some() {
+                lock_lease_tables_first(&mut transaction, prefix, persistent)
                     .await
                     .map_err(|e| failing.map(e))?;
+                let script = prefix.apply(SCHEMA_SQL);
+                if let Err(error) = (&mut *transaction).execute(script.as_str()).await {
+                    return Err(match (stale, &error) {
+                        // A role that may not apply DDL: what is stale matters more to the
+                        // operator than which statement it could not run.
+                        (
+                            Some(EventStorageError::Schema { object, problem }),
+                            sqlx::Error::Database(refusal),
+                        ) if refusal.code().as_deref() == Some(INSUFFICIENT_PRIVILEGE) => {
+                            schema_error(
+                                object,
+                                format!(
+                                    "{problem}; this role cannot apply the shipped DDL to \
+                                     repair it ({})",
+                                    refusal.message()
+                                ),
+                            )
+                        }
+                        _ => failing.map(error),
+                    });
+                }
             }
             let outcome = validate(&mut transaction, prefix, settings.prepared_statements).await;
             match outcome {
@@ -229,6 +250,80 @@ async fn initialize_schema(
             }
         }
     }
+}
+
+/// SQLSTATE `42501`: the role lacks a privilege the statement needs.
+const INSUFFICIENT_PRIVILEGE: &str = "42501";
+
+/// Refuses to create anything when a table of the prefix that the search_path finds lives in
+/// another schema than the one new objects go to (`current_schema()`, the first schema of the
+/// path that exists): `CREATE … IF NOT EXISTS` would build a second, empty set of tables
+/// there, and from then on hide the tables that hold the log.
+async fn refuse_tables_elsewhere(
+    connection: &mut PgConnection,
+    prefix: &TablePrefix,
+    persistent: bool,
+) -> StorageResult<()> {
+    let table_names: Vec<String> = TABLES.iter().map(|(table, _)| prefix.name(table)).collect();
+    let elsewhere: Option<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT t.name, n.nspname::text, current_schema()::text \
+         FROM unnest($1::text[]) AS t(name) \
+         JOIN pg_class AS c ON c.oid = to_regclass(t.name) \
+         JOIN pg_namespace AS n ON n.oid = c.relnamespace \
+         WHERE n.nspname IS DISTINCT FROM current_schema() \
+         LIMIT 1",
+    )
+    .bind(&table_names)
+    .persistent(persistent)
+    .fetch_optional(&mut *connection)
+    .await
+    .map_err(|e| catalog_failure(prefix, e))?;
+    let Some((table, schema, current)) = elsewhere else {
+        return Ok(());
+    };
+    let creating_in = current.map_or_else(
+        || "no schema (none on the search_path exists)".to_owned(),
+        |current| format!("schema {current}"),
+    );
+    Err(schema_error(
+        format!("table {table}"),
+        format!(
+            "is in schema {schema}, while new objects of the prefix would be created in \
+             {creating_in}: put {schema} first on the search_path"
+        ),
+    ))
+}
+
+/// Locks the lease tables, where they exist, before the DDL touches the events table: a
+/// fenced append reads the leases and then inserts events, and the script, which takes the
+/// events table first, would otherwise deadlock with it.
+async fn lock_lease_tables_first(
+    connection: &mut PgConnection,
+    prefix: &TablePrefix,
+    persistent: bool,
+) -> Result<(), sqlx::Error> {
+    for table in ["leases", "lease_contenders"] {
+        let name = prefix.name(table);
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+            .bind(&name)
+            .persistent(persistent)
+            .fetch_one(&mut *connection)
+            .await?;
+        if exists {
+            // The name is the validated prefix and a fixed suffix.
+            (&mut *connection)
+                .execute(format!("LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE").as_str())
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+fn catalog_failure(prefix: &TablePrefix, error: sqlx::Error) -> EventStorageError {
+    EventStorageError::backend(
+        format!("PostgreSQL failed to read the catalog for prefix {prefix}"),
+        error,
+    )
 }
 
 /// Reads the catalog and fails with `Schema` naming the first object that is missing or
@@ -249,12 +344,7 @@ async fn validate_catalog(
     prefix: &TablePrefix,
     persistent: bool,
 ) -> StorageResult<()> {
-    let failing = |e: sqlx::Error| {
-        EventStorageError::backend(
-            format!("PostgreSQL failed to read the catalog for prefix {prefix}"),
-            e,
-        )
-    };
+    let failing = |e: sqlx::Error| catalog_failure(prefix, e);
     let table_names: Vec<String> = TABLES.iter().map(|(table, _)| prefix.name(table)).collect();
     let columns: Vec<(String, String, String, bool)> = sqlx::query_as(
         "SELECT t.name, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull \

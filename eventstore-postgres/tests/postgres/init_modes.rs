@@ -692,3 +692,96 @@ async fn ensure_child_process() {
     println!("child {} got {:?}", std::process::id(), response.status);
     storage.close().await.unwrap();
 }
+
+/// A rolling upgrade: a new process's `Ensure` finds the schema of an earlier version (the
+/// tags index without its pending-list option) and applies the DDL while a running process
+/// makes a fenced append. The append reads the leases (its fence), then inserts events; the
+/// script takes the events table first. Ensure locks the lease tables before anything else,
+/// so both go through, one after the other, instead of one failing with a deadlock.
+#[tokio::test]
+async fn ensure_repairing_the_schema_beside_a_fenced_append_does_not_deadlock() {
+    use eventstore_api::Fence;
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let running = common::storage_on(&prefix).await;
+    let leader = running
+        .request_lease(LeaseRequest::new("l", "a", 0, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    admin
+        .execute(
+            format!("ALTER INDEX {prefix}events_tags_idx RESET (gin_pending_list_limit)").as_str(),
+        )
+        .await
+        .unwrap();
+
+    // Holds the append between its fence check and its insert.
+    let stream_lock =
+        common::hold_stream_lock(&admin, &prefix, "c", EventStreamId::DEFAULT_PURPOSE).await;
+    let append = tokio::spawn({
+        let running = running.clone();
+        let fence = Fence::new("l", leader.fencing_token);
+        async move {
+            running
+                .append_fenced(
+                    &fence,
+                    AppendCriteria::none(),
+                    &EventStreamId::for_context("c"),
+                    vec![EventToStore::new("A", json!(1))],
+                )
+                .await
+                .map(|_| ())
+        }
+    });
+    common::eventually(
+        "the append to wait for the stream lock",
+        Duration::from_secs(10),
+        || lock_waiters(&admin, "locktype = 'advisory'", None),
+    )
+    .await;
+    let ensure = tokio::spawn({
+        let prefix = prefix.clone();
+        async move {
+            common::builder(&prefix)
+                .init_mode(DatabaseInitMode::Ensure)
+                .build()
+                .await
+                .map(drop)
+        }
+    });
+    let leases = format!("{prefix}leases");
+    common::eventually(
+        "Ensure to wait for the leases table",
+        Duration::from_secs(10),
+        || {
+            lock_waiters(
+                &admin,
+                "relation = to_regclass($1) AND mode = 'AccessExclusiveLock'",
+                Some(&leases),
+            )
+        },
+    )
+    .await;
+    stream_lock.commit().await.unwrap();
+
+    let appended = append.await.unwrap();
+    let ensured = ensure.await.unwrap();
+    running.close().await.unwrap();
+    assert!(appended.is_ok(), "fenced append: {appended:?}");
+    assert!(ensured.is_ok(), "ensure: {ensured:?}");
+}
+
+/// `Some` once a lock `condition` describes (on `pg_locks`, `$1` bound to `relation`) is
+/// waited for.
+async fn lock_waiters(admin: &PgPool, condition: &str, relation: Option<&str>) -> Option<()> {
+    let sql = format!("SELECT count(*) FROM pg_locks WHERE NOT granted AND {condition}");
+    let query = sqlx::query_scalar(&sql);
+    let query = match relation {
+        Some(relation) => query.bind(relation),
+        None => query,
+    };
+    let waiting: i64 = query.fetch_one(admin).await.unwrap();
+    (waiting > 0).then_some(())
+}

@@ -129,3 +129,59 @@ async fn exercise(prefix: &str, role: &str) -> Result<(), String> {
     storage.close().await.unwrap();
     Ok(())
 }
+
+/// `Ensure` (the default) run by a role with only the shipped grants, on a schema where one
+/// object drifted (the tags index without its pending-list option, as an earlier version
+/// made it), cannot repair it: it names the object as `Validate` does, and says the role
+/// could not apply the DDL, instead of a privilege error about some statement of the script.
+#[tokio::test]
+async fn ensure_by_a_role_that_cannot_repair_the_schema_names_what_is_stale() {
+    use eventstore_api::EventStorageError;
+    use sqlx::Executor;
+    if common::needs_direct_connection(app_role::WHY_DIRECT) {
+        return;
+    }
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let role = app_role::create(&admin, &prefix, "app").await;
+    admin
+        .execute(
+            format!("ALTER INDEX {prefix}events_tags_idx RESET (gin_pending_list_limit)").as_str(),
+        )
+        .await
+        .unwrap();
+    let url = PgConnectOptions::from_str(&common::database_url())
+        .unwrap()
+        .username(&role)
+        .to_url_lossy()
+        .to_string();
+    let open = |mode| {
+        PostgresEventStorage::builder()
+            .url(url.clone())
+            .prefix(&prefix)
+            .init_mode(mode)
+            .max_connections(2)
+            .build()
+    };
+    let validated = open(DatabaseInitMode::Validate).await;
+    let ensured = open(DatabaseInitMode::Ensure).await;
+    app_role::drop(&admin, &role).await;
+    let index = format!("index {prefix}events_tags_idx");
+    match validated {
+        Err(EventStorageError::Schema { object, .. }) => assert_eq!(object, index),
+        other => panic!("validate: {other:?}"),
+    }
+    match ensured {
+        Err(EventStorageError::Schema { object, problem }) => {
+            assert_eq!(object, index);
+            assert!(
+                problem.contains("cannot apply the shipped DDL") && problem.contains("permission"),
+                "{problem}"
+            );
+        }
+        Err(other) => panic!("ensure does not name {index}: {other:?}"),
+        Ok(_) => panic!("ensure succeeded on a drifted schema it could not repair"),
+    }
+}

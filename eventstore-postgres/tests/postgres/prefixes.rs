@@ -62,6 +62,54 @@ async fn a_lock_timeout_below_a_millisecond_is_refused() {
     );
 }
 
+/// Durations out of range are refused before any connection, by name: a lock timeout
+/// PostgreSQL would refuse on every statement, and waits that overflow the clock
+/// (`Duration::MAX` for "forever") where they would panic an append, the listener or the pool.
+#[tokio::test]
+async fn durations_out_of_range_are_refused_by_name_before_connecting() {
+    let builder = || PostgresEventStorage::builder().url("postgres://nobody@127.0.0.1:1/none");
+    let year_and_a_day = Duration::from_secs(366 * 24 * 60 * 60);
+    let cases = [
+        (
+            "lock timeout",
+            builder().lock_timeout(Duration::from_millis(i32::MAX as u64 + 1)),
+        ),
+        ("visibility wait", builder().visibility_wait(Duration::MAX)),
+        (
+            "listener heartbeat",
+            builder().listener_heartbeat(Duration::MAX),
+        ),
+        ("acquire timeout", builder().acquire_timeout(Duration::MAX)),
+        ("idle timeout", builder().idle_timeout(Some(year_and_a_day))),
+        ("max lifetime", builder().max_lifetime(Some(Duration::MAX))),
+    ];
+    for (field, builder) in cases {
+        let started = std::time::Instant::now();
+        let result = builder.build().await;
+        match result {
+            Err(EventStorageError::InvalidInput { field: named, .. }) => {
+                assert_eq!(named, field, "the refusal names the setting");
+            }
+            other => panic!("{field}: expected InvalidInput, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{field}: refused before trying to connect"
+        );
+    }
+    // The longest accepted: PostgreSQL's own limit, and a year.
+    let accepted = builder()
+        .lock_timeout(Duration::from_millis(i32::MAX as u64))
+        .visibility_wait(Duration::from_secs(365 * 24 * 60 * 60))
+        .acquire_timeout(Duration::from_millis(200))
+        .build()
+        .await;
+    assert!(
+        !matches!(accepted, Err(EventStorageError::InvalidInput { .. })),
+        "{accepted:?}"
+    );
+}
+
 #[tokio::test]
 async fn two_prefixes_share_nothing() {
     if common::try_pool().await.is_none() {

@@ -154,3 +154,84 @@ async fn a_function_without_its_pinned_path_is_refused_by_validate_and_repaired_
         .await
         .unwrap();
 }
+
+/// A connection whose search_path puts first a schema that does not hold the prefix's tables
+/// (`"$user", public` once a schema named after the role exists) finds the tables further
+/// down the path, but `CREATE … IF NOT EXISTS` would create new ones in the first schema. With
+/// anything stale (here one lease function), `Ensure` would have built a second, empty set
+/// of tables in front of the log. It refuses instead, naming both schemas, and creates nothing.
+#[tokio::test]
+async fn ensure_refuses_to_create_tables_in_front_of_the_log() {
+    use eventstore_api::{AppendCriteria, EventStreamId, EventToStore};
+    use sqlx::Executor;
+    if common::needs_direct_connection("its url sets a search_path through startup options") {
+        return;
+    }
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    let storage = common::storage_on(&prefix).await;
+    storage
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::for_context("c"),
+            vec![EventToStore::new("A", serde_json::json!(1))],
+        )
+        .await
+        .unwrap();
+    storage.close().await.unwrap();
+    let first = format!("{prefix}first");
+    let home: String = sqlx::query_scalar("SELECT current_schema()")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    admin
+        .execute(
+            format!(
+                "CREATE SCHEMA {first}; \
+                 CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, \
+                 p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    let url = format!(
+        "{}{}options=-c%20search_path%3D{first}%2C{home}",
+        common::database_url(),
+        if common::database_url().contains('?') {
+            "&"
+        } else {
+            "?"
+        }
+    );
+    let ensured = PostgresEventStorage::builder()
+        .url(url)
+        .prefix(&prefix)
+        .init_mode(DatabaseInitMode::Ensure)
+        .max_connections(2)
+        .build()
+        .await;
+    let created: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_tables WHERE schemaname = $1")
+        .bind(&first)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    admin
+        .execute(format!("DROP SCHEMA {first} CASCADE").as_str())
+        .await
+        .unwrap();
+    match ensured {
+        Err(EventStorageError::Schema { object, problem }) => {
+            assert!(object.starts_with("table "), "{object}");
+            assert!(
+                problem.contains(&format!("schema {home}"))
+                    && problem.contains(&format!("schema {first}")),
+                "{problem}"
+            );
+        }
+        other => panic!("expected a Schema error naming both schemas, got {other:?}"),
+    }
+    assert_eq!(created, 0, "nothing was created in {first}");
+}
