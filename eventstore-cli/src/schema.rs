@@ -138,12 +138,19 @@ async fn existing_tables(
         .iter()
         .map(|table| format!("{prefix}{table}"))
         .collect();
-    sqlx::query_scalar(
+    let failed = |error: sqlx::Error| Failure::check(format!("cannot read the catalog: {error}"));
+    // Unnamed, in a transaction of its own: a pooler in transaction mode may hand the next
+    // statement to another server connection, where a named one would clash or be missing.
+    let mut transaction = storage.pool().begin().await.map_err(failed)?;
+    let existing = sqlx::query_scalar(
         "SELECT t.name FROM unnest($1::text[]) WITH ORDINALITY AS t(name, n) \
          WHERE to_regclass(t.name) IS NOT NULL ORDER BY t.n",
     )
     .bind(&names)
-    .fetch_all(storage.pool())
+    .persistent(false)
+    .fetch_all(&mut *transaction)
     .await
-    .map_err(|error| Failure::check(format!("cannot read the catalog: {error}")))
+    .map_err(failed)?;
+    transaction.commit().await.map_err(failed)?;
+    Ok(existing)
 }

@@ -2,7 +2,6 @@
 //! opened so that nothing is created.
 
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -10,7 +9,6 @@ use eventstore_api::{EventStorage, EventStorageError};
 use eventstore_file::FileEventStorage;
 use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage, DEFAULT_PREFIX};
 use serde::Serialize;
-use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
 use crate::cli::StoreArgs;
@@ -91,7 +89,7 @@ impl PostgresTarget {
             .acquire_timeout(CONNECT_TIMEOUT)
             .build()
             .await
-            .map_err(|error| self.refusal(&error))
+            .map_err(|error| self.refusal(&error, mode))
     }
 
     /// Connects once, so that a server that cannot be reached is reported with the reason
@@ -102,8 +100,11 @@ impl PostgresTarget {
                 "--url is not a PostgreSQL url: it must start with postgres:// or postgresql://",
             ));
         }
-        let options = PgConnectOptions::from_str(&self.url)
-            .map_err(|error| Failure::usage(format!("--url is not a PostgreSQL url: {error}")))?;
+        // As the storage connects: behind a pooler (`?pgbouncer=true`) without the startup
+        // settings a pooler refuses.
+        let options = eventstore_postgres::connect_options(&self.url).map_err(|error| {
+            Failure::usage(format!("--url is not a PostgreSQL url: {}", error.report()))
+        })?;
         let server = format!(
             "{}:{}/{}",
             options.get_host(),
@@ -125,10 +126,18 @@ impl PostgresTarget {
         }
     }
 
-    /// The failure for an error of `build`.
-    pub(crate) fn refusal(&self, error: &EventStorageError) -> Failure {
+    /// The failure for an error of `build` under `mode`.
+    pub(crate) fn refusal(&self, error: &EventStorageError, mode: DatabaseInitMode) -> Failure {
         let prefix = &self.prefix;
         match error {
+            // What `schema apply` (Ensure) cannot repair: it changes no existing object.
+            EventStorageError::Schema { .. } if mode == DatabaseInitMode::Ensure => {
+                Failure::check(format!(
+                    "the schema of prefix {prefix} cannot be completed: {error} (an object \
+                     that exists with another definition is left to the operator: change or \
+                     drop it by hand, then run `eventstore schema apply` again)"
+                ))
+            }
             EventStorageError::Schema { object, .. }
                 if *object == format!("table {prefix}events") =>
             {

@@ -576,3 +576,61 @@ async fn bad_input_is_one_line_with_the_right_exit_code_and_creates_nothing() {
         "no command created a table"
     );
 }
+
+/// Behind a PgBouncer in transaction mode, with the url the library takes (`?pgbouncer=true`):
+/// the commands connect (a pooler refuses the driver's default startup settings), and
+/// `schema apply`, run again over the pooler's reused server connections, reads the catalog
+/// without a named statement that clashes with one left there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commands_work_behind_pgbouncer_with_the_url_the_library_takes() {
+    let Ok(url) = std::env::var("EVENTSTORE_CLI_PGBOUNCER_URL") else {
+        eprintln!(
+            "skipping: runs in CI's PgBouncer pass, which sets EVENTSTORE_CLI_PGBOUNCER_URL to \
+             the pooler's url"
+        );
+        return;
+    };
+    let prefix = unique_prefix();
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with("created the schema"), "{run:?}");
+    for _ in 0..3 {
+        let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+        assert_eq!(run.code, 0, "{run:?}");
+        assert!(run.stdout.contains("is in place"), "{run:?}");
+    }
+    let run = eventstore(&["schema", "check", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let run = eventstore(&["leases", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let run = eventstore(&[
+        "schema", "drop", "--yes", "--url", &url, "--prefix", &prefix,
+    ])
+    .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with("dropped the schema"), "{run:?}");
+}
+
+/// `schema apply` that fails on an object it cannot change does not advise running
+/// `schema apply`: it says the object is left to the operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_schema_apply_says_what_to_change_by_hand() {
+    let Some(pool) = try_pool().await else { return };
+    let url = database_url();
+    let prefix = unique_prefix();
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    sqlx::query(&format!(
+        "ALTER TABLE {prefix}leases ALTER COLUMN priority TYPE integer"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    run.assert_refused(1, &[&format!("{prefix}leases.priority"), "by hand"]);
+    assert!(
+        !run.stderr.contains("`eventstore schema apply --prefix"),
+        "a failed apply advises apply: {}",
+        run.stderr
+    );
+}

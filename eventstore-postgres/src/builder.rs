@@ -525,6 +525,23 @@ pub fn is_postgres_url(url: &str) -> bool {
     })
 }
 
+/// The connection settings of a database url as the storage connects with them: without
+/// its `pgbouncer` parameter and, behind a pooler (`?pgbouncer=true`), without the startup
+/// settings a pooler refuses. For tools that connect beside the storage, to a url the storage
+/// takes.
+///
+/// # Errors
+/// `InvalidInput` for a url that is not a PostgreSQL url, or a `pgbouncer` value other than
+/// `true` or `false`.
+pub fn connect_options(url: &str) -> Result<PgConnectOptions, EventStorageError> {
+    let (url, pooled) = pooler_parameter::take("database url", url)?;
+    let options = parse_url("database url", &url)?;
+    Ok(match pooled {
+        Some(true) => options.extra_float_digits(None),
+        _ => options,
+    })
+}
+
 /// The connection settings in `url`, or `InvalidInput` naming `field` without showing the
 /// url, which may hold a password.
 fn parse_url(field: &str, url: &str) -> Result<PgConnectOptions, EventStorageError> {

@@ -79,8 +79,8 @@ mod storage;
 mod tags_column;
 
 pub use builder::{
-    is_postgres_url, PostgresEventStorageBuilder, DEFAULT_LISTENER_HEARTBEAT, DEFAULT_MAX_LIFETIME,
-    DEFAULT_PREFIX,
+    connect_options, is_postgres_url, PostgresEventStorageBuilder, DEFAULT_LISTENER_HEARTBEAT,
+    DEFAULT_MAX_LIFETIME, DEFAULT_PREFIX,
 };
 pub use init_mode::DatabaseInitMode;
 pub use schema::{drop_sql, schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
