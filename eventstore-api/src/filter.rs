@@ -76,7 +76,10 @@ impl EventFilter {
         EventFilter::of_item(Some(types.into_iter().map(Into::into).collect()), tags)
     }
 
-    /// Matches what either filter matches. When both are bounded, the earlier bound holds.
+    /// Matches what either filter matches, up to one bound: a bound ([`EventFilter::until`])
+    /// belongs to the whole filter, not to its items, so the result keeps the earlier bound
+    /// of the two, and a bound on either side bounds the other side's items too. To bound
+    /// one side only, read it with a filter of its own.
     pub fn or(mut self, other: EventFilter) -> Self {
         self.items.extend(other.items);
         self.until = match (self.until, other.until) {

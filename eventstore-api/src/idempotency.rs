@@ -7,6 +7,8 @@
 
 use std::collections::HashMap;
 
+use serde_json::Value;
+
 use crate::{EventStorageError, EventStreamId, EventToStore, StoredEvent};
 
 /// What a batch is, judged by its idempotency keys against what its stream stores.
@@ -85,8 +87,48 @@ pub fn judge(
 /// Whether `stored` is what storing `event` would have stored: the same type, payload and tags.
 fn is_same_event(event: &EventToStore, stored: &StoredEvent) -> bool {
     event.event_type == stored.event_type
-        && event.payload == stored.payload
+        && same_payload(&event.payload, &stored.payload)
         && event.tags == stored.tags
+}
+
+/// Whether two payloads are equal, numbers compared by value: a storage that keeps payloads
+/// as `jsonb` gives the float `1.5e16` back as the integer `15000000000000000`, the same
+/// number. Payloads are validated before they are judged, so the recursion is shallow.
+fn same_payload(sent: &Value, stored: &Value) -> bool {
+    match (sent, stored) {
+        (Value::Number(sent), Value::Number(stored)) => {
+            match (exact_integer(sent), exact_integer(stored)) {
+                (Some(sent), Some(stored)) => sent == stored,
+                (None, None) => sent.as_f64() == stored.as_f64(),
+                _ => false,
+            }
+        }
+        (Value::Array(sent), Value::Array(stored)) => {
+            sent.len() == stored.len() && sent.iter().zip(stored).all(|(a, b)| same_payload(a, b))
+        }
+        (Value::Object(sent), Value::Object(stored)) => {
+            sent.len() == stored.len()
+                && sent
+                    .iter()
+                    .all(|(key, a)| stored.get(key).is_some_and(|b| same_payload(a, b)))
+        }
+        _ => sent == stored,
+    }
+}
+
+/// The integer `number` is exactly, a float such as `1.5e16` included; `None` for a fraction,
+/// or a float too large to hold as one (compared as floats, then).
+fn exact_integer(number: &serde_json::Number) -> Option<i128> {
+    if let Some(integer) = number.as_i64() {
+        return Some(integer.into());
+    }
+    if let Some(integer) = number.as_u64() {
+        return Some(integer.into());
+    }
+    number
+        .as_f64()
+        .filter(|float| float.fract() == 0.0 && float.abs() < 1e38)
+        .map(|float| float as i128)
 }
 
 #[cfg(test)]
@@ -144,6 +186,34 @@ mod tests {
             retried,
             Idempotency::Retry(vec![earlier[1].clone(), earlier[0].clone()])
         );
+    }
+
+    #[test]
+    fn numbers_a_storage_wrote_in_another_form_are_the_same_event() {
+        // As `jsonb` gives them back: an integral float as an integer, exponents written out.
+        let sent = EventToStore::new("Placed", json!({ "at": 1.5e16, "n": [2.5, 1e300] }))
+            .with_idempotency_key("a");
+        let mut as_stored = stored(&sent, 1);
+        as_stored.payload = serde_json::from_str(&format!(
+            r#"{{"at": 15000000000000000, "n": [2.50, 1{}]}}"#,
+            "0".repeat(300)
+        ))
+        .unwrap();
+        let retried = judge(&stream(), std::slice::from_ref(&sent), &[as_stored.clone()]);
+        assert_eq!(
+            retried.unwrap(),
+            Idempotency::Retry(vec![as_stored.clone()])
+        );
+
+        // Another value is another event, and an integer is never a nearby float.
+        for other in [
+            json!({ "at": 1.5e16, "n": [2.5, 1e299] }),
+            json!({ "at": 15000000000000001_u64, "n": [2.5, 1e300] }),
+        ] {
+            let mut changed = as_stored.clone();
+            changed.payload = other;
+            assert!(judge(&stream(), std::slice::from_ref(&sent), &[changed]).is_err());
+        }
     }
 
     #[test]

@@ -541,7 +541,9 @@ impl<E: DomainEvent> TypedStream<E> {
         let head = self.head().await?;
         let events = match head {
             Some(head) => {
-                let bounded = filter.clone().until(head);
+                // The filter's own bound, when earlier, still holds.
+                let bound = filter.until.map_or(head, |until| until.min(head));
+                let bounded = filter.clone().until(bound);
                 self.query(&bounded, None, Limit::none()).await?
             }
             None => Vec::new(),

@@ -191,13 +191,24 @@ pub fn validate_append(stream: &EventStreamId, events: &[EventToStore]) -> Resul
     validate_events(events)
 }
 
-/// Checks a query's filter: every type is a name and every tag valid ([`validate_tags`]).
+/// Checks a query's filter: at most [`MAX_FILTER_ITEMS`] items, every type a name and every
+/// tag valid ([`validate_tags`]).
 /// An invalid one could match no stored event, or, written `key:value` by a backend, another
 /// tag (`a:b` = `c` and `a` = `b:c`), so it is refused rather than answered.
 ///
 /// # Errors
 /// [`EventStorageError::InvalidInput`] naming the filter item and the broken rule.
 pub fn validate_filter(filter: &EventFilter) -> Result {
+    if filter.items.len() > MAX_FILTER_ITEMS {
+        return Err(EventStorageError::invalid(
+            "filter",
+            format!("{} items", filter.items.len()),
+            format!(
+                "must have at most {MAX_FILTER_ITEMS} items (a PostgreSQL statement takes at \
+                 most 65,535 parameters); read in parts, or match a tag the events share"
+            ),
+        ));
+    }
     for (index, item) in filter.items.iter().enumerate() {
         let in_item = |error: EventStorageError| match error {
             EventStorageError::InvalidInput {
@@ -307,10 +318,22 @@ fn validate_event(event: &EventToStore) -> Result {
     validate_payload(&event.payload)
 }
 
-/// Checks a payload: no NUL character in any string or key (PostgreSQL cannot store one).
+/// The deepest nesting of arrays and objects a payload may have: the most a JSON parser
+/// reads back by default (`serde_json` stops at 128 levels), so that a payload a durable
+/// backend stores as text can always be read again.
+pub const MAX_PAYLOAD_DEPTH: usize = 127;
+
+/// The most items a filter may have (each `or` adds the other filter's items): every backend
+/// answers up to this many, PostgreSQL in one statement, which binds each item's types and
+/// tags as parameters of their own.
+pub const MAX_FILTER_ITEMS: usize = 10_000;
+
+/// Checks a payload: no NUL character in any string or key (PostgreSQL cannot store one), and
+/// arrays and objects nested at most [`MAX_PAYLOAD_DEPTH`] deep. Walks the payload without
+/// recursion, so that no payload can exhaust the stack here.
 ///
 /// # Errors
-/// [`EventStorageError::InvalidInput`] naming the string that holds the NUL.
+/// [`EventStorageError::InvalidInput`] naming the string that holds the NUL, or the depth.
 pub fn validate_payload(payload: &serde_json::Value) -> Result {
     use serde_json::Value;
     let nul = |text: &str| {
@@ -324,15 +347,36 @@ pub fn validate_payload(payload: &serde_json::Value) -> Result {
             Ok(())
         }
     };
-    match payload {
-        Value::String(text) => nul(text),
-        Value::Array(items) => items.iter().try_for_each(validate_payload),
-        Value::Object(fields) => fields.iter().try_for_each(|(key, value)| {
-            nul(key)?;
-            validate_payload(value)
-        }),
-        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
+    // Each value with the number of arrays and objects around it.
+    let mut pending = vec![(payload, 0_usize)];
+    while let Some((value, around)) = pending.pop() {
+        let depth = match value {
+            Value::Array(_) | Value::Object(_) => around + 1,
+            _ => around,
+        };
+        if depth > MAX_PAYLOAD_DEPTH {
+            return Err(EventStorageError::invalid(
+                "payload",
+                format!("arrays and objects nested more than {MAX_PAYLOAD_DEPTH} deep"),
+                format!(
+                    "must nest arrays and objects at most {MAX_PAYLOAD_DEPTH} deep, so that \
+                     it can be read back"
+                ),
+            ));
+        }
+        match value {
+            Value::String(text) => nul(text)?,
+            Value::Array(items) => pending.extend(items.iter().map(|item| (item, depth))),
+            Value::Object(fields) => {
+                for (key, field) in fields {
+                    nul(key)?;
+                    pending.push((field, depth));
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -403,6 +447,33 @@ mod tests {
             ]),
             "twice",
         );
+    }
+
+    /// `depth` arrays and objects, alternating, around a number.
+    fn nested(depth: usize) -> serde_json::Value {
+        (0..depth).fold(json!(1), |inside, level| match level % 2 {
+            0 => json!([inside]),
+            _ => json!({ "in": inside }),
+        })
+    }
+
+    #[test]
+    fn a_payload_nested_as_deep_as_a_parser_reads_back_is_kept_and_no_deeper() {
+        let deepest = nested(MAX_PAYLOAD_DEPTH);
+        assert!(validate_payload(&deepest).is_ok());
+        let text = serde_json::to_string(&deepest).unwrap();
+        let read: serde_json::Value = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(read, deepest);
+
+        let deeper = nested(MAX_PAYLOAD_DEPTH + 1);
+        assert!(serde_json::from_str::<serde_json::Value>(
+            &serde_json::to_string(&deeper).unwrap()
+        )
+        .is_err());
+        assert_invalid(validate_payload(&deeper), "at most 127 deep");
+        // Width is no depth.
+        let wide = json!({ "a": vec![nested(100); 50], "b": nested(126) });
+        assert!(validate_payload(&wide).is_ok());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use eventstore_api::validate::MAX_NAME_BYTES;
+use eventstore_api::validate::{MAX_FILTER_ITEMS, MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH};
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorage,
     EventStorageError, EventStreamId, EventToStore, Limit, RawStoredEvent, StorageResult,
@@ -294,6 +294,110 @@ pub async fn payload_numbers_round_trip_exactly<F: StorageFactory>(factory: &F) 
         retried.first().map(|event| event.reference),
         Some(stored[0].reference),
         "an exact retry is answered with the stored event"
+    );
+}
+
+/// A payload whose arrays and objects nest as deep as the input rule allows
+/// (`validate::MAX_PAYLOAD_DEPTH`) is stored and read back, from `query`, `get_event_by_id`
+/// and an exact retry alike; one level deeper is refused before anything is stored, as a
+/// backend that keeps payloads as JSON text could not read it back.
+pub async fn a_payload_nested_to_the_limit_reads_back_and_a_deeper_one_is_refused<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let nested = |depth: usize| {
+        (0..depth).fold(json!("core"), |inside, level| match level % 2 {
+            0 => json!([inside]),
+            _ => json!({ "in": inside }),
+        })
+    };
+    let deepest = nested(MAX_PAYLOAD_DEPTH);
+    let keyed = || EventToStore::new("Deep", deepest.clone()).with_idempotency_key("deep-1");
+    let stored = append(&storage, &orders(), vec![keyed()]).await;
+    let by_id = event_by_id(&storage, stored[0].reference.id).await;
+    assert_eq!(
+        by_id.map(|event| event.payload),
+        Some(deepest.clone()),
+        "round trip rule: a payload nested to the limit reads back"
+    );
+    let queried = read(&storage, &EventFilter::match_all(), &orders()).await;
+    assert_eq!(queried.len(), 1, "the deep event is read by a query");
+    let retried = storage
+        .append(AppendCriteria::none(), &orders(), vec![keyed()])
+        .await
+        .unwrap_or_else(|err| panic!("an exact retry of the deep event must be a retry: {err}"));
+    assert_eq!(retried[0].reference, stored[0].reference);
+
+    let deeper = EventToStore::new("Deep", nested(MAX_PAYLOAD_DEPTH + 1));
+    assert_invalid_input(
+        storage
+            .append(AppendCriteria::none(), &orders(), vec![deeper])
+            .await,
+        "an append of a payload nested one level deeper than the limit",
+        "validate_payload",
+    );
+    assert_eq!(
+        read(&storage, &EventFilter::match_all(), &orders())
+            .await
+            .len(),
+        1,
+        "the refused append stored nothing"
+    );
+}
+
+/// A filter of as many items as the input rule allows (`validate::MAX_FILTER_ITEMS`: one per
+/// entity of a decision over many, say) is answered, by a query and as an append's
+/// criteria; one item more is refused before the store is asked.
+pub async fn a_filter_of_the_most_items_allowed_is_answered_and_one_more_refused<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let account =
+        |n: usize| EventFilter::for_events(["Deposited"], tags(&[("account", &n.to_string())]));
+    let largest = (1..MAX_FILTER_ITEMS).fold(account(0), |filter, n| filter.or(account(n)));
+    let deposited = append(
+        &storage,
+        &orders(),
+        vec![EventToStore::new("Deposited", json!(1)).with_tags(tags(&[("account", "7")]))],
+    )
+    .await;
+    let found = read(&storage, &largest, &orders()).await;
+    assert_eq!(
+        found
+            .iter()
+            .map(|event| event.reference)
+            .collect::<Vec<_>>(),
+        [deposited[0].reference],
+        "a filter of {MAX_FILTER_ITEMS} items is answered"
+    );
+    let conflict = storage
+        .append(
+            AppendCriteria::of(largest.clone(), None),
+            &orders(),
+            vec![labelled("A", "refused")],
+        )
+        .await;
+    assert!(
+        matches!(conflict, Err(EventStorageError::OptimisticLock { .. })),
+        "criteria of {MAX_FILTER_ITEMS} items are checked: {conflict:?}"
+    );
+    let too_many = largest.or(account(MAX_FILTER_ITEMS));
+    assert_invalid_input(
+        storage
+            .query(
+                &too_many,
+                &orders(),
+                None,
+                Limit::none(),
+                Direction::Forward,
+            )
+            .await,
+        "a query whose filter has one item more than allowed",
+        "validate_filter",
     );
 }
 

@@ -192,6 +192,37 @@ async fn a_payload_of_the_wrong_shape_is_a_decode_error_naming_the_event() {
     }
 }
 
+/// A decision over a filter bounded before the head reads the facts up to that bound, as a
+/// query of the filter does, not every event up to the head.
+#[tokio::test]
+async fn a_decision_keeps_the_bound_of_its_filter() {
+    for (_dir, _, stream) in stores().await {
+        let first = stream
+            .append(AppendCriteria::none(), [deposit("a", 1)])
+            .await
+            .unwrap();
+        stream
+            .append(AppendCriteria::none(), [deposit("a", 2)])
+            .await
+            .unwrap();
+        let filter = EventFilter::for_types(["Deposited"]).until(first[0].reference);
+        let queried = stream.query(&filter, None, Limit::none()).await.unwrap();
+        let decision = stream.read_for_decision(filter).await.unwrap();
+        let amounts = |events: &[_]| -> Vec<u64> {
+            events
+                .iter()
+                .map(|e: &eventstore_api::store::Envelope<Deposited>| e.event.amount)
+                .collect()
+        };
+        assert_eq!(amounts(&queried), [1]);
+        assert_eq!(
+            amounts(&decision.events),
+            [1],
+            "the decision's facts end at the bound"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_decision_is_appended_only_while_its_facts_are_unchanged() {
     for (_dir, _, stream) in stores().await {

@@ -315,6 +315,22 @@ async fn an_events_table_with_jsonb_payloads_keeps_working() {
         .map(|event| serde_json::from_str(event.payload.get()).unwrap())
         .collect();
     assert_eq!(texts, vec![written, appended]);
+
+    // jsonb writes numbers in a form of its own (the float 1.5e16 comes back as the integer
+    // 15000000000000000): an exact retry is still a retry, its numbers compared by value.
+    let keyed = || {
+        EventToStore::new("Placed", json!({ "at": 1.5e16, "ratio": 0.1 }))
+            .with_idempotency_key("placed-3")
+    };
+    let first = storage
+        .append(AppendCriteria::none(), &stream, vec![keyed()])
+        .await
+        .unwrap();
+    let retried = storage
+        .append(AppendCriteria::none(), &stream, vec![keyed()])
+        .await
+        .unwrap_or_else(|error| panic!("the exact retry: {}", error.report()));
+    assert_eq!(retried[0].reference, first[0].reference);
     storage.close().await.unwrap();
 }
 
