@@ -24,6 +24,7 @@
 //! only says what the connection needs (see [`Handling`]), and the call pings it with a
 //! timeout and drops the socket of one it gives up, without waiting for anything.
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -142,11 +143,11 @@ impl ConnectionHealth {
     pub(crate) async fn begin(
         &self,
         pool: &PgPool,
-        statement: &'static str,
+        statement: Cow<'static, str>,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
         let connection = self.acquire(pool).await?;
         // What the pool's own `begin_with` does with the connection it acquires.
-        Transaction::begin(connection, Some(statement.into())).await
+        Transaction::begin(connection, Some(statement)).await
     }
 
     /// Whether the pool keeps a connection back from a call: yes at once, unless a call

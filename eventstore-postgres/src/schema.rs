@@ -187,7 +187,7 @@ async fn initialize_schema(
             }
             let mut transaction = settings
                 .health
-                .begin(pool, BEGIN_READ_COMMITTED)
+                .begin(pool, BEGIN_READ_COMMITTED.into())
                 .await
                 .map_err(|e| failing.map(e))?;
             // One creator per prefix at a time; the others wait here, then find it done.

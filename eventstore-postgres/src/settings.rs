@@ -1,10 +1,12 @@
 //! The settings every operation consults, fixed when the storage is built.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection_health::ConnectionHealth;
 use crate::errors::Failing;
+use crate::isolation::BEGIN_READ_COMMITTED;
 
 /// Settings every operation consults.
 #[derive(Debug, Clone)]
@@ -41,6 +43,21 @@ impl Settings {
             health: &self.health,
             lock_timeout: self.lock_timeout,
             acquire_timeout: self.acquire_timeout,
+        }
+    }
+
+    /// What begins a call's transaction: `READ COMMITTED` and, unless every connection has
+    /// the lock timeout as its session default, the lock timeout too, in the same round trip.
+    /// A statement that sets the timeout itself takes its table's lock when it is parsed,
+    /// before the setting runs, and so would wait for a table locked by DDL without limit.
+    pub(crate) fn begin_statement(&self) -> Cow<'static, str> {
+        if self.session_defaults {
+            Cow::Borrowed(BEGIN_READ_COMMITTED)
+        } else {
+            Cow::Owned(format!(
+                "{BEGIN_READ_COMMITTED}; SET LOCAL lock_timeout = '{}'",
+                self.lock_timeout_setting()
+            ))
         }
     }
 

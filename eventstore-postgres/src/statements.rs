@@ -19,7 +19,6 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 use crate::connection_health::CallInProgress;
-use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::settings::Settings;
 
 /// A connection for one call's statements: a pooled connection as it is when statements are
@@ -105,7 +104,7 @@ pub(crate) struct CallTransaction {
 impl CallTransaction {
     /// A transaction begun on a connection of `pool`, as `settings` take connections.
     pub(crate) async fn begin(pool: &PgPool, settings: &Settings) -> Result<Self, sqlx::Error> {
-        let beginning = settings.health.begin(pool, BEGIN_READ_COMMITTED);
+        let beginning = settings.health.begin(pool, settings.begin_statement());
         let (call, transaction) = taken_for_a_call(settings, beginning).await?;
         Ok(CallTransaction { call, transaction })
     }

@@ -248,3 +248,74 @@ async fn unconditional_appends_share_the_stream_lock_and_checking_ones_wait_for_
         .expect("a keyed append once the lock is free");
     storage.close().await.unwrap();
 }
+
+/// Without prepared statements (behind a pooler in transaction mode) no connection has the
+/// lock timeout as a session default. A statement that sets it itself takes its table's
+/// lock when it is parsed, before the setting runs, so the transaction of every call sets it
+/// as it begins: an unconditional append and a read behind a table locked by DDL (here
+/// `LOCK TABLE`, as `ALTER TABLE` or `VACUUM FULL` would) time out like any other wait.
+#[tokio::test]
+async fn without_prepared_statements_a_table_lock_times_out_appends_and_reads() {
+    use sqlx::Connection;
+    if common::try_pool().await.is_none() {
+        return;
+    }
+    let prefix = common::unique_prefix();
+    let storage = common::builder(&prefix)
+        .prepared_statements(false)
+        .lock_timeout(LOCK_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let stream = EventStreamId::for_context("orders");
+    append_one(&storage, &stream).await.unwrap();
+
+    let mut holder = sqlx::PgConnection::connect(&common::direct_url())
+        .await
+        .unwrap();
+    let mut transaction = holder.begin().await.unwrap();
+    sqlx::query(&format!(
+        "LOCK TABLE {prefix}events IN ACCESS EXCLUSIVE MODE"
+    ))
+    .execute(&mut *transaction)
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let appended = tokio::time::timeout(
+        LOCK_TIMEOUT + Duration::from_secs(10),
+        append_one(&storage, &stream),
+    )
+    .await
+    .expect("the append gives up by its lock timeout");
+    assert_timeout(appended, started);
+    let started = Instant::now();
+    let read = tokio::time::timeout(
+        LOCK_TIMEOUT + Duration::from_secs(10),
+        storage.query(
+            &EventFilter::match_all(),
+            &stream,
+            None,
+            eventstore_api::Limit::none(),
+            eventstore_api::Direction::Forward,
+        ),
+    )
+    .await
+    .expect("the read gives up by its lock timeout");
+    assert_timeout(read, started);
+    transaction.rollback().await.unwrap();
+    assert_eq!(
+        storage
+            .query(
+                &EventFilter::match_all(),
+                &stream,
+                None,
+                eventstore_api::Limit::none(),
+                eventstore_api::Direction::Forward,
+            )
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "the timed-out append stored nothing"
+    );
+}
