@@ -358,8 +358,11 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// whether they took over an expired tenure), step-down requests, contenders joining and
     /// leaving. A missed or late notification costs latency only, never safety: every
     /// decision is still made by [`EventStorage::request_lease`] on the storage's clock, and a
-    /// subscriber keeps requesting on its own timer. A plain renewal notifies nobody. The
-    /// subscription ends when the storage closes.
+    /// subscriber keeps requesting on its own timer. A plain renewal changes nothing for
+    /// anyone else and notifies nothing of its own; a contender whose registration lapsed is
+    /// announced as gone when the storage next tidies the lease, which a backend may do on any
+    /// request for it (the in-process ones) or only on a registration or a change of holder
+    /// (PostgreSQL). The subscription ends when the storage closes.
     ///
     /// # Errors
     /// `Unsupported`, `Closed`, `Backend`.

@@ -139,8 +139,8 @@ $collate$;
 -- Lease changes are notified on the channel __prefix__lease_changes, one JSON object per
 -- change: {"lease", "kind", ...} with kind released (owner, token, successor), acquired
 -- (owner, token, after_expiry), step_down_requested (holder, token, contender),
--- contender_joined (owner, priority) or contender_left (owner); a batch's also carry their
--- place in it (n), as identical ones would be delivered once. pg_notify delivers them when
+-- contender_joined (owner, priority) or contender_left (owner); each carries its place among
+-- the changes its transaction notified (n), as identical ones would be delivered once. pg_notify delivers them when
 -- the transaction commits, never when it rolls back. A renewal, and a standby's refresh of
 -- its registration, notify nothing. A change too long for a notification (names full of
 -- characters JSON escapes) is sent as {"kind": "missed"}: listeners learn only that something
@@ -204,6 +204,7 @@ DECLARE
     v_ranked_as bigint;
     v_after_expiry boolean;
     v_changes json[];
+    v_notified bigint;
 BEGIN
     -- Every statement below must see what committed while the lock was awaited: under
     -- REPEATABLE READ or SERIALIZABLE it would keep the snapshot taken before the lock.
@@ -394,11 +395,20 @@ BEGIN
     lease_status := coalesce(lease_status,
         CASE WHEN v_step_down THEN 'step_down_requested' ELSE 'leader' END);
 
+    -- A transaction delivers identical notifications on a channel once, and one transaction
+    -- (a batch that asks for one lease many times, or a caller's own) may make the same change
+    -- twice: each change carries its place among those the transaction notified ("n").
     IF v_changes IS NOT NULL THEN
+        v_notified := coalesce(nullif(current_setting('eventstore.notified_changes', true), ''),
+                               '0')::bigint;
         PERFORM pg_notify('__prefix__lease_changes',
-                    CASE WHEN octet_length(change::text) < 8000 THEN change::text
+                    CASE WHEN octet_length(numbered::text) < 8000 THEN numbered::text
                          ELSE '{"kind": "missed"}' END)
-           FROM unnest(v_changes) AS change;
+           FROM unnest(v_changes) WITH ORDINALITY AS change(body, n),
+                LATERAL (SELECT change.body::jsonb
+                                || jsonb_build_object('n', v_notified + change.n)) AS c(numbered);
+        PERFORM set_config('eventstore.notified_changes',
+                           (v_notified + cardinality(v_changes))::text, true);
     END IF;
 END
 $$;
@@ -439,6 +449,7 @@ DECLARE
     v_count constant integer := coalesce(array_length(p_names, 1), 0);
     v_lock_space constant integer := hashtext('__prefix__leases');
     v_changes json[];
+    v_notified bigint;
     v_base bigint;
     v_layers integer;
     v_keys integer;
@@ -745,14 +756,20 @@ BEGIN
 
     -- A transaction delivers identical notifications on a channel once, and a batch that
     -- registers a contender at 1, then 2, then 1 again makes two identical changes: each
-    -- carries its place in the batch ("n"), so that listeners hear what the same requests
+    -- carries its place among the changes the transaction notified ("n"; the requests made
+    -- step by step above count theirs alike), so that listeners hear what the same requests
     -- made one by one would have told them.
     IF v_changes IS NOT NULL THEN
+        v_notified := coalesce(nullif(current_setting('eventstore.notified_changes', true), ''),
+                               '0')::bigint;
         PERFORM pg_notify('__prefix__lease_changes',
                     CASE WHEN octet_length(numbered::text) < 8000 THEN numbered::text
                          ELSE '{"kind": "missed"}' END)
            FROM unnest(v_changes) WITH ORDINALITY AS change(body, n),
-                LATERAL (SELECT change.body::jsonb || jsonb_build_object('n', change.n)) AS c(numbered);
+                LATERAL (SELECT change.body::jsonb
+                                || jsonb_build_object('n', v_notified + change.n)) AS c(numbered);
+        PERFORM set_config('eventstore.notified_changes',
+                           (v_notified + cardinality(v_changes))::text, true);
     END IF;
 END
 $$;

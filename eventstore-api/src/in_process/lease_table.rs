@@ -26,7 +26,8 @@ const RELEASE_BACKDATE: Duration = Duration::from_millis(1);
 /// first (`eventstore_api::validate`).
 ///
 /// Every change is published on the table's [`LeaseChangeHub`] (see [`LeaseTable::changes`]),
-/// in the order the table made them; a renewal publishes nothing.
+/// in the order the table made them. A renewal publishes nothing of its own; every request
+/// first drops the lease's contenders whose registration lapsed, announcing each as gone.
 #[derive(Debug, Default)]
 pub struct LeaseTable {
     leases: HashMap<String, LeaseEntry>,

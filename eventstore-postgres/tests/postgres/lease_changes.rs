@@ -182,52 +182,58 @@ async fn changes_until_the_sentinel(
 }
 
 /// A batch pushes what its requests made one by one push, also where two of them make the
-/// same change: a transaction delivers identical notifications once, so each of a batch's
-/// carries its place in the batch.
+/// same change: a transaction delivers identical notifications once, so each change carries
+/// its place among those its transaction notified, whichever way the batch is answered.
 #[tokio::test]
 async fn a_batch_pushes_every_change_its_requests_push_one_by_one() {
     let Some(_admin) = common::try_pool().await else {
         return;
     };
     let storage = common::storage_on(&common::unique_prefix()).await;
-    let mut heard = Vec::new();
-    for (lease, batched) in [("one-by-one", false), ("batched", true)] {
-        let mut changes = storage
-            .subscribe_lease_changes(LeaseScope::lease(lease))
-            .await
-            .unwrap();
-        assert_eq!(ask(&storage, lease, "h", 0).await, LeaseStatus::Leader);
-        // c registers at 1, again at 2, and at 1 once more.
-        let requests: Vec<LeaseRequest> = [1, 2, 1]
-            .map(|priority| LeaseRequest::new(lease, "c", priority, TTL))
-            .to_vec();
-        if batched {
-            storage.request_leases(requests).await.unwrap();
-        } else {
-            for request in requests {
-                storage.request_lease(request).await.unwrap();
+    // c registers at 1, again at 2, and at 1 once more: a batch answered in layers. Five
+    // requests for one lease are answered step by step, each by the single request's
+    // function, inside the batch's transaction.
+    for (case, priorities) in [("layers", vec![1, 2, 1]), ("steps", vec![1, 2, 1, 2, 1])] {
+        let mut heard = Vec::new();
+        for batched in [false, true] {
+            let lease = format!("{case}-{}", if batched { "batched" } else { "one-by-one" });
+            let mut changes = storage
+                .subscribe_lease_changes(LeaseScope::lease(lease.as_str()))
+                .await
+                .unwrap();
+            assert_eq!(ask(&storage, &lease, "h", 0).await, LeaseStatus::Leader);
+            let requests: Vec<LeaseRequest> = priorities
+                .iter()
+                .map(|priority| LeaseRequest::new(lease.as_str(), "c", *priority, TTL))
+                .collect();
+            if batched {
+                storage.request_leases(requests).await.unwrap();
+            } else {
+                for request in requests {
+                    storage.request_lease(request).await.unwrap();
+                }
             }
+            // A change after them all, so that every change before it is known to have come.
+            assert_eq!(
+                ask(&storage, &lease, "sentinel", -10).await,
+                LeaseStatus::Standby
+            );
+            heard.push(changes_until_the_sentinel(&mut changes, &lease).await);
         }
-        // A change after them all, so that every change before it is known to have come.
         assert_eq!(
-            ask(&storage, lease, "sentinel", -10).await,
-            LeaseStatus::Standby
+            heard[1], heard[0],
+            "{case}: the batch pushes what the requests one by one push"
         );
-        heard.push(changes_until_the_sentinel(&mut changes, lease).await);
+        let last_of_c = heard[1].iter().rev().find(
+            |kind| matches!(kind, LeaseChangeKind::ContenderJoined { owner, .. } if owner == "c"),
+        );
+        assert_eq!(
+            last_of_c,
+            Some(&joined("c", 1)),
+            "{case}: c stands at 1: {:?}",
+            heard[1]
+        );
     }
-    assert_eq!(
-        heard[1], heard[0],
-        "the batch pushes what the requests one by one push"
-    );
-    let last_of_c = heard[1].iter().rev().find(
-        |kind| matches!(kind, LeaseChangeKind::ContenderJoined { owner, .. } if owner == "c"),
-    );
-    assert_eq!(
-        last_of_c,
-        Some(&joined("c", 1)),
-        "c stands at 1: {:?}",
-        heard[1]
-    );
     storage.close().await.unwrap();
 }
 
