@@ -210,9 +210,10 @@ async fn initialize_schema(
                     .await
                     .map_err(|e| failing.map(e))?;
             }
-            let stale = match recreate {
-                true => None,
-                false => validate(&mut transaction, prefix, persistent).await.err(),
+            let stale = if recreate {
+                None
+            } else {
+                validate(&mut transaction, prefix, persistent).await.err()
             };
             if recreate || stale.is_some() {
                 lock_lease_tables_first(&mut transaction, prefix, persistent)

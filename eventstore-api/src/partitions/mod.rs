@@ -83,7 +83,7 @@ pub use watch::{PartitionElectorStopped, PartitionWatch};
 use crate::elector::{default_grace, shorter_than_ttl, Timings, DEFAULT_TTL};
 use crate::{validate, Capability, EventStorage, EventStorageError, Fence};
 use names::GroupNames;
-use task::{LoopSettings, PartitionLoop};
+use task::{release_within, LoopSettings, PartitionLoop};
 use watch::Shared;
 
 /// The most partitions a group may have: every member reads the whole group each interval,
@@ -338,14 +338,7 @@ impl PartitionElector {
                 lease_names.extend(
                     (0..watch.partitions()).map(|n| partition_lease_name(watch.group(), n)),
                 );
-                let release = self.storage.release_leases(&lease_names, watch.owner());
-                match tokio::time::timeout(self.ttl, release).await {
-                    Ok(released) => released,
-                    Err(_elapsed) => Err(EventStorageError::Timeout {
-                        operation: format!("release_leases({} leases)", lease_names.len()),
-                        after: self.ttl,
-                    }),
-                }
+                release_within(self.storage.as_ref(), &lease_names, watch.owner(), self.ttl).await
             }
         }
     }

@@ -13,6 +13,8 @@ mod follow_up;
 mod releases;
 mod rounds;
 
+pub(super) use releases::release_within;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;

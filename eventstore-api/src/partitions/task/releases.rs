@@ -1,13 +1,14 @@
 //! Letting partitions go: handovers, withdrawn registrations, and leaving the group.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use tokio::time::{timeout, Instant};
 
 use super::PartitionLoop;
 use crate::partitions::names::{member_lease_name, partition_lease_name};
 use crate::partitions::watch::Holdings;
-use crate::EventStorageError;
+use crate::{EventStorage, EventStorageError};
 
 impl PartitionLoop {
     /// Withdraws the contender registrations of partitions neither in the target nor held any
@@ -94,13 +95,7 @@ impl PartitionLoop {
 
     async fn release_leases(&self, lease_names: &[String]) -> Result<(), EventStorageError> {
         let (owner, ttl) = (&self.shared.owner, self.settings.ttl);
-        let released = match timeout(ttl, self.storage.release_leases(lease_names, owner)).await {
-            Ok(released) => released,
-            Err(_elapsed) => Err(EventStorageError::Timeout {
-                operation: format!("release_leases({} leases)", lease_names.len()),
-                after: ttl,
-            }),
-        };
+        let released = release_within(self.storage.as_ref(), lease_names, owner, ttl).await;
         if let Err(error) = &released {
             tracing::warn!(group = %self.shared.group, %owner, leases = ?lease_names,
                 error = %error.report(), "release failed; the leases expire after their ttl");
@@ -128,5 +123,22 @@ impl PartitionLoop {
             .collect();
         self.release(partitions.into_iter().collect()).await;
         membership
+    }
+}
+
+/// Releases `lease_names` held by `owner` in one call, giving up after `ttl` (a hung storage
+/// must not hang the loop or a shutdown; what is not released expires).
+pub(crate) async fn release_within(
+    storage: &dyn EventStorage,
+    lease_names: &[String],
+    owner: &str,
+    ttl: Duration,
+) -> Result<(), EventStorageError> {
+    match timeout(ttl, storage.release_leases(lease_names, owner)).await {
+        Ok(released) => released,
+        Err(_elapsed) => Err(EventStorageError::Timeout {
+            operation: format!("release_leases({} leases)", lease_names.len()),
+            after: ttl,
+        }),
     }
 }
