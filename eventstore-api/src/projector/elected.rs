@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::failure_pause::FailurePause;
 use super::{Projection, Projector, ProjectorError, ProjectorRun};
@@ -22,12 +22,19 @@ const FIRST_RETRY: Duration = Duration::from_millis(5);
 /// after a wait that kept doubling all along.
 const LAST_RETRY: Duration = Duration::from_millis(250);
 
+/// How long the projector keeps reading at the retry pace after hints may have been missed
+/// (a listener reconnected): what they announced may still be out of sight, and nothing else
+/// will wake the projector before its poll interval.
+const LOOK_AFTER_MISSED: Duration = Duration::from_secs(10);
+
 /// Runs a [`Projector`] on the one instance that leads, with its writes fenced.
 ///
 /// While its instance leads it runs the projector (which reads the bookmark before each run,
 /// so it resumes where the previous leader stopped), then waits for new events: woken by an
 /// append hint where the storage offers [`Capability::AppendHints`], and by the poll
-/// interval in any case, as the safety net for a hint that never came. It stops
+/// interval in any case, as the safety net for a hint that never came. When hints may have
+/// been missed (the storage's listener reconnected), it reads at once and keeps reading at a
+/// quick pace for a few seconds, as what they announced may not be in sight yet. It stops
 /// between batches as soon as the tenure ends. On a step-down request it finishes the batch
 /// in hand, then acknowledges, so the elector releases the lease to the waiting contender.
 /// Where the storage offers [`Capability::FencedWrites`] every bookmark carries the tenure's
@@ -104,6 +111,8 @@ impl<P: Projection> ElectedProjector<P> {
         // has not reached it: a hint may come before readers can see the event (PostgreSQL's
         // visibility barrier), and that must not cost a whole poll interval.
         let mut announced: Option<EventReference> = None;
+        // Until when to keep looking after hints may have been missed.
+        let mut look_until: Option<Instant> = None;
         let mut retry = FIRST_RETRY;
         // Set when the last run failed in a way that may pass: how long to pause.
         let mut paused: Option<Duration> = None;
@@ -190,9 +199,11 @@ impl<P: Projection> ElectedProjector<P> {
                 | Leadership::SteppedDown { .. }
                 | Leadership::Standby { .. } => {}
             }
+            let missed_lately = look_until.is_some_and(|until| Instant::now() < until);
             let behind = self.leadership.is_leader()
                 && !fenced_out
-                && announced.is_some_and(|last| self.projector.position() < Some(last));
+                && (missed_lately
+                    || announced.is_some_and(|last| self.projector.position() < Some(last)));
             // A pause is waited out whatever hints say; the leadership still ends it.
             let pause = paused.take();
             let wait = if let Some(pause) = pause {
@@ -203,6 +214,7 @@ impl<P: Projection> ElectedProjector<P> {
                 wait
             } else {
                 announced = None;
+                look_until = None;
                 retry = FIRST_RETRY;
                 self.poll_interval
             };
@@ -218,7 +230,10 @@ impl<P: Projection> ElectedProjector<P> {
                         announced = announced.max(Some(hint.last));
                         retry = FIRST_RETRY;
                     }
-                    Some(AppendNotice::Missed) => {}
+                    Some(AppendNotice::Missed) => {
+                        look_until = Some(Instant::now() + LOOK_AFTER_MISSED);
+                        retry = FIRST_RETRY;
+                    }
                     // The storage closed the subscription: poll from here on.
                     None => hints = None,
                 },
