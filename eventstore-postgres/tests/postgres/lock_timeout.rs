@@ -37,6 +37,22 @@ async fn append_one(
         .await
 }
 
+/// Every event of `stream`, oldest first.
+async fn read_all(
+    storage: &PostgresEventStorage,
+    stream: &EventStreamId,
+) -> Result<Vec<StoredEvent>, EventStorageError> {
+    storage
+        .query(
+            &EventFilter::match_all(),
+            stream,
+            None,
+            eventstore_api::Limit::none(),
+            eventstore_api::Direction::Forward,
+        )
+        .await
+}
+
 fn assert_timeout<T: std::fmt::Debug>(result: Result<T, EventStorageError>, started: Instant) {
     match result {
         Err(EventStorageError::Timeout { after, operation }) => {
@@ -291,30 +307,14 @@ async fn without_prepared_statements_a_table_lock_times_out_appends_and_reads() 
     let started = Instant::now();
     let read = tokio::time::timeout(
         LOCK_TIMEOUT + Duration::from_secs(10),
-        storage.query(
-            &EventFilter::match_all(),
-            &stream,
-            None,
-            eventstore_api::Limit::none(),
-            eventstore_api::Direction::Forward,
-        ),
+        read_all(&storage, &stream),
     )
     .await
     .expect("the read gives up by its lock timeout");
     assert_timeout(read, started);
     transaction.rollback().await.unwrap();
     assert_eq!(
-        storage
-            .query(
-                &EventFilter::match_all(),
-                &stream,
-                None,
-                eventstore_api::Limit::none(),
-                eventstore_api::Direction::Forward,
-            )
-            .await
-            .unwrap()
-            .len(),
+        read_all(&storage, &stream).await.unwrap().len(),
         1,
         "the timed-out append stored nothing"
     );

@@ -141,6 +141,29 @@ impl ProjectingInstance {
     }
 }
 
+/// A hinting storage on a prefix of its own, and an instance projecting its orders.
+struct Scene {
+    prefix: String,
+    storage: Arc<dyn EventStorage>,
+    projected: Projected,
+    instance: ProjectingInstance,
+}
+
+impl Scene {
+    async fn start() -> Scene {
+        let prefix = common::unique_prefix();
+        let storage: Arc<dyn EventStorage> = Arc::new(common::hinting_storage_on(&prefix).await);
+        let projected = Projected::default();
+        let instance = ProjectingInstance::start(&storage, &projected).await;
+        Scene {
+            prefix,
+            storage,
+            projected,
+            instance,
+        }
+    }
+}
+
 /// Appends orders `numbers`, one append each.
 async fn append(
     storage: &Arc<dyn EventStorage>,
@@ -182,10 +205,12 @@ async fn an_elected_projector_skips_nothing_across_a_killed_listener_and_is_woke
     let Some(admin) = common::try_pool().await else {
         return;
     };
-    let prefix = common::unique_prefix();
-    let storage: Arc<dyn EventStorage> = Arc::new(common::hinting_storage_on(&prefix).await);
-    let projected = Projected::default();
-    let instance = ProjectingInstance::start(&storage, &projected).await;
+    let Scene {
+        prefix,
+        storage,
+        projected,
+        instance,
+    } = Scene::start().await;
 
     append(&storage, 1..=5).await.unwrap();
     let before = projected.wait_for(5, PUSHED).await;
@@ -217,10 +242,12 @@ async fn hints_missed_for_an_append_out_of_sight_are_made_up_once_it_comes_in_si
     let Some(admin) = common::try_pool().await else {
         return;
     };
-    let prefix = common::unique_prefix();
-    let storage: Arc<dyn EventStorage> = Arc::new(common::hinting_storage_on(&prefix).await);
-    let projected = Projected::default();
-    let instance = ProjectingInstance::start(&storage, &projected).await;
+    let Scene {
+        prefix,
+        storage,
+        projected,
+        instance,
+    } = Scene::start().await;
     append(&storage, 1..=1).await.unwrap();
     projected.wait_for(1, PUSHED).await;
 
