@@ -4,6 +4,23 @@
 -- before the script runs (e.g. tenant1_events). The script is idempotent: it creates what is
 -- missing and replaces the lease functions with this version. Run it in one transaction.
 
+-- The schema version this script creates; the last statement records it on the events
+-- table. Over the tables of a newer version it refuses to run: it would put older lease
+-- functions back (in a rolling upgrade, say, where an instance of the version before
+-- restarts beside upgraded ones).
+DO $version$
+DECLARE
+    v_recorded integer := substring(
+        pg_catalog.obj_description(pg_catalog.to_regclass('__prefix__events'), 'pg_class')
+        FROM 'eventstore-postgres schema_version=([0-9]{1,9})')::integer;
+BEGIN
+    IF v_recorded > 1 THEN
+        RAISE EXCEPTION 'the tables of prefix __prefix__ record schema version %, newer than this script''s version 1: apply the DDL of that version instead', v_recorded
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+END
+$version$;
+
 -- The event log, ordered by (tx, position): tx is the writing transaction's id, so a reader
 -- that only reads below the oldest running transaction never skips an event that commits
 -- later with a lower position.
@@ -995,3 +1012,6 @@ BEGIN
     END LOOP;
 END
 $pin$;
+
+-- The schema version these objects are (see the start of the script).
+COMMENT ON TABLE __prefix__events IS 'eventstore-postgres schema_version=1 oldest_compatible=1';

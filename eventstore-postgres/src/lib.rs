@@ -72,6 +72,7 @@ mod pooler_parameter;
 mod prefix;
 mod renewals;
 mod schema;
+mod schema_version;
 mod settings;
 mod shared;
 mod statements;

@@ -9,6 +9,7 @@ use sqlx::{Executor, PgConnection, PgPool};
 use crate::init_mode::DatabaseInitMode;
 use crate::isolation::BEGIN_READ_COMMITTED;
 use crate::prefix::TablePrefix;
+use crate::schema_version::{self, SchemaVersion, Standing, SCHEMA_VERSION};
 use crate::settings::Settings;
 use crate::statements::CallConnection;
 
@@ -213,8 +214,17 @@ async fn initialize_schema(
             let stale = if recreate {
                 None
             } else {
-                validate(&mut transaction, prefix, persistent).await.err()
+                check(&mut transaction, prefix, persistent).await.err()
             };
+            if let Some(Stale {
+                error,
+                repairable: false,
+            }) = stale
+            {
+                let _ = transaction.rollback().await;
+                return Err(error);
+            }
+            let stale = stale.map(|stale| stale.error);
             if recreate || stale.is_some() {
                 lock_lease_tables_first(&mut transaction, prefix, persistent)
                     .await
@@ -329,7 +339,7 @@ fn catalog_failure(prefix: &TablePrefix, error: sqlx::Error) -> EventStorageErro
 
 /// Reads the catalog and fails with `Schema` naming the first object that is missing or
 /// differs from what the shipped DDL creates; `persistent` says whether its statements are
-/// prepared under names.
+/// prepared under names. See [`check`] for the tables of a newer version.
 ///
 /// Boxed, so that the future's `Send` bound is proven here, once, for concrete lifetimes.
 pub(crate) fn validate<'a>(
@@ -337,13 +347,96 @@ pub(crate) fn validate<'a>(
     prefix: &'a TablePrefix,
     persistent: bool,
 ) -> Pin<Box<dyn Future<Output = StorageResult<()>> + Send + 'a>> {
-    Box::pin(validate_catalog(connection, prefix, persistent))
+    Box::pin(async move {
+        check(connection, prefix, persistent)
+            .await
+            .map_err(|stale| stale.error)
+    })
 }
 
+/// Why the catalog does not hold what this storage needs, and whether applying the
+/// shipped DDL may repair it.
+struct Stale {
+    /// The first object that is missing or differs.
+    error: EventStorageError,
+    /// False for the tables of a newer schema version, which this storage's DDL would
+    /// take back to its own.
+    repairable: bool,
+}
+
+/// Checks the catalog against the schema version its tables record: this storage's own or
+/// an older one (or none) must match the shipped DDL exactly; a newer one that says this
+/// storage may use it must only hold every table, column, index and function this storage
+/// uses; a newer one that needs a newer storage is refused.
+///
+/// Boxed, so that the future's `Send` bound is proven here, once, for concrete lifetimes.
+fn check<'a>(
+    connection: &'a mut PgConnection,
+    prefix: &'a TablePrefix,
+    persistent: bool,
+) -> Pin<Box<dyn Future<Output = Result<(), Stale>> + Send + 'a>> {
+    Box::pin(check_catalog(connection, prefix, persistent))
+}
+
+async fn check_catalog(
+    connection: &mut PgConnection,
+    prefix: &TablePrefix,
+    persistent: bool,
+) -> Result<(), Stale> {
+    let recorded = schema_version::recorded(connection, prefix, persistent)
+        .await
+        .map_err(|e| Stale {
+            error: catalog_failure(prefix, e),
+            repairable: true,
+        })?;
+    let events = format!("table {}", prefix.name("events"));
+    match SchemaVersion::standing(recorded) {
+        Standing::NewerIncompatible(newer) => Err(Stale {
+            error: schema_error(
+                events,
+                format!(
+                    "records schema version {}, which storages of version {} and later use; \
+                     this storage's is version {SCHEMA_VERSION}: upgrade it",
+                    newer.version, newer.oldest_compatible
+                ),
+            ),
+            repairable: false,
+        }),
+        Standing::NewerCompatible(newer) => validate_catalog(connection, prefix, persistent, false)
+            .await
+            .map_err(|error| Stale {
+                error: match error {
+                    EventStorageError::Schema { object, problem } => schema_error(
+                        object,
+                        format!(
+                            "{problem}; the tables record schema version {}, newer than this \
+                             storage's {SCHEMA_VERSION}, whose DDL it does not apply",
+                            newer.version
+                        ),
+                    ),
+                    other => other,
+                },
+                repairable: false,
+            }),
+        Standing::Same | Standing::Older(_) => {
+            validate_catalog(connection, prefix, persistent, true)
+                .await
+                .map_err(|error| Stale {
+                    error,
+                    repairable: true,
+                })
+        }
+    }
+}
+
+/// Fails with `Schema` naming the first object that is missing or differs from what this
+/// storage uses; `exact` also compares index options and function bodies with the shipped
+/// DDL's, which a newer version may have changed.
 async fn validate_catalog(
     connection: &mut PgConnection,
     prefix: &TablePrefix,
     persistent: bool,
+    exact: bool,
 ) -> StorageResult<()> {
     let failing = |e: sqlx::Error| catalog_failure(prefix, e);
     let table_names: Vec<String> = TABLES.iter().map(|(table, _)| prefix.name(table)).collect();
@@ -436,6 +529,7 @@ async fn validate_catalog(
                 }
                 if let Some(missing) = expected_options
                     .iter()
+                    .filter(|_| exact)
                     .find(|option| !options.iter().any(|set| set == *option))
                 {
                     return Err(schema_error(
@@ -470,6 +564,7 @@ async fn validate_catalog(
     for (signature, shipped) in signatures.iter().zip(function_bodies(&script)) {
         let object = format!("function {signature}");
         match sources.iter().find(|(s, ..)| s == signature) {
+            Some((_, Some(_), _)) if !exact => {}
             Some((_, Some(source), Some(true))) if source == shipped => {}
             Some((_, Some(source), _)) if source == shipped => {
                 return Err(schema_error(

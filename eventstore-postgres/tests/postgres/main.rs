@@ -35,6 +35,7 @@ mod projector_faults;
 mod read_only_sessions;
 mod read_your_writes;
 mod restart;
+mod schema_versions;
 mod search_path;
 mod session_locks;
 mod silent_server;
