@@ -48,7 +48,7 @@ struct Inner {
     dir: PathBuf,
     state: SharedState,
     commands: Mutex<Option<Sender<Command>>>,
-    writer: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    writer: tokio::sync::Mutex<WriterThread>,
     admission: Admission,
     /// Opened by [`FileEventStorage::open_read_only`]: no writer, no lock, no change.
     read_only: bool,
@@ -305,7 +305,7 @@ fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<Fi
             dir,
             state,
             commands: Mutex::new(Some(sender)),
-            writer: tokio::sync::Mutex::new(Some(thread)),
+            writer: tokio::sync::Mutex::new(WriterThread::Running(thread)),
             admission: Admission::new(),
             read_only: false,
         }),
@@ -376,7 +376,7 @@ fn open_read_only_blocking(dir: PathBuf) -> StorageResult<FileEventStorage> {
             dir,
             state,
             commands: Mutex::new(None),
-            writer: tokio::sync::Mutex::new(None),
+            writer: tokio::sync::Mutex::new(WriterThread::Ended),
             admission: Admission::new(),
             read_only: true,
         }),
@@ -393,10 +393,23 @@ impl Drop for Inner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
-        if let Some(thread) = self.writer.get_mut().take() {
+        if let WriterThread::Running(thread) = std::mem::take(self.writer.get_mut()) {
             let _ = thread.join();
         }
     }
+}
+
+/// The writer thread, as far as closing the storage has got with it.
+#[derive(Default)]
+enum WriterThread {
+    /// Working, or finishing the commands it has.
+    Running(JoinHandle<()>),
+    /// A `close` waits for it to end. Kept here, so that a `close` given up part-way (a
+    /// caller's timeout around it) leaves the next one something to wait on.
+    Joining(tokio::task::JoinHandle<std::thread::Result<()>>),
+    /// Ended (or never started: read-only), and the directory free.
+    #[default]
+    Ended,
 }
 
 #[async_trait]
@@ -702,10 +715,17 @@ impl EventStorage for FileEventStorage {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
-        if let Some(thread) = writer.take() {
+        *writer = match std::mem::take(&mut *writer) {
             // The writer finishes the commands it has, then releases the directory.
-            tokio::task::spawn_blocking(move || thread.join())
-                .await
+            WriterThread::Running(thread) => {
+                WriterThread::Joining(tokio::task::spawn_blocking(move || thread.join()))
+            }
+            other => other,
+        };
+        if let WriterThread::Joining(joining) = &mut *writer {
+            let joined = joining.await;
+            *writer = WriterThread::Ended;
+            joined
                 .map_err(|error| {
                     EventStorageError::backend("closing the event store failed", error)
                 })?

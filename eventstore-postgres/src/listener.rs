@@ -28,6 +28,9 @@ pub(crate) struct Listener {
     /// The channel only this listener listens on, which its heartbeats notify.
     probe_channel: String,
     state: Mutex<State>,
+    /// The task a `close` waits for, kept here so that a `close` given up part-way (a
+    /// caller's timeout around it) leaves the next one something to wait on.
+    stopping: tokio::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 enum State {
@@ -69,6 +72,7 @@ impl Listener {
             heartbeat,
             probe_channel,
             state: Mutex::new(State::Idle),
+            stopping: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -139,13 +143,19 @@ impl Listener {
     /// Stops the listener, if it runs, and ends every subscription; later subscriptions end
     /// at once.
     pub(crate) async fn close(&self) {
+        // The subscriptions first: they end even if this close is given up while it waits.
+        self.hubs.leases.close();
+        self.hubs.appends.close();
+        let mut stopping = self.stopping.lock().await;
         let previous = std::mem::replace(&mut *self.state(), State::Closed);
         if let State::Running(running) = previous {
             running.stop.send_replace(true);
-            // A task that panicked has nothing left to stop.
-            let _ = running.task.await;
+            *stopping = Some(running.task);
         }
-        self.hubs.leases.close();
-        self.hubs.appends.close();
+        if let Some(task) = stopping.as_mut() {
+            // A task that panicked has nothing left to stop.
+            let _ = task.await;
+            *stopping = None;
+        }
     }
 }

@@ -75,15 +75,15 @@ impl Shared {
         self.owns_pool
     }
 
-    /// Marks the storage closed. The first close stops the notification listener, ending
-    /// every subscription, and closes the pool if it is the storage's own; a caller's pool
-    /// stays open for the caller.
+    /// Marks the storage closed, stops the notification listener, ending every
+    /// subscription, and closes the pool if it is the storage's own; a caller's pool stays
+    /// open for the caller. Every close takes every step (each may run again), so that a
+    /// close given up part-way (a caller's timeout around it) leaves the rest to the next.
     pub(crate) async fn close(&self) {
-        if self.admission.close() {
-            self.listener.close().await;
-            if self.owns_pool {
-                self.pool.close().await;
-            }
+        self.admission.close();
+        self.listener.close().await;
+        if self.owns_pool {
+            self.pool.close().await;
         }
     }
 

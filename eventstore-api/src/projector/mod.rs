@@ -283,6 +283,7 @@ impl<P: Projection> ProjectorBuilder<P> {
             fence: self.fence,
             cursor: None,
             bookmark_due: self.bookmark_reading != BookmarkReading::OnRequest,
+            batch_open: false,
         })
     }
 }
@@ -327,6 +328,10 @@ pub struct Projector<P> {
     /// Whether the next run reads the bookmark whatever `bookmark_reading` says: set before
     /// the first run (unless reading is on request) and at the start of each tenure.
     bookmark_due: bool,
+    /// Whether a batch was begun (`before_batch`) and not yet ended (`after_batch` returned,
+    /// or the batch was cancelled): a run dropped inside it leaves it to the next run to
+    /// cancel.
+    batch_open: bool,
 }
 
 impl<P: Projection> Projector<P> {
@@ -436,6 +441,11 @@ impl<P: Projection> Projector<P> {
         &mut self,
         mut keep_going: impl FnMut() -> bool + Send,
     ) -> Result<ProjectorRun, ProjectorError> {
+        if self.batch_open {
+            // A run was dropped inside a batch (a caller's timeout or select around it).
+            self.projection.cancel_batch().await;
+            self.batch_open = false;
+        }
         if self.bookmark_due || self.bookmark_reading == BookmarkReading::BeforeEachRun {
             self.read_bookmark().await?;
         }
@@ -456,6 +466,7 @@ impl<P: Projection> Projector<P> {
             fence: self.fence.as_ref(),
         };
         let projection = &mut self.projection;
+        let batch_open = &mut self.batch_open;
         let mut batch = reads.after(self.cursor.as_ref()).await?;
         loop {
             run.queries += 1;
@@ -474,7 +485,14 @@ impl<P: Projection> Projector<P> {
             });
             let mut read_ahead = None;
             let completed = {
-                let completing = pin!(complete(projection, &bookmarks, &batch, last, batch_start));
+                let completing = pin!(complete(
+                    projection,
+                    batch_open,
+                    &bookmarks,
+                    &batch,
+                    last,
+                    batch_start
+                ));
                 match select(completing, reading_ahead.as_mut()).await {
                     Either::Left((completed, _)) => completed,
                     Either::Right((read, completing)) => {
@@ -566,14 +584,17 @@ impl Bookmarks<'_> {
 }
 
 /// Projects `batch`, whose last event is `last`, and bookmarks it; a batch the projection
-/// failed on is cancelled.
+/// failed on is cancelled. `batch_open` is true from the start of the batch until it has
+/// ended either way.
 async fn complete<P: Projection>(
     projection: &mut P,
+    batch_open: &mut bool,
     bookmarks: &Bookmarks<'_>,
     batch: &[StoredEvent],
     last: EventReference,
     batch_start: Option<EventReference>,
 ) -> Result<(), ProjectorError> {
+    *batch_open = true;
     let projected = async {
         projection.before_batch().await?;
         for event in batch {
@@ -584,11 +605,13 @@ async fn complete<P: Projection>(
     .await;
     if let Err(source) = projected {
         projection.cancel_batch().await;
+        *batch_open = false;
         return Err(ProjectorError::Projection {
             batch_start,
             source,
         });
     }
+    *batch_open = false;
     bookmarks.place(&last).await?;
     Ok(())
 }

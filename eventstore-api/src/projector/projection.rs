@@ -15,7 +15,9 @@ pub type ProjectionError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// projection that writes to its own store commits, so that the bookmark never gets ahead of
 /// what was committed. When a hook or `handle` fails, the projector calls
 /// [`Projection::cancel_batch`] and moves its cursor back to the batch start: the next run
-/// handles the batch again (at-least-once).
+/// handles the batch again (at-least-once). A run dropped inside a batch (a caller's timeout
+/// or `select!` around it) counts as a failed batch: the next run of the same projector calls
+/// `cancel_batch` before anything else.
 #[async_trait]
 pub trait Projection: Send {
     /// The events this projection reads; all events by default.
@@ -47,6 +49,7 @@ pub trait Projection: Send {
         Ok(())
     }
 
-    /// Called when the batch failed before `after_batch` returned: undo what the batch did.
+    /// Called when the batch failed before `after_batch` returned, or at the start of the
+    /// next run when a run was dropped before then: undo what the batch did.
     async fn cancel_batch(&mut self) {}
 }

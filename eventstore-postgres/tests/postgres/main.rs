@@ -11,6 +11,7 @@ mod common;
 mod append_hints;
 mod batch_equivalence;
 mod batch_plans;
+mod cancellation;
 mod chaos;
 mod contention;
 mod elector_faults;
