@@ -97,7 +97,8 @@ impl EventFilter {
 
     /// Whether `event` matches.
     pub fn matches(&self, event: &StoredEvent) -> bool {
-        self.until.is_none_or(|until| event.reference <= until)
+        self.until
+            .is_none_or(|until| event.reference.order_key() <= until.order_key())
             && self.items.iter().any(|item| item.matches(event))
     }
 
@@ -157,7 +158,7 @@ impl AppendCriteria {
         self.condition.as_ref().is_some_and(|condition| {
             condition
                 .expected_last
-                .is_none_or(|last| event.reference > last)
+                .is_none_or(|last| event.reference.order_key() > last.order_key())
                 && condition.filter.matches(event)
         })
     }

@@ -10,7 +10,10 @@ use crate::EventId;
 /// An event's id and its place in the storage's total order.
 ///
 /// References are ordered by `(tx, position)`: `tx` is the commit order where the backend has
-/// one (PostgreSQL's `xid8`), otherwise equal to `position`.
+/// one (PostgreSQL's `xid8`), otherwise equal to `position`. A bound of a read or an append
+/// (`after`, `until`, `expected_last`) stands for its place in that order alone
+/// ([`EventReference::order_key`]): a reference kept without its id, or from elsewhere, bounds
+/// as the event at its place does. `Ord` breaks ties by id only to agree with `Eq`.
 ///
 /// The numbers themselves are the backend's choice: positions may start at 0 or at 1 and may
 /// leave gaps (a PostgreSQL sequence does after a rollback). Callers compare references and
@@ -34,6 +37,14 @@ impl EventReference {
             position,
             tx: position,
         }
+    }
+}
+
+impl EventReference {
+    /// The reference's place in the storage's order, `(tx, position)`: what a bound
+    /// compares, whatever the id.
+    pub fn order_key(&self) -> (u64, u64) {
+        (self.tx, self.position)
     }
 }
 

@@ -199,7 +199,9 @@ impl EventIndex {
             .filter(|&&position| self.entry(position).stream == stream)
             .map(|&position| self.reference_at(position))
             .find(|reference| {
-                condition.expected_last.is_none_or(|last| *reference > last)
+                condition
+                    .expected_last
+                    .is_none_or(|last| reference.order_key() > last.order_key())
                     && self.matches(&filter, reference)
             })
     }
@@ -248,7 +250,9 @@ impl EventIndex {
         candidates
             .filter(|&position| self.covers(&scope, position))
             .map(|position| (position, self.reference_at(position)))
-            .filter(|(_, reference)| after.is_none_or(|after| reference > after))
+            .filter(|(_, reference)| {
+                after.is_none_or(|after| reference.order_key() > after.order_key())
+            })
             .filter(|(_, reference)| self.matches(&filter, reference))
             .take(limit.as_usize())
             .map(|(position, _)| self.locate(position))
@@ -414,7 +418,10 @@ impl EventIndex {
     }
 
     fn matches(&self, filter: &CompiledFilter, reference: &EventReference) -> bool {
-        if filter.until.is_some_and(|until| *reference > until) {
+        if filter
+            .until
+            .is_some_and(|until| reference.order_key() > until.order_key())
+        {
             return false;
         }
         let entry = self.entry(reference.position);

@@ -99,7 +99,7 @@ impl EventLog {
         };
         let indexes = self.by_stream.get(stream).map_or(&[][..], Vec::as_slice);
         let start = condition.expected_last.map_or(0, |last| {
-            indexes.partition_point(|&i| self.events[i].reference <= last)
+            indexes.partition_point(|&i| self.events[i].reference.order_key() <= last.order_key())
         });
         let conflicting = indexes[start..]
             .iter()
@@ -124,29 +124,36 @@ impl EventLog {
         limit: Limit,
         direction: Direction,
     ) -> Vec<StoredEvent> {
-        let candidates: Box<dyn DoubleEndedIterator<Item = &Arc<StoredEvent>> + '_> =
-            if stream.is_concrete() {
-                let indexes = self.by_stream.get(stream).map_or(&[][..], Vec::as_slice);
-                let start = after.map_or(0, |after| {
-                    indexes.partition_point(|&i| self.events[i].reference <= *after)
-                });
-                Box::new(indexes[start..].iter().map(|&i| &self.events[i]))
-            } else {
-                let start = after.map_or(0, |after| {
-                    self.events.partition_point(|e| e.reference <= *after)
-                });
-                Box::new(
-                    self.events[start..]
-                        .iter()
-                        .filter(|e| stream.covers(&e.stream)),
-                )
-            };
+        let candidates: Box<dyn DoubleEndedIterator<Item = &Arc<StoredEvent>> + '_> = if stream
+            .is_concrete()
+        {
+            let indexes = self.by_stream.get(stream).map_or(&[][..], Vec::as_slice);
+            let start = after.map_or(0, |after| {
+                indexes
+                    .partition_point(|&i| self.events[i].reference.order_key() <= after.order_key())
+            });
+            Box::new(indexes[start..].iter().map(|&i| &self.events[i]))
+        } else {
+            let start = after.map_or(0, |after| {
+                self.events
+                    .partition_point(|e| e.reference.order_key() <= after.order_key())
+            });
+            Box::new(
+                self.events[start..]
+                    .iter()
+                    .filter(|e| stream.covers(&e.stream)),
+            )
+        };
         let matching = |event: &&Arc<StoredEvent>| filter.matches(event);
         let take = limit.as_usize();
         match direction {
             Direction::Forward => candidates
                 // Positions ascend, so nothing after the `until` bound can match.
-                .take_while(|event| filter.until.is_none_or(|until| event.reference <= until))
+                .take_while(|event| {
+                    filter
+                        .until
+                        .is_none_or(|until| event.reference.order_key() <= until.order_key())
+                })
                 .filter(matching)
                 .take(take)
                 .map(|event| StoredEvent::clone(event))

@@ -573,6 +573,71 @@ impl Enrolment {
     }
 }
 
+/// A reference bounds by its place in the order alone, `(tx, position)`: one with an event's
+/// place and another id (kept without its id, or built by hand) is read after, read until and
+/// appended after as the event's own reference is.
+pub async fn a_bound_with_an_events_place_and_another_id_bounds_as_the_event_does<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    let stored = append(
+        &storage,
+        &orders(),
+        vec![
+            labelled("Placed", "first"),
+            labelled("Paid", "second"),
+            labelled("Shipped", "third"),
+        ],
+    )
+    .await;
+    let place = stored[1].reference;
+    for id in [uuid::Uuid::nil(), uuid::Uuid::max()] {
+        let bound = EventReference {
+            id: EventId(id),
+            ..place
+        };
+        let after = query(
+            &storage,
+            &EventFilter::match_all(),
+            &orders(),
+            Some(&bound),
+            Limit::none(),
+            Direction::Forward,
+        )
+        .await;
+        assert_eq!(
+            labels(&after),
+            ["third"],
+            "a read after {bound} (the second event's place, id {id}) starts after that event"
+        );
+        let until = read(&storage, &EventFilter::match_all().until(bound), &orders()).await;
+        assert_eq!(
+            labels(&until),
+            ["first", "second"],
+            "a read until {bound} (the second event's place, id {id}) ends with that event"
+        );
+    }
+    for id in [uuid::Uuid::nil(), uuid::Uuid::max()] {
+        let bound = EventReference {
+            id: EventId(id),
+            ..place
+        };
+        let decided = storage
+            .append(
+                AppendCriteria::of(EventFilter::for_types(["Paid"]), Some(bound)),
+                &orders(),
+                vec![labelled("Noted", "decided")],
+            )
+            .await;
+        assert!(
+            decided.is_ok(),
+            "no Paid event lies after {bound} (the Paid event's place, id {id}): {decided:?}"
+        );
+    }
+}
+
 /// A conditional append fails with `OptimisticLock` when an event matching its filter lies
 /// after the expected last one, and names that event.
 pub async fn conditional_append_fails_when_a_matching_event_follows_the_expected_last<

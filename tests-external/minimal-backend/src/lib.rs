@@ -143,7 +143,7 @@ criteria: &criteria,
         let state = self.admit(Operation::Query { filter, stream })?;
         let matching = state.events.iter().filter(|event| {
             stream.covers(&event.stream)
-                && after.is_none_or(|after| event.reference > *after)
+                && after.is_none_or(|after| event.reference.order_key() > after.order_key())
                 && filter.matches(event)
         });
         let events = match direction {
