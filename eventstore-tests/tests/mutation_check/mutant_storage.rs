@@ -272,14 +272,17 @@ impl EventStorage for MutantStorage {
         let beyond = |event: &StoredEvent| match after {
             None => true,
             Some(_) if self.is(Mutation::QueryIgnoresAfter) => true,
-            Some(after) if self.is(Mutation::AfterInclusive) => event.reference >= *after,
+            Some(after) if self.is(Mutation::AfterInclusive) => {
+                event.reference.order_key() >= after.order_key()
+            }
             Some(after)
                 if direction == Direction::Backward
                     && self.is(Mutation::BackwardAfterInReadingOrder) =>
             {
-                event.reference < *after
+                event.reference.order_key() < after.order_key()
             }
-            Some(after) => event.reference > *after,
+            Some(after) if self.is(Mutation::AfterBreaksTiesById) => event.reference > *after,
+            Some(after) => event.reference.order_key() > after.order_key(),
         };
         // `stream = $1 AND after AND a OR b`: the items after the first beside the bounds.
         let (bounded, beside) = if self.is(Mutation::OrItemsBesideTheStream) {

@@ -37,6 +37,9 @@ pub(crate) enum Mutation {
     BackwardAfterInReadingOrder,
     /// `after` is taken as inclusive: the event it names is read again.
     AfterInclusive,
+    /// `after` is compared with `Ord`, whose ties at one place are broken by id: a bound with
+    /// an event's place and a lower id reads that event again.
+    AfterBreaksTiesById,
     /// `query` ignores the limit.
     LimitIgnored,
     /// A backward read with a limit takes the oldest events, then reverses them.
@@ -106,7 +109,7 @@ pub(crate) enum Mutation {
 
 impl Mutation {
     /// Every mutation, in the order the check applies them.
-    pub(crate) const ALL: [Mutation; 40] = [
+    pub(crate) const ALL: [Mutation; 41] = [
         Mutation::PositionsFromZero,
         Mutation::PositionsWithGaps,
         Mutation::ClosedCheckedAfterInput,
@@ -116,6 +119,7 @@ impl Mutation {
         Mutation::QueryIgnoresAfter,
         Mutation::BackwardAfterInReadingOrder,
         Mutation::AfterInclusive,
+        Mutation::AfterBreaksTiesById,
         Mutation::LimitIgnored,
         Mutation::BackwardLimitFromTheOldest,
         Mutation::BackwardAfterLimitFromTheReference,
