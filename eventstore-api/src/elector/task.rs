@@ -1,6 +1,8 @@
 //! The lease loop the elector runs on its own tokio task.
 
 use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -188,10 +190,22 @@ impl ElectionLoop {
         // confers nothing, so that is also how long it is worth waiting for.
         let valid_until = sent + self.settings.ttl - self.settings.safety_margin;
         let storage = Arc::clone(&self.storage);
-        let answer = timeout(valid_until - sent, async move {
+        let sending = AtomicBool::new(false);
+        let mut answer = pin!(timeout(valid_until - sent, async {
+            sending.store(true, Ordering::Relaxed);
             ask_with_outcome(storage.as_ref(), request).await
-        });
-        let answer = match self.while_waiting(answer).await? {
+        }));
+        let Some(answer) = self.while_waiting(answer.as_mut()).await else {
+            // Shut down while the request is out: it reaches the storage whether or not
+            // anyone waits, and the release that follows must not overtake it, or it takes
+            // the lease back for an elector that has stopped. Its own timeout bounds the wait.
+            // A request the shutdown came before is never sent.
+            if sending.load(Ordering::Relaxed) {
+                let _ = answer.await;
+            }
+            return None;
+        };
+        let answer = match answer {
             Ok(answer) => answer,
             Err(_elapsed) => {
                 self.count_request("failed");

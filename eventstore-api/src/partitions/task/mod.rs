@@ -17,11 +17,13 @@ pub(super) use releases::release_within;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::{sleep_until, Instant};
+use tokio::time::{sleep_until, timeout, Instant};
 
 use super::names::GroupNames;
 use super::watch::Shared;
@@ -164,7 +166,8 @@ impl PartitionLoop {
                     due.claim = None;
                     let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
                     self.requested = true;
-                    match while_waiting(&shared, &mut shutdown, self.claim()).await {
+                    let ttl = self.settings.ttl;
+                    match finishing(&shared, &mut shutdown, self.claim(), ttl).await {
                         None => return self.release_all().await,
                         Some(Err(EventStorageError::Closed)) => return self.stop(),
                         Some(Err(error)) => self.warn("claiming released partitions", &error),
@@ -183,7 +186,8 @@ impl PartitionLoop {
             due.look = None;
             let (shared, mut shutdown) = (Arc::clone(&self.shared), self.shutdown.clone());
             self.requested = true;
-            let pace = match while_waiting(&shared, &mut shutdown, self.round(scope)).await {
+            let ttl = self.settings.ttl;
+            let pace = match finishing(&shared, &mut shutdown, self.round(scope), ttl).await {
                 None => return self.release_all().await,
                 Some(Err(EventStorageError::Closed)) => return self.stop(),
                 Some(Err(error)) => {
@@ -305,6 +309,28 @@ async fn while_waiting<T>(
             }
         }
     }
+}
+
+/// As [`while_waiting`], but requests under way when the shutdown came are let finish, for at
+/// most `ttl`: a request already sent reaches the storage whether or not anyone waits, and the
+/// releases that follow must not overtake it, or it takes back what they released. Requests
+/// the shutdown came before are never started.
+async fn finishing<T>(
+    shared: &Shared,
+    shutdown: &mut watch::Receiver<bool>,
+    requests: impl Future<Output = T>,
+    ttl: Duration,
+) -> Option<T> {
+    let started = AtomicBool::new(false);
+    let mut requests = pin!(async {
+        started.store(true, Ordering::Relaxed);
+        requests.await
+    });
+    let output = while_waiting(shared, shutdown, requests.as_mut()).await;
+    if output.is_none() && started.load(Ordering::Relaxed) {
+        let _ = timeout(ttl, requests).await;
+    }
+    output
 }
 
 /// The next pushed notice, or never when nothing is pushed.

@@ -1,0 +1,241 @@
+//! Electors shut down while a lease request is on its way: a request already sent reaches the
+//! storage whether or not its caller still waits (a server runs what it received). The
+//! shutdown's release must not overtake it, or the late request takes back what was released
+//! and the lease stays with an elector that has stopped until its ttl runs out.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use eventstore_api::elector::LeaderElector;
+use eventstore_api::partitions::PartitionElector;
+use eventstore_api::{
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorage, EventStreamId, EventToStore, Lease, LeaseContender, LeaseRequest, LeaseResponse,
+    Limit, StorageResult, StoredEvent, Tags,
+};
+use eventstore_memory::MemoryEventStorage;
+use eventstore_tck::support::{eventually, DEADLINE};
+
+const TTL: Duration = Duration::from_secs(3);
+
+/// How late a request arrives once the delay is on: long enough that a shutdown's release
+/// sent meanwhile would arrive first.
+const LATE: Duration = Duration::from_millis(300);
+
+/// A storage whose lease requests, once [`LateRequests::delay`] is on, arrive late: each is
+/// sent on a task of its own that carries on when its caller gives up waiting. Releases and
+/// everything else arrive at once. It offers leases and nothing pushed.
+#[derive(Debug)]
+struct LateRequests {
+    inner: Arc<MemoryEventStorage>,
+    delay_millis: AtomicU64,
+    on_their_way: Arc<AtomicUsize>,
+}
+
+impl LateRequests {
+    fn new() -> Self {
+        LateRequests {
+            inner: Arc::new(MemoryEventStorage::new()),
+            delay_millis: AtomicU64::new(0),
+            on_their_way: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    fn delay(&self, delay: Duration) {
+        let millis = u64::try_from(delay.as_millis()).expect("a short delay");
+        self.delay_millis.store(millis, Ordering::SeqCst);
+    }
+
+    /// Requests sent and not yet arrived.
+    fn on_their_way(&self) -> usize {
+        self.on_their_way.load(Ordering::SeqCst)
+    }
+
+    /// Sends `call` to the inner storage after the delay, on a task that outlives its caller.
+    async fn late<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(Arc<MemoryEventStorage>) -> futures_util::future::BoxFuture<'static, T>
+            + Send
+            + 'static,
+    ) -> T {
+        let delay = Duration::from_millis(self.delay_millis.load(Ordering::SeqCst));
+        let inner = Arc::clone(&self.inner);
+        let on_their_way = Arc::clone(&self.on_their_way);
+        on_their_way.fetch_add(1, Ordering::SeqCst);
+        let sent = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let answer = call(inner).await;
+            on_their_way.fetch_sub(1, Ordering::SeqCst);
+            answer
+        });
+        sent.await.expect("the request's task")
+    }
+
+    /// The leases held when asked: not expired on the storage's clock.
+    async fn held(&self) -> Vec<Lease> {
+        let now = self.inner.storage_time().await.unwrap();
+        let leases = self.inner.get_leases().await.unwrap();
+        leases
+            .into_iter()
+            .filter(|lease| !lease.is_expired_at(now))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl EventStorage for LateRequests {
+    fn name(&self) -> &str {
+        "late-requests"
+    }
+
+    fn supports(&self, capability: Capability) -> bool {
+        capability == Capability::Lease
+    }
+
+    async fn append(
+        &self,
+        criteria: AppendCriteria,
+        stream: &EventStreamId,
+        events: Vec<EventToStore>,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner.append(criteria, stream, events).await
+    }
+
+    async fn query(
+        &self,
+        filter: &EventFilter,
+        stream: &EventStreamId,
+        after: Option<&EventReference>,
+        limit: Limit,
+        direction: Direction,
+    ) -> StorageResult<Vec<StoredEvent>> {
+        self.inner
+            .query(filter, stream, after, limit, direction)
+            .await
+    }
+
+    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
+        self.inner.get_event_by_id(id).await
+    }
+
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        self.inner.head(stream).await
+    }
+
+    async fn bookmark(
+        &self,
+        reader: &str,
+        reference: &EventReference,
+        tags: Tags,
+    ) -> StorageResult<()> {
+        self.inner.bookmark(reader, reference, tags).await
+    }
+
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        self.inner.get_bookmark(reader).await
+    }
+
+    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
+        self.inner.remove_bookmark(reader).await
+    }
+
+    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
+        self.inner.get_bookmarks().await
+    }
+
+    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
+        self.late(|inner| Box::pin(async move { inner.request_lease(request).await }))
+            .await
+    }
+
+    async fn request_leases(
+        &self,
+        requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseResponse>> {
+        self.late(|inner| Box::pin(async move { inner.request_leases(requests).await }))
+            .await
+    }
+
+    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
+        self.inner.release_lease(lease_name, owner).await
+    }
+
+    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
+        self.inner.release_leases(lease_names, owner).await
+    }
+
+    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        self.inner.get_leases().await
+    }
+
+    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+        self.inner.get_contenders(lease_name).await
+    }
+
+    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
+        self.inner.storage_time().await
+    }
+
+    async fn close(&self) -> StorageResult<()> {
+        self.inner.close().await
+    }
+}
+
+/// Waits until a request is on its way, then shuts down with `shutdown`; once the request
+/// has arrived, nothing may be held.
+async fn shut_down_while_a_request_is_on_its_way<F>(storage: &LateRequests, shutdown: F)
+where
+    F: std::future::Future<Output = StorageResult<()>>,
+{
+    storage.delay(LATE);
+    eventually("a request on its way", || async {
+        storage.on_their_way() > 0
+    })
+    .await;
+    shutdown.await.expect("the shutdown's release");
+    eventually("the late request to arrive", || async {
+        storage.on_their_way() == 0
+    })
+    .await;
+    let held = storage.held().await;
+    assert!(
+        held.is_empty(),
+        "held after the shutdown, once the request on its way arrived: {held:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_leader_shut_down_while_its_renewal_is_on_its_way_leaves_the_lease_released() {
+    let storage = Arc::new(LateRequests::new());
+    let elector = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("a")
+        .ttl(TTL)
+        .request_interval(Duration::from_millis(200))
+        .start()
+        .unwrap();
+    tokio::time::timeout(DEADLINE, elector.watch().wait_for_leadership())
+        .await
+        .expect("leads in time")
+        .expect("the elector runs");
+    shut_down_while_a_request_is_on_its_way(&storage, elector.shutdown()).await;
+}
+
+#[tokio::test]
+async fn a_member_shut_down_while_its_round_is_on_its_way_leaves_every_lease_released() {
+    let storage = Arc::new(LateRequests::new());
+    let member = PartitionElector::builder(storage.clone(), "work", 4)
+        .owner("a")
+        .ttl(TTL)
+        .request_interval(Duration::from_millis(200))
+        .start()
+        .unwrap();
+    let watch = member.watch();
+    eventually("the member to hold every partition", || async {
+        watch.held().len() == 4
+    })
+    .await;
+    shut_down_while_a_request_is_on_its_way(&storage, member.shutdown()).await;
+}
