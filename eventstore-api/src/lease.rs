@@ -18,7 +18,9 @@ pub struct LeaseRequest {
     pub owner: String,
     /// Higher priorities ask a lower-priority holder to step down.
     pub priority: i64,
-    /// How long the lease (and this contender) stays live without another request.
+    /// How long the lease (and this contender) stays live without another request. Storages
+    /// keep it in whole microseconds (PostgreSQL's `interval` has no finer unit): a finer
+    /// part is cut off, on every backend alike.
     pub ttl: Duration,
 }
 
@@ -139,7 +141,7 @@ pub struct Lease {
     pub acquired_at: DateTime<Utc>,
     /// The holder's last renewal, on the storage's clock.
     pub heartbeat_at: DateTime<Utc>,
-    /// The ttl of the holder's last request.
+    /// The ttl of the holder's last request, in whole microseconds.
     pub ttl: Duration,
 }
 
@@ -173,7 +175,7 @@ pub struct LeaseContender {
     pub priority: i64,
     /// Its last request, on the storage's clock.
     pub heartbeat_at: DateTime<Utc>,
-    /// The ttl of its last request.
+    /// The ttl of its last request, in whole microseconds.
     pub ttl: Duration,
 }
 

@@ -121,6 +121,30 @@ pub async fn renewal_refreshes_priority_and_ttl<F: StorageFactory>(factory: &F) 
     assert_eq!(lease.ttl, longer, "renewal refreshes the ttl: {lease:?}");
 }
 
+/// A ttl finer than a microsecond is kept in whole microseconds, by the lease and by its
+/// contenders, as PostgreSQL's `interval` keeps it: the same request leaves the same lease on
+/// every backend.
+pub async fn a_ttl_is_kept_in_whole_microseconds<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_leases(factory).await else {
+        return;
+    };
+    let fine = LONG_TTL + Duration::from_nanos(999);
+    request(&storage, "orders", "node-a", 0, fine).await;
+    request(&storage, "orders", "node-b", 0, fine).await;
+    let lease = lease_named(&storage, "orders").await;
+    assert_eq!(lease.ttl, LONG_TTL, "the lease's ttl in whole microseconds");
+    let contenders = storage
+        .get_contenders("orders")
+        .await
+        .unwrap_or_else(|err| panic!("get_contenders failed: {err}"));
+    for contender in contenders {
+        assert_eq!(
+            contender.ttl, LONG_TTL,
+            "a contender's ttl in whole microseconds: {contender:?}"
+        );
+    }
+}
+
 /// A request while another owner holds the live lease answers `Standby`, carrying the
 /// holder's token and owner, and leaves the lease with the holder.
 pub async fn standby_carries_the_holders_token_and_owner<F: StorageFactory>(factory: &F) {

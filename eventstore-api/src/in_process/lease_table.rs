@@ -14,6 +14,13 @@ use chrono::{DateTime, Utc};
 use hashbrown::hash_map::EntryRef;
 use hashbrown::HashMap;
 
+/// `ttl` cut down to whole microseconds, as PostgreSQL's `interval` keeps it: the same request
+/// leaves the same lease on every backend.
+fn whole_microseconds(ttl: Duration) -> Duration {
+    let micros = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(micros)
+}
+
 /// How far `release` backdates the heartbeat past the ttl, so that the released lease is
 /// expired at once on the storage's clock.
 const RELEASE_BACKDATE: Duration = Duration::from_millis(1);
@@ -109,6 +116,7 @@ impl LeaseTable {
         now: DateTime<Utc>,
     ) -> LeaseOutcome {
         let followed = self.changes.is_followed(&request.lease_name);
+        let ttl = whole_microseconds(request.ttl);
         let mut changes = Vec::new();
         let entry = self
             .leases
@@ -126,7 +134,7 @@ impl LeaseTable {
         });
         let registration = Contender {
             priority: request.priority,
-            ttl: request.ttl,
+            ttl,
             heartbeat_at: now,
         };
         let previous_priority = match entry.contenders.entry_ref(request.owner.as_str()) {
@@ -174,7 +182,7 @@ impl LeaseTable {
                 let lease = match record {
                     Some(lease) if !lease.is_expired_at(now) => {
                         lease.heartbeat_at = lease.heartbeat_at.max(now);
-                        lease.ttl = request.ttl;
+                        lease.ttl = ttl;
                         lease.priority = request.priority;
                         lease
                     }
@@ -200,7 +208,7 @@ impl LeaseTable {
                             fencing_token: next_token,
                             acquired_at: now,
                             heartbeat_at: now,
-                            ttl: request.ttl,
+                            ttl,
                         })
                     }
                 };
