@@ -114,6 +114,11 @@ pub enum Operation<'a> {
         /// The lease whose contenders are listed.
         lease_name: &'a str,
     },
+    /// `get_leases_with_prefix`: a prefix that a name may start with (empty allowed).
+    LeasesWithPrefix {
+        /// The prefix of the leases listed.
+        prefix: &'a str,
+    },
     /// `release_leases`: a valid owner and valid lease names.
     ReleaseLeases {
         /// The leases released.
@@ -179,6 +184,9 @@ impl Operation<'_> {
             }
             Operation::Contenders { lease_name } => {
                 validate::validate_name("lease name", lease_name)
+            }
+            Operation::LeasesWithPrefix { prefix } => {
+                validate::validate_text("lease name prefix", prefix)
             }
             Operation::ReleaseLeases { lease_names, owner } => {
                 validate::validate_releases(lease_names, owner)

@@ -328,6 +328,25 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         Err(EventStorageError::unsupported("get_leases", self.name()))
     }
 
+    /// The leases whose names start with `prefix`, as [`EventStorage::get_leases`] lists them
+    /// (by name, expired and released ones included): the leases of one partition group, say,
+    /// without reading every lease of the storage. The prefix is plain text, no pattern; an
+    /// empty one lists every lease.
+    ///
+    /// The default filters [`EventStorage::get_leases`]; a backend that keeps many leases reads
+    /// only the prefix's.
+    ///
+    /// # Errors
+    /// `InvalidInput` (a prefix with a NUL character or longer than a name may be),
+    /// `Unsupported`, `Closed`, `Backend`.
+    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+        // `Closed` and `Unsupported` come before the input is judged, as in every call.
+        let mut leases = self.get_leases().await?;
+        crate::validate::validate_text("lease name prefix", prefix)?;
+        leases.retain(|lease| lease.lease_name.starts_with(prefix));
+        Ok(leases)
+    }
+
     /// The contenders registered for `lease_name` besides its holder of record, by priority
     /// (highest first), then owner id; empty for a lease nobody contends for or that never
     /// existed ([`Capability::Lease`]). Lapsed registrations may be listed until the storage
@@ -560,6 +579,9 @@ macro_rules! forward_event_storage {
             }
             async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
                 (**self).get_leases().await
+            }
+            async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+                (**self).get_leases_with_prefix(prefix).await
             }
             async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
                 (**self).get_contenders(lease_name).await

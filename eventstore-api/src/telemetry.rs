@@ -15,6 +15,12 @@
 //! | [`FENCED_REFUSALS`] | counter | `lease` | a fenced write refused because its token is not the live holder's, in any backend |
 //! | [`APPEND_SECONDS`] | histogram | `backend` | how long an append (fenced or not) took, answered with success or not |
 //!
+//! The `owner` label gives each elector a series of its own, so that several electors of
+//! one lease in one process (a demonstration, a test) do not overwrite each other. An elector
+//! started without `.owner(…)` gets a new owner id at every start: a process that restarts
+//! its electors should give them a stable owner (unique to the process), or let its exporter
+//! drop series that no longer change.
+//!
 //! Backends add their own, named `eventstore_<backend>_…` (the file backend's group commit:
 //! `eventstore_file_group_size`, `eventstore_file_sync_seconds`).
 //!

@@ -619,6 +619,13 @@ impl EventStorage for FileEventStorage {
         Ok(self.leases().await?.table()?.leases())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", prefix = prefix))]
+    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+        self.admit(Operation::LeasesWithPrefix { prefix })?;
+        self.refuse_if_read_only("get_leases_with_prefix")?;
+        Ok(self.leases().await?.table()?.leases_with_prefix(prefix))
+    }
+
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_name))]
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
         self.admit(Operation::Contenders { lease_name })?;

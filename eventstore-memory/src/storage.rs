@@ -283,6 +283,12 @@ impl EventStorage for MemoryEventStorage {
         Ok(lock(&self.admit(Operation::Read)?.leases).leases())
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", prefix = prefix))]
+    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+        let state = self.admit(Operation::LeasesWithPrefix { prefix })?;
+        Ok(lock(&state.leases).leases_with_prefix(prefix))
+    }
+
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = lease_name))]
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
         let state = self.admit(Operation::Contenders { lease_name })?;

@@ -299,22 +299,67 @@ pub(crate) async fn release_all(
     fields(backend = "postgres")
 )]
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
+    listed(shared, "").await
+}
+
+/// The lease rows whose names start with `prefix`, by name in byte order: a range of the
+/// key's index, from the prefix up to the first name past every name it starts.
+#[tracing::instrument(
+    name = "get_leases_with_prefix",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres", prefix = prefix)
+)]
+pub(crate) async fn with_prefix(shared: &Shared, prefix: &str) -> StorageResult<Vec<Lease>> {
+    listed(shared, prefix).await
+}
+
+async fn listed(shared: &Shared, prefix: &str) -> StorageResult<Vec<Lease>> {
     let operation = "list leases";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
-    let rows = sqlx::query(&format!(
+    // Compared byte by byte whatever the column's collation (tables of earlier versions may
+    // keep the database's), as the order is.
+    let past = past_every_name_starting(prefix);
+    let sql = format!(
         "SELECT lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl \
-         FROM {leases} ORDER BY lease_name COLLATE \"C\"",
-        leases = shared.prefix.name("leases")
-    ))
-    .persistent(shared.settings.prepared_statements)
-    .fetch_all(&mut *connection)
-    .await
-    .map_err(|e| failing.map(e))?;
+         FROM {leases} WHERE lease_name COLLATE \"C\" >= $1 {below} \
+         ORDER BY lease_name COLLATE \"C\"",
+        leases = shared.prefix.name("leases"),
+        below = if past.is_some() {
+            "AND lease_name COLLATE \"C\" < $2"
+        } else {
+            ""
+        },
+    );
+    let mut query = sqlx::query(&sql).bind(prefix);
+    if let Some(past) = past {
+        query = query.bind(past);
+    }
+    let rows = query
+        .persistent(shared.settings.prepared_statements)
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
     rows.iter()
         .map(|row| decode_lease(row).map_err(|e| failing.map(e)))
         .collect()
+}
+
+/// The least text after every text that starts with `prefix`, in byte order (UTF-8 orders as
+/// code points do): `prefix` with its last character raised by one. `None` when no text is
+/// past them all (an empty prefix, or one of the highest characters only).
+fn past_every_name_starting(prefix: &str) -> Option<String> {
+    let mut past = prefix.to_owned();
+    while let Some(last) = past.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            past.push(next);
+            return Some(past);
+        }
+    }
+    None
 }
 
 /// The contender rows of `lease_name` (the holder has none: it counts through its lease row),
@@ -446,6 +491,29 @@ fn duration(interval: &PgInterval) -> Result<Duration, sqlx::Error> {
 mod tests {
     use super::*;
     use eventstore_api::validate;
+
+    #[test]
+    fn the_name_past_a_prefix_follows_every_name_it_starts() {
+        assert_eq!(past_every_name_starting("work/").as_deref(), Some("work0"));
+        assert_eq!(past_every_name_starting("é").as_deref(), Some("ê"));
+        // The surrogates are no characters: after U+D7FF comes U+E000.
+        assert_eq!(
+            past_every_name_starting("a\u{D7FF}").as_deref(),
+            Some("a\u{E000}")
+        );
+        assert_eq!(
+            past_every_name_starting("a\u{10FFFF}").as_deref(),
+            Some("b")
+        );
+        assert_eq!(past_every_name_starting(""), None);
+        assert_eq!(past_every_name_starting("\u{10FFFF}"), None);
+        let prefix = "group/";
+        let past = past_every_name_starting(prefix).unwrap();
+        for name in ["group/", "group/7", "group/members/\u{10FFFF}\u{10FFFF}"] {
+            assert!(name.as_bytes() < past.as_bytes(), "{name}");
+        }
+        assert!("group0".as_bytes() >= past.as_bytes());
+    }
 
     #[test]
     fn ttls_round_trip_through_intervals_at_microsecond_precision() {

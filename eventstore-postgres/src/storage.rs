@@ -426,6 +426,12 @@ impl EventStorage for PostgresEventStorage {
         shared.settings.health.read(read).await
     }
 
+    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+        let shared = self.admit(Operation::LeasesWithPrefix { prefix })?;
+        let read = || leases::with_prefix(shared, prefix);
+        shared.settings.health.read(read).await
+    }
+
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
         let shared = self.admit(Operation::Contenders { lease_name })?;
         let read = || leases::contenders(shared, lease_name);

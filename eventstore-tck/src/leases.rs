@@ -214,6 +214,63 @@ pub async fn leases_are_listed_by_name<F: StorageFactory>(factory: &F) {
     assert_eq!(listed, by_name, "get_leases rule: every lease, by name");
 }
 
+/// `get_leases_with_prefix` lists the leases whose names start with the prefix, as
+/// `get_leases` lists them (by name); the prefix is plain text, no pattern (`%` and `_` are
+/// characters like any other), and an empty one lists every lease. A prefix with a NUL is
+/// refused.
+pub async fn leases_are_listed_by_prefix<F: StorageFactory>(factory: &F) {
+    let Some(storage) = storage_with_leases(factory).await else {
+        return;
+    };
+    let names = [
+        "work/1",
+        "work/0",
+        "work/members/a",
+        "workers",
+        "work",
+        "a%b",
+        "axb",
+        "a_b",
+        "é/1",
+    ];
+    for name in names {
+        request(&storage, name, "node-a", 0, LONG_TTL).await;
+    }
+    let listed = |prefix: &'static str| {
+        let storage = &storage;
+        async move {
+            storage
+                .get_leases_with_prefix(prefix)
+                .await
+                .unwrap_or_else(|err| panic!("get_leases_with_prefix({prefix:?}) failed: {err}"))
+                .into_iter()
+                .map(|lease| lease.lease_name)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        listed("work/").await,
+        ["work/0", "work/1", "work/members/a"],
+        "the leases whose names start with the prefix, by name"
+    );
+    assert_eq!(listed("a%").await, ["a%b"], "% is no wildcard");
+    assert_eq!(listed("a_").await, ["a_b"], "_ is no wildcard");
+    assert_eq!(listed("é").await, ["é/1"]);
+    assert_eq!(listed("nothing").await, Vec::<String>::new());
+    let mut every_name = names.map(str::to_owned).to_vec();
+    every_name.sort();
+    assert_eq!(
+        listed("").await,
+        every_name,
+        "an empty prefix lists every lease"
+    );
+    support::assert_invalid_input(
+        storage.get_leases_with_prefix("work\0").await,
+        "a prefix with a NUL character",
+        "validate_text",
+    );
+}
+
 /// Once the holder's ttl has lapsed on the storage's clock, the next request by another owner
 /// takes the lease over with the next token, acquired and heartbeat at once.
 pub async fn expired_lease_is_taken_over_with_the_next_token<F: StorageFactory>(factory: &F) {
@@ -1381,6 +1438,13 @@ pub async fn lease_methods_refuse_once_the_storage_is_closed<F: StorageFactory>(
         );
         let r = handle.get_leases().await;
         assert_closed(r, &format!("get_leases through {which}"));
+        let r = handle.get_leases_with_prefix("ord").await;
+        assert_closed(r, &format!("get_leases_with_prefix through {which}"));
+        let r = handle.get_leases_with_prefix("ord\0").await;
+        assert_closed(
+            r,
+            &format!("get_leases_with_prefix of an invalid prefix through {which}"),
+        );
         let r = handle.storage_time().await;
         assert_closed(r, &format!("storage_time through {which}"));
     }

@@ -100,6 +100,10 @@ pub async fn assert_lease_methods_unsupported<S: EventStorage + ?Sized>(storage:
         "get_leases while supports(Capability::Lease) is false",
     );
     assert_unsupported(
+        storage.get_leases_with_prefix("l").await,
+        "get_leases_with_prefix while supports(Capability::Lease) is false",
+    );
+    assert_unsupported(
         storage.storage_time().await,
         "storage_time while supports(Capability::Lease) is false",
     );

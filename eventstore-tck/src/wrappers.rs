@@ -176,6 +176,7 @@ pub struct Unreliable<S> {
     failed_calls: AtomicUsize,
     holding_subscriptions: watch::Sender<bool>,
     queries: AtomicUsize,
+    lease_listings: AtomicUsize,
 }
 
 impl<S> Unreliable<S> {
@@ -190,6 +191,7 @@ impl<S> Unreliable<S> {
             failed_calls: AtomicUsize::new(0),
             holding_subscriptions: watch::Sender::new(false),
             queries: AtomicUsize::new(0),
+            lease_listings: AtomicUsize::new(0),
         }
     }
 
@@ -237,6 +239,12 @@ impl<S> Unreliable<S> {
     /// How many `query` calls were made through it so far, answered or not.
     pub fn queries(&self) -> usize {
         self.queries.load(Ordering::SeqCst)
+    }
+
+    /// How many `get_leases` calls (every lease of the storage) were made through it so far,
+    /// answered or not; `get_leases_with_prefix` is forwarded as itself and not counted.
+    pub fn lease_listings(&self) -> usize {
+        self.lease_listings.load(Ordering::SeqCst)
     }
 
     /// Switches the hold on subscriptions on or off: while it is on, subscriptions wait; once it
@@ -394,8 +402,14 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        self.lease_listings.fetch_add(1, Ordering::SeqCst);
         self.gate().await?;
         self.inner.get_leases().await
+    }
+
+    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+        self.gate().await?;
+        self.inner.get_leases_with_prefix(prefix).await
     }
 
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
@@ -590,6 +604,10 @@ impl<S: EventStorage> EventStorage for PollOnly<S> {
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.inner.get_leases().await
+    }
+
+    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+        self.inner.get_leases_with_prefix(prefix).await
     }
 
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {

@@ -303,10 +303,17 @@ impl LeaseTable {
 
     /// Every lease ever granted, expired and released ones included, ordered by name.
     pub fn leases(&self) -> Vec<Lease> {
+        self.leases_with_prefix("")
+    }
+
+    /// As [`LeaseTable::leases`], only those whose names start with `prefix`; the others are
+    /// not copied.
+    pub fn leases_with_prefix(&self, prefix: &str) -> Vec<Lease> {
         let mut leases: Vec<Lease> = self
             .leases
-            .values()
-            .filter_map(|entry| entry.record.clone())
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .filter_map(|(_, entry)| entry.record.clone())
             .collect();
         leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
         leases

@@ -7,8 +7,8 @@
 //! per request interval it
 //!
 //! 1. reads the group from the storage: the live members and who holds which partition,
-//!    judged on the storage's clock ([`EventStorage::get_leases`] and
-//!    [`EventStorage::storage_time`], sent together);
+//!    judged on the storage's clock ([`EventStorage::get_leases_with_prefix`] of `{group}/`,
+//!    the group's leases alone, and [`EventStorage::storage_time`], sent together);
 //! 2. computes its target: a balanced assignment (each of N members gets ⌊M/N⌋ or ⌈M/N⌉
 //!    partitions) that keeps every partition with its holder as far as balance allows, so a
 //!    join or a leave moves about M/N partitions, and places the rest by rendezvous hashing;
@@ -60,7 +60,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`EventStorage::get_leases`]: crate::EventStorage::get_leases
+//! [`EventStorage::get_leases_with_prefix`]: crate::EventStorage::get_leases_with_prefix
 //! [`EventStorage::storage_time`]: crate::EventStorage::storage_time
 //! [`EventStorage::request_leases`]: crate::EventStorage::request_leases
 

@@ -38,6 +38,11 @@ impl GroupNames {
         }
     }
 
+    /// What every lease name of the group starts with: `{group}/`.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// What `lease_name` stands for in this group, if anything.
     pub(crate) fn parse<'a>(&self, lease_name: &'a str) -> Option<GroupLease<'a>> {
         let rest = lease_name.strip_prefix(&self.prefix)?;

@@ -167,6 +167,11 @@ impl<S: EventStorage> EventStorage for CountingStorage<S> {
         self.call("get_leases");
         self.inner.get_leases().await
     }
+
+    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+        self.call("get_leases_with_prefix");
+        self.inner.get_leases_with_prefix(prefix).await
+    }
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         self.call("storage_time");
         self.inner.storage_time().await

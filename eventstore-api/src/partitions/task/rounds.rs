@@ -122,11 +122,13 @@ impl PartitionLoop {
         self.send_and_apply(Scope::Changes, wanted).await
     }
 
-    /// This member's plan, from the group's leases on the storage's clock. Given up after a
-    /// request interval: a hung read must not hold up the renewal that follows it.
+    /// This member's plan, from the group's leases on the storage's clock (those alone: the
+    /// storage may hold many more). Given up after a request interval: a hung read must not
+    /// hold up the renewal that follows it.
     async fn read_plan(&self) -> Result<Plan, EventStorageError> {
         let limit = self.settings.request_interval;
-        let read = async { tokio::join!(self.storage.get_leases(), self.storage.storage_time()) };
+        let group_leases = self.storage.get_leases_with_prefix(self.names.prefix());
+        let read = async { tokio::join!(group_leases, self.storage.storage_time()) };
         let (leases, now) =
             timeout(limit, read)
                 .await
