@@ -244,3 +244,21 @@ pub fn skip(why: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "skipping: {why}");
 }
+
+/// Asserts that `result` is a `Schema` error about `object` whose problem says `problem`.
+pub fn assert_schema_error<T: std::fmt::Debug>(
+    result: Result<T, eventstore_api::EventStorageError>,
+    object: &str,
+    problem: &str,
+) {
+    match result {
+        Err(eventstore_api::EventStorageError::Schema {
+            object: o,
+            problem: p,
+        }) => {
+            assert_eq!(o, object, "problem: {p}");
+            assert!(p.contains(problem), "{o}: {p:?} should say {problem:?}");
+        }
+        other => panic!("expected a Schema error about {object}, got {other:?}"),
+    }
+}

@@ -36,30 +36,13 @@ async fn create_schema(prefix: &str) {
     ensured(prefix).await.close().await.unwrap();
 }
 
-fn assert_schema_error<T: std::fmt::Debug>(
-    result: Result<T, EventStorageError>,
-    object: &str,
-    problem: &str,
-) {
-    match result {
-        Err(EventStorageError::Schema {
-            object: o,
-            problem: p,
-        }) => {
-            assert_eq!(o, object, "problem: {p}");
-            assert!(p.contains(problem), "{o}: {p:?} should say {problem:?}");
-        }
-        other => panic!("expected a Schema error about {object}, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn validate_on_an_empty_prefix_names_the_missing_table_and_creates_nothing() {
     let Some(pool) = common::try_pool().await else {
         return;
     };
     let prefix = common::unique_prefix();
-    assert_schema_error(
+    common::assert_schema_error(
         open(&prefix, DatabaseInitMode::Validate).await,
         &format!("table {prefix}events"),
         "missing",
@@ -151,7 +134,7 @@ async fn validate_names_each_kind_of_drift() {
         pool.execute(drift.replace("{p}", &prefix).as_str())
             .await
             .expect(drift);
-        assert_schema_error(
+        common::assert_schema_error(
             open(&prefix, DatabaseInitMode::Validate).await,
             &object.replace("{p}", &prefix),
             problem,
@@ -185,7 +168,7 @@ async fn ensure_repairs_what_is_missing_but_not_what_differs() {
     pool.execute(format!("ALTER TABLE {prefix}leases ALTER COLUMN priority TYPE integer").as_str())
         .await
         .unwrap();
-    assert_schema_error(
+    common::assert_schema_error(
         open(&prefix, DatabaseInitMode::Ensure).await,
         &format!("column {prefix}leases.priority"),
         "is integer, expected bigint",
@@ -216,7 +199,7 @@ async fn ensure_upgrades_a_leases_table_of_an_earlier_version() {
     )
     .await
     .unwrap();
-    assert_schema_error(
+    common::assert_schema_error(
         open(&prefix, DatabaseInitMode::Validate).await,
         &format!("column {prefix}leases.released"),
         "missing",

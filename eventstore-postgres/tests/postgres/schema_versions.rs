@@ -23,6 +23,16 @@ async fn open(
     common::builder(prefix).init_mode(mode).build().await
 }
 
+/// Creates the prefix's schema with `Ensure`, then lets the storage go.
+async fn create_schema(prefix: &str) {
+    open(prefix, DatabaseInitMode::Ensure)
+        .await
+        .expect("ensure")
+        .close()
+        .await
+        .unwrap();
+}
+
 async fn version_comment(pool: &PgPool, prefix: &str) -> Option<String> {
     sqlx::query_scalar("SELECT obj_description(to_regclass($1), 'pg_class')")
         .bind(format!("{prefix}events"))
@@ -68,35 +78,13 @@ async fn upgrade_by_a_newer_version(pool: &PgPool, prefix: &str, oldest_compatib
     token_base_source(pool, prefix).await.unwrap()
 }
 
-fn assert_schema_error<T: std::fmt::Debug>(
-    result: Result<T, EventStorageError>,
-    object: &str,
-    problem: &str,
-) {
-    match result {
-        Err(EventStorageError::Schema {
-            object: o,
-            problem: p,
-        }) => {
-            assert_eq!(o, object, "problem: {p}");
-            assert!(p.contains(problem), "{o}: {p:?} should say {problem:?}");
-        }
-        other => panic!("expected a Schema error about {object}, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn ensure_records_the_version_of_the_ddl_it_applies() {
     let Some(pool) = common::try_pool().await else {
         return;
     };
     let prefix = common::unique_prefix();
-    open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure")
-        .close()
-        .await
-        .unwrap();
+    create_schema(&prefix).await;
     let comment = version_comment(&pool, &prefix).await.expect("a comment");
     assert!(
         comment.starts_with("eventstore-postgres schema_version="),
@@ -111,12 +99,7 @@ async fn tables_without_a_version_of_this_schema_pass_and_are_left_alone() {
     };
     // Tables of the version before versions were recorded: the same objects, no comment.
     let prefix = common::unique_prefix();
-    open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure")
-        .close()
-        .await
-        .unwrap();
+    create_schema(&prefix).await;
     pool.execute(format!("COMMENT ON TABLE {prefix}events IS NULL").as_str())
         .await
         .unwrap();
@@ -137,12 +120,7 @@ async fn the_tables_of_a_newer_version_are_used_as_they_are() {
         return;
     };
     let prefix = common::unique_prefix();
-    open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure")
-        .close()
-        .await
-        .unwrap();
+    create_schema(&prefix).await;
     let newer_body = upgrade_by_a_newer_version(&pool, &prefix, 1).await;
     let newer_comment = version_comment(&pool, &prefix).await;
 
@@ -199,17 +177,12 @@ async fn a_newer_version_that_lacks_an_object_this_storage_uses_is_not_repaired(
         return;
     };
     let prefix = common::unique_prefix();
-    open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure")
-        .close()
-        .await
-        .unwrap();
+    create_schema(&prefix).await;
     upgrade_by_a_newer_version(&pool, &prefix, 1).await;
     pool.execute(format!("DROP FUNCTION {prefix}release_lease(text, text, text)").as_str())
         .await
         .unwrap();
-    assert_schema_error(
+    common::assert_schema_error(
         open(&prefix, DatabaseInitMode::Ensure).await,
         &format!("function {prefix}release_lease(text, text, text)"),
         &format!("is missing; the tables record schema version {NEWER}, newer than"),
@@ -228,15 +201,10 @@ async fn the_tables_of_a_version_that_needs_a_newer_storage_are_refused_and_left
         return;
     };
     let prefix = common::unique_prefix();
-    open(&prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure")
-        .close()
-        .await
-        .unwrap();
+    create_schema(&prefix).await;
     let newer_body = upgrade_by_a_newer_version(&pool, &prefix, NEWER).await;
     for mode in [DatabaseInitMode::Ensure, DatabaseInitMode::Validate] {
-        assert_schema_error(
+        common::assert_schema_error(
             open(&prefix, mode).await,
             &format!("table {prefix}events"),
             &format!(
