@@ -283,6 +283,10 @@ impl LeaderElector {
     /// Stops the loop and releases the lease, so the next contender's request acquires it.
     /// Stop the guarded work first.
     ///
+    /// A lease request under way is let finish first (within its own timeout, under a ttl),
+    /// so that it cannot reach the storage after the release and take the lease back; a
+    /// release that hangs is given up after a ttl.
+    ///
     /// # Errors
     /// The release's error (the lease then expires after its ttl).
     pub async fn shutdown(mut self) -> Result<(), EventStorageError> {

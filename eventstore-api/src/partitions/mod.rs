@@ -318,6 +318,10 @@ impl PartitionElector {
     /// Leaves the group and releases every partition, so the other members take them at
     /// once. Stop the guarded work first.
     ///
+    /// Requests under way are let finish first (for at most a ttl), so that none can reach
+    /// the storage after the releases and take back what they released; releases that hang
+    /// are given up after a ttl.
+    ///
     /// # Errors
     /// The release of the membership lease failed (the partitions are released anyway; what
     /// fails to release expires after its ttl).
