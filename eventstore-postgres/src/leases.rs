@@ -7,7 +7,7 @@
 //! plain renewals and refreshes as one statement (see `plain_batch`). Nothing here reads or
 //! locks the events table.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use eventstore_api::{
@@ -170,12 +170,14 @@ fn bind_requests<'q>(
 /// `renewals`), else, or when it was not one, in one call of `request_lease`, which takes
 /// scalars. An elector's renewal is the most frequent call of all.
 async fn request_one(shared: &Shared, request: &LeaseRequest) -> StorageResult<LeaseOutcome> {
+    let sent = Instant::now();
     if shared.renewals.expects(request) {
         let renewed = answer(shared, shared.renewals.statement(), request, |row| {
             Ok(renewals::renewed(request, token(row.try_get(0)?)?))
         })
         .await?;
         if let Some(outcome) = renewed {
+            shared.renewals.record(request, sent, &outcome);
             return Ok(outcome);
         }
     }
@@ -192,7 +194,7 @@ async fn request_one(shared: &Shared, request: &LeaseRequest) -> StorageResult<L
                 "the lease function returned no row",
             )
         })?;
-    shared.renewals.record(request, &outcome);
+    shared.renewals.record(request, sent, &outcome);
     Ok(outcome)
 }
 

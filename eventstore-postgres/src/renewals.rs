@@ -19,19 +19,31 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use eventstore_api::{FencingToken, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseStatus};
 
 /// The most leases remembered, so that a process that leads ever new leases and lets them
-/// lapse without a release does not grow without bound; beyond it, requests for leases not
-/// remembered go to the function, as they always may.
+/// lapse without a release does not grow without bound. When it is reached, the leases whose
+/// last `leader` answer has lapsed since are forgotten to make room; beyond it, requests for
+/// leases not remembered go to the function, as they always may.
 const MOST_REMEMBERED: usize = 10_000;
+
+/// What a lease was last answered `leader` for.
+#[derive(Debug)]
+struct Leader {
+    owner: String,
+    priority: i64,
+    /// When that answer's ttl ran out, on this process's clock: after it, the lease may have
+    /// lapsed, and the plain renewal would change nothing.
+    lapses_at: Instant,
+}
 
 /// The owner and priority each lease was last answered `leader` for, and the statement that
 /// renews such a lease.
 #[derive(Debug)]
 pub(crate) struct ExpectedRenewals {
-    leaders: Mutex<HashMap<String, (String, i64)>>,
+    leaders: Mutex<HashMap<String, Leader>>,
     statement: String,
 }
 
@@ -53,28 +65,37 @@ impl ExpectedRenewals {
     pub(crate) fn expects(&self, request: &LeaseRequest) -> bool {
         self.leaders()
             .get(&request.lease_name)
-            .is_some_and(|(owner, priority)| {
-                *owner == request.owner && *priority == request.priority
-            })
+            .is_some_and(|known| known.owner == request.owner && known.priority == request.priority)
     }
 
-    /// Remembers what `request` was answered: its owner leads, or no longer does.
-    pub(crate) fn record(&self, request: &LeaseRequest, outcome: &LeaseOutcome) {
-        if outcome.response.status == LeaseStatus::Leader {
-            let mut leaders = self.leaders();
-            let remembered = || (request.owner.clone(), request.priority);
-            let room = leaders.len() < MOST_REMEMBERED;
-            match leaders.get_mut(&request.lease_name) {
-                // A renewal: most often what is remembered already, which copies nothing.
-                Some(known) if known.0 == request.owner => known.1 = request.priority,
-                Some(known) => *known = remembered(),
-                None if room => {
-                    leaders.insert(request.lease_name.clone(), remembered());
-                }
-                None => {}
-            }
-        } else {
+    /// Remembers what `request`, sent at `sent`, was answered: its owner leads, or no longer
+    /// does.
+    pub(crate) fn record(&self, request: &LeaseRequest, sent: Instant, outcome: &LeaseOutcome) {
+        if outcome.response.status != LeaseStatus::Leader {
             self.forget(&request.lease_name, &request.owner);
+            return;
+        }
+        let lapses_at = sent + request.ttl;
+        let mut leaders = self.leaders();
+        if let Some(known) = leaders.get_mut(&request.lease_name) {
+            // A renewal: most often the owner remembered already, which copies nothing.
+            if known.owner != request.owner {
+                known.owner.clone_from(&request.owner);
+            }
+            known.priority = request.priority;
+            known.lapses_at = lapses_at;
+            return;
+        }
+        if leaders.len() >= MOST_REMEMBERED {
+            leaders.retain(|_, known| known.lapses_at > sent);
+        }
+        if leaders.len() < MOST_REMEMBERED {
+            let leader = Leader {
+                owner: request.owner.clone(),
+                priority: request.priority,
+                lapses_at,
+            };
+            leaders.insert(request.lease_name.clone(), leader);
         }
     }
 
@@ -83,13 +104,13 @@ impl ExpectedRenewals {
         let mut leaders = self.leaders();
         if leaders
             .get(lease_name)
-            .is_some_and(|(held_by, _)| held_by == owner)
+            .is_some_and(|known| known.owner == owner)
         {
             leaders.remove(lease_name);
         }
     }
 
-    fn leaders(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, i64)>> {
+    fn leaders(&self) -> std::sync::MutexGuard<'_, HashMap<String, Leader>> {
         self.leaders.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -143,6 +164,12 @@ mod tests {
         LeaseRequest::new("orders", owner, priority, Duration::from_secs(30))
     }
 
+    impl ExpectedRenewals {
+        fn record_now(&self, request: &LeaseRequest, outcome: &LeaseOutcome) {
+            self.record(request, Instant::now(), outcome);
+        }
+    }
+
     fn answered(status: LeaseStatus, owner: &str) -> LeaseOutcome {
         LeaseOutcome {
             response: LeaseResponse {
@@ -158,23 +185,23 @@ mod tests {
     fn only_the_owner_last_answered_leader_at_its_priority_is_expected_to_renew() {
         let renewals = ExpectedRenewals::new("leases", true);
         assert!(!renewals.expects(&request("a", 0)), "nothing answered yet");
-        renewals.record(&request("a", 0), &answered(LeaseStatus::Leader, "a"));
+        renewals.record_now(&request("a", 0), &answered(LeaseStatus::Leader, "a"));
         assert!(renewals.expects(&request("a", 0)));
         assert!(!renewals.expects(&request("a", 1)), "another priority");
         assert!(!renewals.expects(&request("b", 0)), "another owner");
 
-        renewals.record(&request("b", 0), &answered(LeaseStatus::Standby, "a"));
+        renewals.record_now(&request("b", 0), &answered(LeaseStatus::Standby, "a"));
         assert!(
             renewals.expects(&request("a", 0)),
             "a standby's answer leaves a's"
         );
-        renewals.record(
+        renewals.record_now(
             &request("a", 0),
             &answered(LeaseStatus::LeaderStepDownRequested, "a"),
         );
         assert!(!renewals.expects(&request("a", 0)), "asked to step down");
 
-        renewals.record(&request("a", 0), &answered(LeaseStatus::Leader, "a"));
+        renewals.record_now(&request("a", 0), &answered(LeaseStatus::Leader, "a"));
         renewals.forget("orders", "b");
         assert!(
             renewals.expects(&request("a", 0)),
@@ -190,7 +217,7 @@ mod tests {
         let lease =
             |n: usize| LeaseRequest::new(format!("job-{n}"), "a", 0, Duration::from_secs(30));
         for n in 0..=MOST_REMEMBERED {
-            renewals.record(&lease(n), &answered(LeaseStatus::Leader, "a"));
+            renewals.record_now(&lease(n), &answered(LeaseStatus::Leader, "a"));
         }
         assert_eq!(renewals.leaders().len(), MOST_REMEMBERED);
         assert!(renewals.expects(&lease(0)));
@@ -198,12 +225,35 @@ mod tests {
             !renewals.expects(&lease(MOST_REMEMBERED)),
             "the one past the bound"
         );
-        renewals.record(&request("b", 0), &answered(LeaseStatus::Leader, "b"));
+        renewals.record_now(&request("b", 0), &answered(LeaseStatus::Leader, "b"));
         assert!(!renewals.expects(&request("b", 0)));
-        renewals.record(&lease(0), &answered(LeaseStatus::Leader, "a"));
+        renewals.record_now(&lease(0), &answered(LeaseStatus::Leader, "a"));
         assert!(
             renewals.expects(&lease(0)),
             "a remembered lease is still updated"
         );
+    }
+
+    #[test]
+    fn once_full_the_leases_whose_lead_has_lapsed_make_room() {
+        let renewals = ExpectedRenewals::new("leases", true);
+        let ttl = Duration::from_secs(30);
+        let lease = |n: usize| LeaseRequest::new(format!("job-{n}"), "a", 0, ttl);
+        let start = Instant::now();
+        let leader = answered(LeaseStatus::Leader, "a");
+        for n in 0..MOST_REMEMBERED {
+            // Every other lease renewed later, its lead still running when the bound is met.
+            let sent = if n % 2 == 0 { start } else { start + ttl };
+            renewals.record(&lease(n), sent, &leader);
+        }
+        let later = start + ttl + Duration::from_secs(1);
+        renewals.record(&lease(MOST_REMEMBERED), later, &leader);
+        assert!(
+            renewals.expects(&lease(MOST_REMEMBERED)),
+            "a new lease once the lapsed ones made room"
+        );
+        assert_eq!(renewals.leaders().len(), MOST_REMEMBERED / 2 + 1);
+        assert!(!renewals.expects(&lease(0)), "lapsed, forgotten");
+        assert!(renewals.expects(&lease(1)), "still running, kept");
     }
 }
