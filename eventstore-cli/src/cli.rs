@@ -49,6 +49,9 @@ pub(crate) enum Command {
     /// Every lease: holder, fencing token, priority, acquired, last renewal, expiry, live, live
     /// contenders
     Leases {
+        /// Only the leases whose names start with this text (a partition group's: GROUP/)
+        #[arg(long, value_name = "TEXT")]
+        lease_prefix: Option<String>,
         /// One JSON document (with --watch, one per refresh and line)
         #[arg(long)]
         json: bool,

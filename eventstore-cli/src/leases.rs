@@ -70,15 +70,23 @@ impl LeaseView {
     }
 }
 
+/// What `eventstore leases` prints, and how often.
+#[derive(Debug)]
+pub(crate) struct Rounds<'a> {
+    /// Only the leases whose names start with it (every lease when empty).
+    pub(crate) lease_prefix: &'a str,
+    /// One JSON document per round instead of a table.
+    pub(crate) json: bool,
+    /// Print again after this long, until interrupted.
+    pub(crate) watch: Option<Duration>,
+}
+
 /// Runs `eventstore leases`; with `watch`, again every so often until interrupted.
 ///
 /// # Errors
-/// The store cannot be opened or read; a file store, whose leases live in its process.
-pub(crate) async fn run(
-    args: &StoreArgs,
-    json: bool,
-    watch: Option<Duration>,
-) -> Result<(), Failure> {
+/// The store cannot be opened or read; a file store, whose leases live in its process; a
+/// lease prefix no lease name can start with.
+pub(crate) async fn run(args: &StoreArgs, rounds: &Rounds<'_>) -> Result<(), Failure> {
     let target = Target::from_args(args)?;
     if let Target::File(dir) = &target {
         return Err(Failure::check(format!(
@@ -88,19 +96,20 @@ pub(crate) async fn run(
         )));
     }
     let store = OpenStore::open(&target).await?;
-    let outcome = print_rounds(&store, json, watch).await;
+    let outcome = print_rounds(&store, rounds).await;
     store.close().await;
     outcome
 }
 
-async fn print_rounds(
-    store: &OpenStore,
-    json: bool,
-    watch: Option<Duration>,
-) -> Result<(), Failure> {
+async fn print_rounds(store: &OpenStore, rounds: &Rounds<'_>) -> Result<(), Failure> {
+    let Rounds {
+        lease_prefix,
+        json,
+        watch,
+    } = *rounds;
     let clear = watch.is_some() && !json && std::io::stdout().is_terminal();
     loop {
-        let document = read(store).await?;
+        let document = read(store, lease_prefix).await?;
         if json {
             print_json(&document)?;
         } else {
@@ -123,10 +132,10 @@ async fn print_rounds(
     }
 }
 
-async fn read(store: &OpenStore) -> Result<LeasesDocument, Failure> {
+async fn read(store: &OpenStore, lease_prefix: &str) -> Result<LeasesDocument, Failure> {
     let mut leases = store
         .storage()
-        .get_leases()
+        .get_leases_with_prefix(lease_prefix)
         .await
         .map_err(|error| Failure::storage("cannot read the leases", &error))?;
     leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));

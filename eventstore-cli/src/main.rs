@@ -61,10 +61,18 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Leases {
+            lease_prefix,
             json,
             watch,
             interval,
-        } => leases::run(&cli.store, json, watch.then_some(interval)).await,
+        } => {
+            let rounds = leases::Rounds {
+                lease_prefix: lease_prefix.as_deref().unwrap_or_default(),
+                json,
+                watch: watch.then_some(interval),
+            };
+            leases::run(&cli.store, &rounds).await
+        }
         Command::Contenders { lease, json } => contenders::run(&cli.store, &lease, json).await,
         Command::Bookmarks { json } => bookmarks::run(&cli.store, json).await,
         Command::Events {

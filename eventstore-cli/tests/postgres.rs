@@ -126,6 +126,62 @@ async fn leases_json_says_live_on_the_storage_clock_for_live_expired_and_release
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_of_one_group_are_listed_by_their_prefix() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    let hour = Duration::from_secs(3600);
+    for name in ["work/1", "work/0", "work/members/pod-a", "workers", "other"] {
+        storage
+            .request_lease(LeaseRequest::new(name, "pod-a", 0, hour))
+            .await
+            .unwrap();
+    }
+    let url = database_url();
+    let listed = |lease_prefix: &'static str| {
+        let (url, prefix) = (url.clone(), prefix.clone());
+        async move {
+            let args = ["leases", "--url", &url, "--prefix", &prefix, "--json"];
+            let document = eventstore(&[&args[..], &["--lease-prefix", lease_prefix]].concat())
+                .await
+                .json();
+            document["leases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|lease| lease["lease_name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        listed("work/").await,
+        ["work/0", "work/1", "work/members/pod-a"]
+    );
+    assert_eq!(
+        listed("").await.len(),
+        5,
+        "an empty prefix lists every lease"
+    );
+
+    let too_long = "x".repeat(513);
+    let run = eventstore(&[
+        "leases",
+        "--url",
+        &url,
+        "--prefix",
+        &prefix,
+        "--lease-prefix",
+        &too_long,
+    ])
+    .await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("lease name prefix"), "{run:?}");
+    storage.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contenders_are_listed_live_or_not_and_counted_in_leases() {
     let Some(_pool) = try_pool().await else {
         return;
