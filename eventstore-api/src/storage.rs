@@ -73,8 +73,9 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     ) -> StorageResult<Vec<StoredEvent>>;
 
     /// Events of the streams `stream` covers that match `filter`, strictly after `after`
-    /// when given, ordered by `direction`, at most `limit` of them (counted from the first
-    /// event in that direction).
+    /// when given (after its place, [`EventReference::order_key`], whatever its id), ordered
+    /// by `direction`, at most `limit` of them (counted from the first event in that
+    /// direction).
     ///
     /// # Errors
     /// `InvalidInput` (invalid stream), `Closed`, `Backend`.

@@ -560,7 +560,11 @@ mod tests {
                         let mut expected: Vec<u64> = stored
                             .iter()
                             .filter(|event| stream.covers(&event.stream) && filter.matches(event))
-                            .filter(|event| after.is_none_or(|after| event.reference > after))
+                            .filter(|event| {
+                                after.is_none_or(|after| {
+                                    event.reference.order_key() > after.order_key()
+                                })
+                            })
                             .map(|event| event.reference.position)
                             .collect();
                         if direction == Direction::Backward {

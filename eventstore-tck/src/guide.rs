@@ -102,6 +102,10 @@
 //!   it selects the events after the reference, then the read returns them newest first.
 //!   Reading `e0..e4` backward after `e1` answers `e4, e3, e2`. The limit counts from the
 //!   first event in the reading direction (the newest, backward).
+//! - **A bound is a place in the order**: `after`, `until` and `expected_last` compare
+//!   `EventReference::order_key` (`(tx, position)`), not the reference with its id. `Ord`
+//!   breaks ties by id only to agree with `Eq`; a reference kept without its id bounds as the
+//!   event at its place does.
 //! - **An empty batch** stores nothing and answers an empty list. It carries no idempotency
 //!   key, so it is never a retry, and its criteria are checked as any batch's: a violated
 //!   condition is `OptimisticLock`.

@@ -156,7 +156,7 @@ impl EventStorage for VecStorage {
         // e1 of e0..e4 is e4, e3, e2.
         let matching = state.events.iter().filter(|event| {
             stream.covers(&event.stream)
-                && after.is_none_or(|after| event.reference > *after)
+                && after.is_none_or(|after| event.reference.order_key() > after.order_key())
                 && filter.matches(event)
         });
         // The limit counts from the first event in the reading direction.
