@@ -340,18 +340,14 @@ fn catalog_failure(prefix: &TablePrefix, error: sqlx::Error) -> EventStorageErro
 /// Reads the catalog and fails with `Schema` naming the first object that is missing or
 /// differs from what the shipped DDL creates; `persistent` says whether its statements are
 /// prepared under names. See [`check`] for the tables of a newer version.
-///
-/// Boxed, so that the future's `Send` bound is proven here, once, for concrete lifetimes.
-pub(crate) fn validate<'a>(
-    connection: &'a mut PgConnection,
-    prefix: &'a TablePrefix,
+pub(crate) async fn validate(
+    connection: &mut PgConnection,
+    prefix: &TablePrefix,
     persistent: bool,
-) -> Pin<Box<dyn Future<Output = StorageResult<()>> + Send + 'a>> {
-    Box::pin(async move {
-        check(connection, prefix, persistent)
-            .await
-            .map_err(|stale| stale.error)
-    })
+) -> StorageResult<()> {
+    check(connection, prefix, persistent)
+        .await
+        .map_err(|stale| stale.error)
 }
 
 /// Why the catalog does not hold what this storage needs, and whether applying the

@@ -162,6 +162,12 @@ impl Scene {
             instance,
         }
     }
+
+    /// Stops the instance and closes the storage.
+    async fn stop(self) {
+        self.instance.stop().await;
+        self.storage.close().await.unwrap();
+    }
 }
 
 /// Appends orders `numbers`, one append each.
@@ -205,31 +211,26 @@ async fn an_elected_projector_skips_nothing_across_a_killed_listener_and_is_woke
     let Some(admin) = common::try_pool().await else {
         return;
     };
-    let Scene {
-        prefix,
-        storage,
-        projected,
-        instance,
-    } = Scene::start().await;
+    let scene = Scene::start().await;
+    let (prefix, storage, projected) = (&scene.prefix, &scene.storage, &scene.projected);
 
-    append(&storage, 1..=5).await.unwrap();
+    append(storage, 1..=5).await.unwrap();
     let before = projected.wait_for(5, PUSHED).await;
 
-    let killed = kill_listeners(&admin, &prefix).await;
+    let killed = kill_listeners(&admin, prefix).await;
     assert_eq!(killed.len(), 1, "one listener per storage");
     // Appended while nobody listens: their hints are lost.
-    append(&storage, 6..=10).await.unwrap();
-    listener_back(&admin, &prefix, &killed).await;
+    append(storage, 6..=10).await.unwrap();
+    listener_back(&admin, prefix, &killed).await;
     let recovered = projected.wait_for(10, SETTLE).await;
 
-    append(&storage, 11..=15).await.unwrap();
+    append(storage, 11..=15).await.unwrap();
     let after = projected.wait_for(15, PUSHED).await;
     eprintln!(
         "projected in {before:?} before the kill, {recovered:?} after the listener came back, \
          {after:?} after that (poll interval {POLL_INTERVAL:?})"
     );
-    instance.stop().await;
-    storage.close().await.unwrap();
+    scene.stop().await;
 }
 
 /// Hints lost while the listener was down, for an append readers cannot see yet (an older
@@ -242,13 +243,9 @@ async fn hints_missed_for_an_append_out_of_sight_are_made_up_once_it_comes_in_si
     let Some(admin) = common::try_pool().await else {
         return;
     };
-    let Scene {
-        prefix,
-        storage,
-        projected,
-        instance,
-    } = Scene::start().await;
-    append(&storage, 1..=1).await.unwrap();
+    let scene = Scene::start().await;
+    let (prefix, storage, projected) = (&scene.prefix, &scene.storage, &scene.projected);
+    append(storage, 1..=1).await.unwrap();
     projected.wait_for(1, PUSHED).await;
 
     // A transaction with an id, older than the append: readers see nothing committed later.
@@ -257,10 +254,10 @@ async fn hints_missed_for_an_append_out_of_sight_are_made_up_once_it_comes_in_si
         .execute(&mut *barrier)
         .await
         .unwrap();
-    let killed = kill_listeners(&admin, &prefix).await;
+    let killed = kill_listeners(&admin, prefix).await;
     // Committed while nobody listens, and out of sight (the append gives up waiting for it).
-    append(&storage, 2..=2).await.unwrap();
-    listener_back(&admin, &prefix, &killed).await;
+    append(storage, 2..=2).await.unwrap();
+    listener_back(&admin, prefix, &killed).await;
     // The projector reads on the lost-notice signal now, and finds nothing. Only the test's
     // power to tell a projector that looks again from one that waits for its poll depends on
     // this pause, never whether a correct projector passes.
@@ -268,8 +265,7 @@ async fn hints_missed_for_an_append_out_of_sight_are_made_up_once_it_comes_in_si
     assert_eq!(projected.numbers(), [1], "order 2 is out of sight");
     barrier.rollback().await.unwrap();
     projected.wait_for(2, PUSHED).await;
-    instance.stop().await;
-    storage.close().await.unwrap();
+    scene.stop().await;
 }
 
 // Two workers: the cluster is stopped and started with blocking commands while the projector
