@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use eventstore_api::partitions::{PartitionElector, PartitionWatch, MAX_PARTITIONS};
+use eventstore_api::partitions::{PartitionElector, PartitionWatch, FREE_SEATS, MAX_PARTITIONS};
 use eventstore_api::projector::{PartitionedProjector, Projection, ProjectionError, Projector};
 use eventstore_api::{
     AppendCriteria, Capability, EventId, EventReference, EventStorage, EventStorageError,
@@ -151,6 +151,81 @@ pub async fn partitions_are_balanced_after_a_join_and_a_leave<F: StorageFactory>
     for member in members {
         member.shutdown().await;
     }
+}
+
+/// Members announce themselves by holding a seat of the group, and a member takes one of the
+/// lowest seats nobody holds: four members started at once each hold a seat of their own,
+/// and members replaced again and again under new owner ids (by shutdowns and by crashes)
+/// take the same seats again. Lease rows are never deleted, so a lease per member ever
+/// started would grow the group's leases, and every member's reading of them, without end.
+pub async fn members_that_come_and_go_take_the_same_seats_again<F: StorageFactory>(factory: &F) {
+    let Some(handles) = lease_handles(factory, 4).await else {
+        return;
+    };
+    let mut members: Vec<Member> = (0..4)
+        .map(|i| Member::start(&handles[i], i, TTL, INTERVAL))
+        .collect();
+    wait_balanced(&members, "four members started at once").await;
+    let storage = &handles[0];
+    let prefix = format!("{GROUP}/");
+    support::eventually(
+        "each of the four members to hold a seat of its own",
+        || async {
+            let now = storage.storage_time().await.expect("storage_time");
+            let leases = storage
+                .get_leases_with_prefix(&prefix)
+                .await
+                .expect("leases");
+            let holders: BTreeSet<String> = leases
+                .iter()
+                .filter(|lease| lease.lease_name.contains("/seats/") && !lease.is_expired_at(now))
+                .map(|lease| lease.owner.clone())
+                .collect();
+            holders.len() == 4
+        },
+    )
+    .await;
+
+    // Two at a time from here on, replaced ten times: a shutdown, then a crash, in turn.
+    for member in members.drain(2..) {
+        member.shutdown().await;
+    }
+    for round in 0..10 {
+        let leaving = members.remove(0);
+        if round % 2 == 0 {
+            leaving.shutdown().await;
+        } else {
+            leaving.crash();
+        }
+        let index = 4 + round;
+        members.push(Member::start(&handles[index % 4], index, TTL, INTERVAL));
+        wait_balanced(&members, &format!("member-{index} replaced a member")).await;
+    }
+    for member in members {
+        member.shutdown().await;
+    }
+
+    let leases = storage
+        .get_leases_with_prefix(&prefix)
+        .await
+        .expect("leases");
+    let announcements: Vec<&str> = leases
+        .iter()
+        .map(|lease| lease.lease_name.as_str())
+        .filter(|name| !name[prefix.len()..].chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    assert!(
+        announcements.iter().all(|name| name.contains("/seats/")),
+        "members announce themselves with seats alone: {announcements:?}"
+    );
+    // Four members at once at most, plus the seats a joiner picks from.
+    let most = 4 + FREE_SEATS;
+    assert!(
+        announcements.len() <= most,
+        "14 members came and went, and the group keeps {} seats, more than {most}: \
+         {announcements:?}",
+        announcements.len()
+    );
 }
 
 /// A joining member gets its share within two request intervals; with pushed lease changes

@@ -2,9 +2,11 @@
 //! held under a lease of its own, balanced, fenced, and handed over by priority.
 //!
 //! Every instance of a deployment starts a [`PartitionElector`] for the same group. It holds
-//! the leases `{group}/{partition}` for partitions `0..partitions` and announces itself with a
-//! membership lease `{group}/members/{owner}`, whose priority is its partition count. Once
-//! per request interval it
+//! the leases `{group}/{partition}` for partitions `0..partitions` and announces itself by
+//! holding a seat, `{group}/seats/{n}`, whose priority is its partition count. A member takes
+//! one of the lowest seats nobody holds, so members that come and go under new owner ids
+//! take the same seats again, and a group keeps as many leases as its partitions and its
+//! most members at once (lease rows are never deleted). Once per request interval it
 //!
 //! 1. reads the group from the storage: the live members and who holds which partition,
 //!    judged on the storage's clock ([`EventStorage::get_leases_with_prefix`] of `{group}/`,
@@ -12,8 +14,12 @@
 //! 2. computes its target: a balanced assignment (each of N members gets ⌊M/N⌋ or ⌈M/N⌉
 //!    partitions) that keeps every partition with its holder as far as balance allows, so a
 //!    join or a leave moves about M/N partitions, and places the rest by rendezvous hashing;
-//! 3. sends one [`EventStorage::request_leases`] batch: its membership, its target partitions
+//! 3. sends one [`EventStorage::request_leases`] batch: its seat, its target partitions
 //!    with a high priority, and every other partition it still holds with a low one.
+//!
+//! Members of earlier versions announced themselves with a lease of their own,
+//! `{group}/members/{owner}`, and see only members announced so. While one of them is live
+//! (a rolling upgrade), a member announces itself that way too, besides its seat.
 //!
 //! The storage's step-down rule does the moving: a holder of a partition that should move
 //! renews it with the low priority while its target member asks with the high one, so the
@@ -77,21 +83,27 @@ use std::time::Duration;
 use tokio::sync::watch as channel;
 use tokio::task::JoinHandle;
 
-pub use names::{member_lease_name, partition_lease_name};
+pub use names::{member_lease_name, partition_lease_name, seat_lease_name};
 pub use watch::{PartitionElectorStopped, PartitionWatch};
 
 use crate::elector::{default_grace, shorter_than_ttl, Timings, DEFAULT_TTL};
 use crate::{validate, Capability, EventStorage, EventStorageError, Fence};
 use names::GroupNames;
-use task::{release_within, LoopSettings, PartitionLoop};
+use task::{release_within, LoopSettings, Membership, PartitionLoop};
 use watch::Shared;
+
+/// How many of the lowest free seats a joining member picks its seat from, at random: members
+/// that join at once mostly pick different seats, and a group never has more seats than this
+/// beyond its most members at once.
+pub const FREE_SEATS: usize = 4;
 
 /// The most partitions a group may have: every member reads the whole group each interval,
 /// and a lone member renews every partition in one batch.
 pub const MAX_PARTITIONS: u32 = 100_000;
 
-// A lone member renews every partition and its membership in one batch.
-const _: () = assert!((MAX_PARTITIONS as usize) < validate::MAX_LEASE_BATCH);
+// A lone member renews every partition, its seat and (in a rolling upgrade) its announcement
+// as earlier versions made it, in one batch.
+const _: () = assert!((MAX_PARTITIONS as usize) + 2 <= validate::MAX_LEASE_BATCH);
 
 /// Builds a [`PartitionElector`]; see [`PartitionElector::builder`].
 #[derive(Debug)]
@@ -196,6 +208,7 @@ impl PartitionElectorBuilder {
             held_when_read: BTreeSet::new(),
             requested: false,
             count_mismatched: false,
+            membership: Membership::default(),
         };
         let storage = Arc::clone(&rounds.storage);
         let task = tokio::spawn(rounds.run());
@@ -275,7 +288,7 @@ impl PartitionElector {
     ///
     /// Every member of a group must count the same partitions: members that count
     /// differently never agree on who holds which. Each member announces its count as the
-    /// priority of its membership lease (which nobody else asks for). A member that sees
+    /// priority of its seat (see the [module documentation](self)). A member that sees
     /// another live member announce another count, or a partition of its group at or above
     /// its own count held, logs a warning once and sets the gauge
     /// [`PARTITION_COUNT_MISMATCH`](crate::telemetry::PARTITION_COUNT_MISMATCH) to 1 for as
@@ -323,7 +336,7 @@ impl PartitionElector {
     /// are given up after a ttl.
     ///
     /// # Errors
-    /// The release of the membership lease failed (the partitions are released anyway; what
+    /// The release of the member's seat failed (the partitions are released anyway; what
     /// fails to release expires after its ttl).
     pub async fn shutdown(mut self) -> Result<(), EventStorageError> {
         let _ = self.shutdown.send(true);
@@ -338,7 +351,7 @@ impl PartitionElector {
                 let watch = &self.watch;
                 tracing::error!(group = %watch.group(), owner = %watch.owner(), error = %died,
                     "the partition elector's loop died; releasing its leases on shutdown");
-                let mut lease_names = vec![member_lease_name(watch.group(), watch.owner())];
+                let mut lease_names = watch.membership();
                 lease_names.extend(
                     (0..watch.partitions()).map(|n| partition_lease_name(watch.group(), n)),
                 );

@@ -1,14 +1,29 @@
-//! The lease names of a partition group: one lease per partition, one per member.
+//! The lease names of a partition group: one lease per partition, one seat per live member.
+//!
+//! A member announces itself by holding a seat, `{group}/seats/{n}`: the lowest seat no live
+//! member holds. Seats are taken again by the members that come after, so a group's leases
+//! stay as many as its partitions and its most members at once, however often members
+//! restart under new owner ids (lease rows are never deleted: their tokens must never
+//! repeat). Members of earlier versions announced themselves with a lease of their own,
+//! `{group}/members/{owner}`; those are still read, and written while such a member is live,
+//! so that it sees the members that hold seats.
 
 /// The lease name of `partition` in `group`: `{group}/{partition}`.
 pub fn partition_lease_name(group: &str, partition: u32) -> String {
     format!("{group}/{partition}")
 }
 
-/// The lease name that announces `owner` as a live member of `group`:
-/// `{group}/members/{owner}`.
+/// The lease name with which members of earlier versions announced `owner` as a live member
+/// of `group`: `{group}/members/{owner}`. A member announces itself with this lease too while
+/// a member that announces itself only so is live (a rolling upgrade).
 pub fn member_lease_name(group: &str, owner: &str) -> String {
     format!("{group}/members/{owner}")
+}
+
+/// The lease name of seat `seat` of `group`: `{group}/seats/{seat}`. Its holder is a live
+/// member of the group, and its priority the partition count that member was started with.
+pub fn seat_lease_name(group: &str, seat: u32) -> String {
+    format!("{group}/seats/{seat}")
 }
 
 /// What a lease of a group stands for.
@@ -19,7 +34,9 @@ pub(crate) enum GroupLease<'a> {
     /// A partition at or above this member's partition count: a member configured with more
     /// partitions asked for it.
     BeyondCount(u32),
-    /// A member's membership lease, with the member's owner id.
+    /// A seat: its holder is a member.
+    Seat(u32),
+    /// A membership lease as earlier versions named it, with the member's owner id.
     Member(&'a str),
 }
 
@@ -49,17 +66,22 @@ impl GroupNames {
         if let Some(owner) = rest.strip_prefix("members/") {
             return Some(GroupLease::Member(owner));
         }
-        // Only the canonical spelling: "007" is not partition 7.
-        let partition: u32 = rest.parse().ok()?;
-        if partition.to_string() != rest {
-            return None;
+        if let Some(seat) = rest.strip_prefix("seats/") {
+            return canonical_number(seat).map(GroupLease::Seat);
         }
+        let partition = canonical_number(rest)?;
         Some(if partition < self.partitions {
             GroupLease::Partition(partition)
         } else {
             GroupLease::BeyondCount(partition)
         })
     }
+}
+
+/// `text` as a number, in its canonical spelling only: "007" is not 7.
+fn canonical_number(text: &str) -> Option<u32> {
+    let number: u32 = text.parse().ok()?;
+    (number.to_string() == text).then_some(number)
 }
 
 #[cfg(test)]
@@ -77,9 +99,16 @@ mod tests {
             names.parse(&member_lease_name("orders", "pod-a")),
             Some(GroupLease::Member("pod-a"))
         );
+        assert_eq!(
+            names.parse(&seat_lease_name("orders", 3)),
+            Some(GroupLease::Seat(3))
+        );
         assert_eq!(names.parse("orders/12"), Some(GroupLease::BeyondCount(12)));
         for stranger in [
             "orders/007",
+            "orders/seats/03",
+            "orders/seats/",
+            "orders/seats/-1",
             "orders/-1",
             "orders2/1",
             "billing/1",

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::assignment::{assign, Assignment};
 use super::names::{GroupLease, GroupNames};
+use super::FREE_SEATS;
 use crate::Lease;
 
 /// The live members of a group and the live holders of its partitions, at one instant of the
@@ -21,6 +22,11 @@ pub(crate) struct GroupView {
     /// The partition counts live members announce with their membership, by member; members
     /// that announce none (priority 0, as before counts were announced) are left out.
     counts: BTreeMap<String, u32>,
+    /// The seats held live, and by whom.
+    seats: BTreeMap<u32, String>,
+    /// Another live member announces itself only with the lease earlier versions used, so it
+    /// sees only the members that announce themselves so too.
+    earlier_member_live: bool,
 }
 
 impl GroupView {
@@ -28,54 +34,65 @@ impl GroupView {
     /// storage's clock. `me` counts as a member whatever the leases say: this instance is
     /// alive, and its membership may not be recorded yet.
     pub(crate) fn read(names: &GroupNames, leases: &[Lease], now: DateTime<Utc>, me: &str) -> Self {
-        let live = |lease: &&Lease| !lease.is_expired_at(now);
-        let mut members: BTreeSet<&str> = leases
+        let live: Vec<(&Lease, GroupLease<'_>)> = leases
             .iter()
-            .filter(live)
-            .filter_map(|lease| match names.parse(&lease.lease_name) {
-                Some(GroupLease::Member(owner)) if owner == lease.owner => Some(owner),
-                _ => None,
+            .filter(|lease| !lease.is_expired_at(now))
+            .filter_map(|lease| Some((lease, names.parse(&lease.lease_name)?)))
+            .collect();
+        let mut seats = BTreeMap::new();
+        let mut earlier_announced = BTreeSet::new();
+        // Every live member, with the priority of its membership: its partition count.
+        let mut announced: BTreeMap<&str, i64> = BTreeMap::new();
+        for (lease, kind) in &live {
+            let owner = lease.owner.as_str();
+            match kind {
+                GroupLease::Seat(seat) => {
+                    seats.insert(*seat, owner.to_owned());
+                }
+                GroupLease::Member(named) if *named == owner => {
+                    earlier_announced.insert(owner);
+                }
+                _ => continue,
+            }
+            announced.entry(owner).or_insert(lease.priority);
+        }
+        let earlier_member_live = earlier_announced
+            .iter()
+            .any(|owner| *owner != me && !seats.values().any(|holder| holder == owner));
+        let counts = announced
+            .iter()
+            .filter_map(|(owner, priority)| {
+                let count = u32::try_from(*priority).ok().filter(|count| *count > 0)?;
+                Some(((*owner).to_owned(), count))
             })
             .collect();
+        let mut members: BTreeSet<&str> = announced.into_keys().collect();
         members.insert(me);
         let members: Vec<String> = members.into_iter().map(str::to_owned).collect();
-        let holders = leases
+        let holders = live
             .iter()
-            .filter(live)
-            .filter_map(|lease| match names.parse(&lease.lease_name) {
-                Some(GroupLease::Partition(partition)) => members
+            .filter_map(|(lease, kind)| match kind {
+                GroupLease::Partition(partition) => members
                     .binary_search(&lease.owner)
                     .ok()
-                    .map(|member| (partition, member)),
+                    .map(|member| (*partition, member)),
                 _ => None,
             })
             .collect();
-        let beyond_count = leases
+        let beyond_count = live
             .iter()
-            .filter(live)
-            .filter_map(|lease| match names.parse(&lease.lease_name) {
-                Some(GroupLease::BeyondCount(partition)) => Some(partition),
+            .filter_map(|(_, kind)| match kind {
+                GroupLease::BeyondCount(partition) => Some(*partition),
                 _ => None,
             })
             .max();
-        let counts = leases
-            .iter()
-            .filter(live)
-            .filter_map(|lease| match names.parse(&lease.lease_name) {
-                Some(GroupLease::Member(owner)) if owner == lease.owner => {
-                    let count = u32::try_from(lease.priority)
-                        .ok()
-                        .filter(|count| *count > 0)?;
-                    Some((owner.to_owned(), count))
-                }
-                _ => None,
-            })
-            .collect();
         GroupView {
             members,
             holders,
             beyond_count,
             counts,
+            seats,
+            earlier_member_live,
         }
     }
 
@@ -101,6 +118,8 @@ impl GroupView {
             .iter()
             .find(|(owner, count)| *owner != member && **count != partitions)
             .map(|(owner, count)| (owner.clone(), *count));
+        let seats = self.seat_plan(member);
+        let earlier_member_live = self.earlier_member_live;
         match (assignment, index) {
             (Some(assignment), Ok(index)) => Plan {
                 target: assignment.partitions_of(index),
@@ -116,6 +135,8 @@ impl GroupView {
                     .collect(),
                 beyond_count,
                 other_count,
+                seats,
+                earlier_member_live,
             },
             _ => Plan {
                 target: Vec::new(),
@@ -124,9 +145,36 @@ impl GroupView {
                 held: BTreeSet::new(),
                 beyond_count,
                 other_count,
+                seats,
+                earlier_member_live,
             },
         }
     }
+
+    /// The seats `member` holds, and the lowest ones nobody holds.
+    fn seat_plan(&self, member: &str) -> SeatPlan {
+        SeatPlan {
+            held: self
+                .seats
+                .iter()
+                .filter(|(_, holder)| *holder == member)
+                .map(|(seat, _)| *seat)
+                .collect(),
+            free: (0..)
+                .filter(|seat| !self.seats.contains_key(seat))
+                .take(FREE_SEATS)
+                .collect(),
+        }
+    }
+}
+
+/// Where a member sits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SeatPlan {
+    /// The seats the storage says the member holds, live, lowest first (one but for a moment).
+    pub(crate) held: Vec<u32>,
+    /// The lowest seats no live member holds, [`FREE_SEATS`] of them.
+    pub(crate) free: Vec<u32>,
 }
 
 /// What one member should ask for.
@@ -146,6 +194,11 @@ pub(crate) struct Plan {
     /// A live member that announces another partition count than this member's, and that
     /// count.
     pub(crate) other_count: Option<(String, u32)>,
+    /// Where the member sits, or may.
+    pub(crate) seats: SeatPlan,
+    /// Another live member announces itself only as earlier versions did: this one must
+    /// announce itself so too, or that member does not see it.
+    pub(crate) earlier_member_live: bool,
 }
 
 #[cfg(test)]
@@ -235,5 +288,83 @@ mod tests {
         ];
         let plan = GroupView::read(&names, &leases, now, "me").plan(4, "me");
         assert_eq!(plan.held, BTreeSet::from([0, 3]));
+    }
+
+    #[test]
+    fn seat_holders_are_members_and_announce_their_counts() {
+        let now = Utc::now();
+        let old = now - chrono::Duration::seconds(11);
+        let names = GroupNames::new("g", 4);
+        let seat = |n: u32, owner: &str, count: i64, at| Lease {
+            priority: count,
+            ..lease(&format!("g/seats/{n}"), owner, at)
+        };
+        let leases = vec![
+            seat(0, "a", 4, now),
+            seat(1, "b", 6, old),
+            seat(2, "c", 6, now),
+            lease("g/1", "c", now),
+            lease("g/2", "b", now), // live, but b's seat lapsed
+        ];
+        let view = GroupView::read(&names, &leases, now, "me");
+        assert_eq!(view.members(), ["a", "c", "me"]);
+        assert_eq!(view.holders, BTreeMap::from([(1, 1)]));
+        let plan = view.plan(4, "me");
+        assert_eq!(plan.other_count, Some(("c".to_owned(), 6)));
+        let free_again = SeatPlan {
+            held: vec![],
+            free: vec![1, 3, 4, 5],
+        };
+        assert_eq!(plan.seats, free_again, "b's seat is free again");
+        assert_eq!(view.plan(4, "c").seats.held, [2]);
+        assert!(!plan.earlier_member_live);
+    }
+
+    #[test]
+    fn the_lowest_seats_nobody_holds_are_free() {
+        let now = Utc::now();
+        let names = GroupNames::new("g", 4);
+        let seats = |held: &[u32]| {
+            let leases: Vec<Lease> = held
+                .iter()
+                .map(|n| lease(&format!("g/seats/{n}"), &format!("m{n}"), now))
+                .collect();
+            GroupView::read(&names, &leases, now, "me")
+                .plan(4, "me")
+                .seats
+                .free
+        };
+        assert_eq!(seats(&[]), [0, 1, 2, 3]);
+        assert_eq!(seats(&[0, 1, 3]), [2, 4, 5, 6]);
+        assert_eq!(seats(&[1, 2]), [0, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_member_announced_only_as_earlier_versions_did_is_seen_until_it_holds_a_seat() {
+        let now = Utc::now();
+        let old = now - chrono::Duration::seconds(11);
+        let names = GroupNames::new("g", 4);
+        let plan = |leases: Vec<Lease>| GroupView::read(&names, &leases, now, "me").plan(4, "me");
+        let earlier = plan(vec![lease("g/members/old", "old", now)]);
+        assert!(earlier.earlier_member_live);
+        assert_eq!(
+            earlier.target.len(),
+            2,
+            "the earlier member counts: {earlier:?}"
+        );
+        // A member announced both ways is one that holds a seat, this member itself is no
+        // earlier member, a lapsed announcement is nobody, and a lease named for another
+        // owner announces nobody.
+        for leases in [
+            vec![
+                lease("g/members/new", "new", now),
+                lease("g/seats/0", "new", now),
+            ],
+            vec![lease("g/members/me", "me", now)],
+            vec![lease("g/members/old", "old", old)],
+            vec![lease("g/members/old", "someone", now)],
+        ] {
+            assert!(!plan(leases.clone()).earlier_member_live, "{leases:?}");
+        }
     }
 }

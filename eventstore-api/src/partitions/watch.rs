@@ -42,6 +42,9 @@ pub(super) struct Shared {
     acknowledged: Mutex<BTreeSet<u32>>,
     /// Wakes the task when the work acknowledges a handover.
     pub(super) acknowledgement: Notify,
+    /// The leases this member may hold to announce itself: what a shutdown releases when the
+    /// loop died before it could.
+    membership: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -54,6 +57,7 @@ impl Shared {
             publisher,
             acknowledged: Mutex::new(BTreeSet::new()),
             acknowledgement: Notify::new(),
+            membership: Mutex::new(Vec::new()),
         })
     }
 
@@ -84,6 +88,16 @@ impl Shared {
             stopped,
             ..Holdings::default()
         });
+    }
+
+    /// Records the leases this member may hold to announce itself.
+    pub(super) fn set_membership(&self, lease_names: Vec<String>) {
+        *lock(&self.membership) = lease_names;
+    }
+
+    /// The leases this member may hold to announce itself.
+    pub(super) fn membership(&self) -> Vec<String> {
+        lock(&self.membership).clone()
     }
 
     /// Takes the acknowledged handovers.
@@ -189,6 +203,11 @@ impl PartitionWatch {
     /// Marks the elector stopped: nothing is held any more.
     pub(super) fn lapse_as_stopped(&self) {
         self.shared.lapse(true);
+    }
+
+    /// The leases this member may hold to announce itself.
+    pub(super) fn membership(&self) -> Vec<String> {
+        self.shared.membership()
     }
 
     /// Whether the elector has stopped.

@@ -39,6 +39,10 @@ impl PartitionLoop {
                 GroupLease::Member(member),
                 LeaseChangeKind::Acquired { .. } | LeaseChangeKind::Released { .. },
             ) if member != me => Some((FollowUp::Look, herd_jitter())),
+            (
+                GroupLease::Seat(_),
+                LeaseChangeKind::Acquired { owner, .. } | LeaseChangeKind::Released { owner, .. },
+            ) if owner != me => Some((FollowUp::Look, herd_jitter())),
             // A partition this member should hold is free: take it.
             (GroupLease::Partition(partition), LeaseChangeKind::Released { owner, .. })
                 if owner != me && self.target.contains(&partition) =>

@@ -2,7 +2,7 @@
 //!
 //! Once per request interval a renewal: read the group from the storage (its leases and the
 //! storage's clock), compute this member's target partitions, and send one batch that renews
-//! the membership lease, asks for every target partition with the high priority and renews
+//! its seat, asks for every target partition with the high priority and renews
 //! every other partition still held with the low one. Between renewals, pushed changes call
 //! for smaller batches: a look (read the group, send only what should change) when a member
 //! joins or leaves or this member is asked to hand a partition over, a claim (ask for the
@@ -10,9 +10,11 @@
 //! hands the partition over once its work acknowledges (or the drain timeout passes).
 
 mod follow_up;
+mod membership;
 mod releases;
 mod rounds;
 
+pub(crate) use membership::Membership;
 pub(super) use releases::release_within;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -124,6 +126,8 @@ pub(super) struct PartitionLoop {
     pub(super) requested: bool,
     /// The last read of the group showed a member counting other partitions than this one.
     pub(super) count_mismatched: bool,
+    /// How this member announces itself.
+    pub(super) membership: Membership,
 }
 
 impl Drop for PartitionLoop {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::{timeout, Instant};
 
 use super::PartitionLoop;
-use crate::partitions::names::{member_lease_name, partition_lease_name};
+use crate::partitions::names::partition_lease_name;
 use crate::partitions::watch::Holdings;
 use crate::{EventStorage, EventStorageError};
 
@@ -93,7 +93,10 @@ impl PartitionLoop {
         }
     }
 
-    async fn release_leases(&self, lease_names: &[String]) -> Result<(), EventStorageError> {
+    pub(super) async fn release_leases(
+        &self,
+        lease_names: &[String],
+    ) -> Result<(), EventStorageError> {
         let (owner, ttl) = (&self.shared.owner, self.settings.ttl);
         let released = release_within(self.storage.as_ref(), lease_names, owner, ttl).await;
         if let Err(error) = &released {
@@ -109,9 +112,14 @@ impl PartitionLoop {
     pub(super) async fn release_all(&mut self) -> Result<(), EventStorageError> {
         let holdings = self.shared.holdings();
         self.shared.lapse(true);
-        let membership = self
-            .release_leases(&[member_lease_name(&self.shared.group, &self.shared.owner)])
-            .await;
+        let leaving = self
+            .membership
+            .leaving(&self.shared.group, &self.shared.owner);
+        let membership = if leaving.is_empty() {
+            Ok(())
+        } else {
+            self.release_leases(&leaving).await
+        };
         let partitions: BTreeSet<u32> = holdings
             .held
             .keys()

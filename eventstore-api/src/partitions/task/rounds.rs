@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::{timeout, Instant};
 
 use super::{Pace, PartitionLoop};
-use crate::partitions::names::{member_lease_name, partition_lease_name};
+use crate::partitions::names::partition_lease_name;
 use crate::partitions::view::{GroupView, Plan};
 use crate::partitions::watch::Holdings;
 use crate::{telemetry, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
@@ -15,15 +15,14 @@ use crate::{telemetry, EventStorageError, LeaseRequest, LeaseResponse, LeaseStat
 /// The priority a member asks for its target partitions with; every other request uses
 /// [`OTHER_PRIORITY`], so a holder of a partition that should move is asked to step down.
 const TARGET_PRIORITY: i64 = 1;
-/// The priority of held partitions that should move. A membership lease is asked for with
-/// the member's partition count instead: nobody else asks for it, so its priority serves
-/// to tell the other members what this one counts.
+/// The priority of held partitions that should move. A member's seat is asked for with the
+/// member's partition count instead, which tells the other members what this one counts.
 const OTHER_PRIORITY: i64 = 0;
 
 /// What a round sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Scope {
-    /// Everything: the membership, the target and every partition held, which confirms them
+    /// Everything: the seat, the target and every partition held, which confirms them
     /// all until a new deadline. Once per request interval.
     Renewal,
     /// Only what should change: the target partitions not held (with the target priority)
@@ -41,6 +40,7 @@ impl PartitionLoop {
         let mut held_in_storage = BTreeSet::new();
         let pace = match self.read_plan().await {
             Ok(plan) => {
+                self.membership.read(&plan);
                 self.target = plan.target.into_iter().collect();
                 unheld = Some(plan.unheld);
                 held_in_storage = plan.held;
@@ -69,7 +69,16 @@ impl PartitionLoop {
         self.send_and_apply(scope, partitions).await?;
         self.withdraw_dropped(&before, &previous_target, &held_in_storage)
             .await;
-        Ok(pace)
+        let extra_seats = self.membership.take_extra_seats(&self.shared.group);
+        if !extra_seats.is_empty() {
+            let _ = self.release_leases(&extra_seats).await;
+        }
+        // Without a seat the others do not count this member yet: try another one soon.
+        Ok(if self.membership.seated() {
+            pace
+        } else {
+            Pace::Settling
+        })
     }
 
     /// Says, once per episode, that a member of the group was configured with another
@@ -179,21 +188,30 @@ impl PartitionLoop {
             .collect()
     }
 
-    /// Sends one batch for `partitions` (and the membership with a renewal) and publishes
-    /// what the answers mean.
+    /// Sends one batch for `partitions` (and the membership with a renewal, or while this
+    /// member has no seat) and publishes what the answers mean.
     async fn send_and_apply(
         &mut self,
         scope: Scope,
         partitions: Vec<u32>,
     ) -> Result<(), EventStorageError> {
         let renewal = scope == Scope::Renewal;
-        if partitions.is_empty() && !renewal {
+        let membership = if renewal || !self.membership.seated() {
+            let (group, owner) = (&self.shared.group, &self.shared.owner);
+            let lease_names = self.membership.lease_names(group, owner);
+            self.shared
+                .set_membership(self.membership.leaving(group, owner));
+            lease_names
+        } else {
+            Vec::new()
+        };
+        if partitions.is_empty() && membership.is_empty() {
             return Ok(());
         }
-        let mut requests = Vec::with_capacity(partitions.len() + 1);
-        if renewal {
-            let membership = member_lease_name(&self.shared.group, &self.shared.owner);
-            requests.push(self.request(membership, i64::from(self.shared.partitions)));
+        let announcements = membership.len();
+        let mut requests = Vec::with_capacity(partitions.len() + announcements);
+        for lease_name in membership {
+            requests.push(self.request(lease_name, i64::from(self.shared.partitions)));
         }
         for partition in &partitions {
             let priority = if self.target.contains(partition) {
@@ -212,11 +230,14 @@ impl PartitionLoop {
         let sent = Instant::now();
         let valid_until = sent + self.settings.ttl - self.settings.safety_margin;
         let responses = self.send(requests, valid_until - sent).await?;
+        let (announced, answers) = responses.split_at(announcements.min(responses.len()));
+        if announcements > 0 {
+            self.membership.answered(announced);
+        }
         if Instant::now() >= valid_until {
             // Too late to confer anything; what was held lapses at its own deadline.
             return Ok(());
         }
-        let answers = &responses[usize::from(renewal)..];
         self.apply(scope, &partitions, answers, valid_until);
         Ok(())
     }

@@ -1,0 +1,93 @@
+//! How a member announces itself: a seat, and while a member of an earlier version is live,
+//! the lease with which earlier versions announced themselves.
+
+use rand::seq::SliceRandom;
+
+use crate::partitions::names::{member_lease_name, seat_lease_name};
+use crate::partitions::view::Plan;
+use crate::{LeaseResponse, LeaseStatus};
+
+/// A member's announcement of itself, as the last view of the group and the last answers had
+/// it.
+#[derive(Debug, Default)]
+pub(crate) struct Membership {
+    /// The seat to ask for: the one held, or a free one.
+    seat: Option<u32>,
+    /// `seat` is held, as far as this member knows.
+    seated: bool,
+    /// Seats the storage says this member holds besides `seat`, to give back.
+    extra_seats: Vec<u32>,
+    /// Announce as earlier versions do too: one of them is live.
+    as_before: bool,
+    /// Announced as earlier versions do at least once: leaving releases that lease too.
+    announced_as_before: bool,
+}
+
+impl Membership {
+    /// Takes in what a view of the group says: the seat held (or one of the lowest free
+    /// ones, at random, so that members joining at once mostly pick different ones), and
+    /// whether a member of an earlier version is live.
+    pub(crate) fn read(&mut self, plan: &Plan) {
+        let mut held = plan.seats.held.iter().copied();
+        let kept = held.next();
+        self.seated = kept.is_some();
+        self.seat = kept.or_else(|| plan.seats.free.choose(&mut rand::thread_rng()).copied());
+        self.extra_seats = held.collect();
+        self.as_before = plan.earlier_member_live;
+    }
+
+    /// Whether this member holds its seat, as far as it knows.
+    pub(crate) fn seated(&self) -> bool {
+        self.seated
+    }
+
+    /// The leases that announce this member, to renew (in this order).
+    pub(crate) fn lease_names(&mut self, group: &str, owner: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .seat
+            .iter()
+            .map(|seat| seat_lease_name(group, *seat))
+            .collect();
+        if self.as_before {
+            self.announced_as_before = true;
+            names.push(member_lease_name(group, owner));
+        }
+        names
+    }
+
+    /// Takes in the answers to the requests for [`Membership::lease_names`].
+    pub(crate) fn answered(&mut self, answers: &[LeaseResponse]) {
+        if self.seat.is_some() {
+            // Standby: another member took the seat first; the next view shows a free one.
+            self.seated = answers
+                .first()
+                .is_some_and(|answer| answer.status != LeaseStatus::Standby);
+            if !self.seated {
+                self.seat = None;
+            }
+        }
+    }
+
+    /// The seats held besides the one kept, to give back now.
+    pub(crate) fn take_extra_seats(&mut self, group: &str) -> Vec<String> {
+        let extra = std::mem::take(&mut self.extra_seats);
+        extra
+            .iter()
+            .map(|seat| seat_lease_name(group, *seat))
+            .collect()
+    }
+
+    /// Every lease this member may hold to announce itself, to release on leaving.
+    pub(crate) fn leaving(&self, group: &str, owner: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .seat
+            .iter()
+            .chain(&self.extra_seats)
+            .map(|seat| seat_lease_name(group, *seat))
+            .collect();
+        if self.announced_as_before {
+            names.push(member_lease_name(group, owner));
+        }
+        names
+    }
+}
