@@ -10,8 +10,8 @@ const NAME: &str = "pgbouncer";
 /// `url` without its `pgbouncer` parameter, and the parameter's value if it had one.
 ///
 /// # Errors
-/// `InvalidInput` naming `field` when the value is neither `true` nor `false` (the url itself
-/// is not shown: it may hold a password).
+/// `InvalidInput` naming `field` when the value is neither `true` nor `false`, in any case (the
+/// url itself is not shown: it may hold a password).
 pub(crate) fn take(field: &str, url: &str) -> Result<(String, Option<bool>), EventStorageError> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), None));
@@ -24,17 +24,19 @@ pub(crate) fn take(field: &str, url: &str) -> Result<(String, Option<bool>), Eve
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, given) = pair.split_once('=').unwrap_or((pair, ""));
-        if key != NAME {
+        // Any case: a url written `PGBOUNCER=TRUE` means the same, and the driver would
+        // ignore it rather than refuse it.
+        if !key.eq_ignore_ascii_case(NAME) {
             kept.push(pair);
             continue;
         }
-        value = Some(match given {
+        value = Some(match given.to_ascii_lowercase().as_str() {
             "true" => true,
             "false" => false,
-            other => {
+            _ => {
                 return Err(EventStorageError::invalid(
                     field,
-                    format!("{NAME}={other}"),
+                    format!("{key}={given}"),
                     "pgbouncer must be true or false",
                 ))
             }
@@ -78,6 +80,23 @@ mod tests {
             take("database url", "postgres://h/db?sslmode=require").unwrap(),
             ("postgres://h/db?sslmode=require".to_owned(), None)
         );
+    }
+
+    #[test]
+    fn the_parameter_is_read_in_any_case() {
+        for (url, expected) in [
+            ("postgres://h/db?PGBOUNCER=true", true),
+            ("postgres://h/db?PgBouncer=TRUE", true),
+            ("postgres://h/db?pgbouncer=False", false),
+        ] {
+            assert_eq!(
+                take("database url", url).unwrap(),
+                ("postgres://h/db".to_owned(), Some(expected)),
+                "{url}"
+            );
+        }
+        let error = take("database url", "postgres://h/db?PGBOUNCER=1").unwrap_err();
+        assert!(error.to_string().contains("PGBOUNCER=1"), "{error}");
     }
 
     #[test]
