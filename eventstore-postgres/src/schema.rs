@@ -99,34 +99,100 @@ const TABLES: &[(&str, &[ExpectedColumn])] = &[
     ),
 ];
 
-/// Every index (by suffix), the table it belongs to, whether it must be unique, and the
-/// storage options it must have (as `pg_class.reloptions` lists them).
-const INDEXES: &[(&str, &str, bool, &[&str])] = &[
-    ("events_pkey", "events", true, &[]),
-    ("events_id_key", "events", true, &[]),
-    ("events_order_idx", "events", false, &[]),
-    ("events_context_idx", "events", false, &[]),
-    ("events_type_idx", "events", false, &[]),
-    (
-        "events_tags_idx",
+/// An index this storage uses, as the shipped DDL creates it.
+struct ExpectedIndex {
+    /// The name after the prefix.
+    suffix: &'static str,
+    /// The table it is on, after the prefix.
+    table: &'static str,
+    unique: bool,
+    /// Its access method, key and predicate as `pg_get_indexdef` gives them after `USING`,
+    /// without its storage options.
+    definition: &'static str,
+    /// The storage options it must have, as `pg_class.reloptions` lists them.
+    options: &'static [&'static str],
+}
+
+const fn index(
+    suffix: &'static str,
+    table: &'static str,
+    unique: bool,
+    definition: &'static str,
+) -> ExpectedIndex {
+    ExpectedIndex {
+        suffix,
+        table,
+        unique,
+        definition,
+        options: &[],
+    }
+}
+
+/// Every index this storage uses.
+const INDEXES: &[ExpectedIndex] = &[
+    index("events_pkey", "events", true, r#"btree ("position")"#),
+    index("events_id_key", "events", true, "btree (id)"),
+    index(
+        "events_order_idx",
         "events",
         false,
-        &["gin_pending_list_limit=128"],
+        r#"btree (tx, "position")"#,
     ),
-    ("events_idempotency_idx", "events", true, &[]),
-    ("bookmarks_pkey", "bookmarks", true, &[]),
-    ("leases_pkey", "leases", true, &[]),
-    ("lease_contenders_pkey", "lease_contenders", true, &[]),
+    index(
+        "events_context_idx",
+        "events",
+        false,
+        r#"btree (stream_context, tx, "position", stream_purpose)"#,
+    ),
+    index(
+        "events_type_idx",
+        "events",
+        false,
+        r#"btree (event_type, tx, "position")"#,
+    ),
+    ExpectedIndex {
+        options: &["gin_pending_list_limit=128"],
+        ..index("events_tags_idx", "events", false, "gin (tags)")
+    },
+    index(
+        "events_idempotency_idx",
+        "events",
+        true,
+        "btree (stream_context, stream_purpose, idempotency_key) \
+         WHERE (idempotency_key IS NOT NULL)",
+    ),
+    index("bookmarks_pkey", "bookmarks", true, "btree (reader)"),
+    index("leases_pkey", "leases", true, "btree (lease_name)"),
+    index(
+        "lease_contenders_pkey",
+        "lease_contenders",
+        true,
+        "btree (lease_name, owner)",
+    ),
 ];
 
-/// An expected index as the catalog has it: the table it is on, whether it is unique and its
-/// storage options; the first two are missing when the index is.
+/// An expected index as the catalog has it: the table it is on, whether it is unique, its
+/// definition and its storage options; all but the options are missing when the index is.
 #[derive(sqlx::FromRow)]
 struct CatalogIndex {
     name: String,
     table_name: Option<String>,
     is_unique: Option<bool>,
+    definition: Option<String>,
     options: Vec<String>,
+}
+
+impl CatalogIndex {
+    /// Its access method, key and predicate: `pg_get_indexdef` after `USING`, without the
+    /// storage options (compared apart).
+    fn method_key_and_predicate(&self) -> Option<String> {
+        let (_, after_using) = self.definition.as_deref()?.split_once(" USING ")?;
+        let Some(start) = after_using.find(" WITH (") else {
+            return Some(after_using.to_owned());
+        };
+        let end = start + after_using[start..].find(')')? + 1;
+        Some(format!("{}{}", &after_using[..start], &after_using[end..]))
+    }
 }
 
 /// Every function (by suffix) with its argument types.
@@ -426,8 +492,8 @@ async fn check_catalog(
 }
 
 /// Fails with `Schema` naming the first object that is missing or differs from what this
-/// storage uses; `exact` also compares index options and function bodies with the shipped
-/// DDL's, which a newer version may have changed.
+/// storage uses; `exact` also compares index keys, predicates and options and function bodies
+/// with the shipped DDL's, which a newer version may have changed.
 async fn validate_catalog(
     connection: &mut PgConnection,
     prefix: &TablePrefix,
@@ -483,10 +549,11 @@ async fn validate_catalog(
 
     let index_names: Vec<String> = INDEXES
         .iter()
-        .map(|(index, ..)| prefix.name(index))
+        .map(|index| prefix.name(index.suffix))
         .collect();
     let indexes: Vec<CatalogIndex> = sqlx::query_as(
         "SELECT t.name, c.relname::text AS table_name, i.indisunique AS is_unique, \
+                pg_get_indexdef(i.indexrelid) AS definition, \
                 coalesce(ic.reloptions, '{}')::text[] AS options \
          FROM unnest($1::text[]) AS t(name) \
          LEFT JOIN pg_index AS i ON i.indexrelid = to_regclass(t.name) \
@@ -498,23 +565,25 @@ async fn validate_catalog(
     .fetch_all(&mut *connection)
     .await
     .map_err(failing)?;
-    for (&(_, table, unique, expected_options), name) in INDEXES.iter().zip(&index_names) {
-        let table = prefix.name(table);
+    for (expected, name) in INDEXES.iter().zip(&index_names) {
+        let table = prefix.name(expected.table);
         let object = format!("index {name}");
         match indexes.iter().find(|index| index.name == *name) {
-            Some(CatalogIndex {
-                table_name: Some(on),
-                is_unique: Some(is_unique),
-                options,
-                ..
-            }) => {
+            Some(
+                found @ CatalogIndex {
+                    table_name: Some(on),
+                    is_unique: Some(is_unique),
+                    options,
+                    ..
+                },
+            ) => {
                 if *on != table {
                     return Err(schema_error(
                         object,
                         format!("is on table {on}, expected {table}"),
                     ));
                 }
-                if *is_unique != unique {
+                if *is_unique != expected.unique {
                     return Err(schema_error(
                         object,
                         format!(
@@ -523,9 +592,19 @@ async fn validate_catalog(
                         ),
                     ));
                 }
-                if let Some(missing) = expected_options
+                if !exact {
+                    continue;
+                }
+                let definition = found.method_key_and_predicate().unwrap_or_default();
+                if definition != expected.definition {
+                    return Err(schema_error(
+                        object,
+                        format!("is {definition}, expected {}", expected.definition),
+                    ));
+                }
+                if let Some(missing) = expected
+                    .options
                     .iter()
-                    .filter(|_| exact)
                     .find(|option| !options.iter().any(|set| set == *option))
                 {
                     return Err(schema_error(
@@ -626,10 +705,11 @@ mod tests {
                 );
             }
         }
-        for (index, ..) in INDEXES {
+        for index in INDEXES {
             assert!(
-                SCHEMA_SQL.contains(&format!("__prefix__{index}")),
-                "{index}"
+                SCHEMA_SQL.contains(&format!("__prefix__{}", index.suffix)),
+                "{}",
+                index.suffix
             );
         }
     }

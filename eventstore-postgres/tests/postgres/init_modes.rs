@@ -89,7 +89,7 @@ async fn validate_names_each_kind_of_drift() {
     let Some(pool) = common::try_pool().await else {
         return;
     };
-    let drifts: [(&str, &str, &str); 8] = [
+    let drifts: [(&str, &str, &str); 10] = [
         (
             "CREATE OR REPLACE FUNCTION {p}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean \
              LANGUAGE sql AS $$ SELECT false $$",
@@ -105,6 +105,20 @@ async fn validate_names_each_kind_of_drift() {
             "ALTER INDEX {p}events_tags_idx RESET (gin_pending_list_limit)",
             "index {p}events_tags_idx",
             "expected gin_pending_list_limit=128",
+        ),
+        (
+            "DROP INDEX {p}events_type_idx; \
+             CREATE INDEX {p}events_type_idx ON {p}events (event_type)",
+            "index {p}events_type_idx",
+            r#"is btree (event_type), expected btree (event_type, tx, "position")"#,
+        ),
+        (
+            "DROP INDEX {p}events_idempotency_idx; \
+             CREATE UNIQUE INDEX {p}events_idempotency_idx \
+             ON {p}events (stream_context, stream_purpose, idempotency_key)",
+            "index {p}events_idempotency_idx",
+            "expected btree (stream_context, stream_purpose, idempotency_key) \
+             WHERE (idempotency_key IS NOT NULL)",
         ),
         (
             "ALTER TABLE {p}events ALTER COLUMN payload TYPE text",
