@@ -72,6 +72,15 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A partition group: its live members, what each holds, what nobody holds
+    Partitions {
+        /// The group (the name its members were started with)
+        #[arg(value_name = "GROUP")]
+        group: String,
+        /// One JSON document
+        #[arg(long)]
+        json: bool,
+    },
     /// Every reader's bookmark: reader, position, updated
     Bookmarks {
         /// One JSON document

@@ -3,6 +3,7 @@
 //! ```text
 //! eventstore leases    [--json] [--watch]            every lease: holder, token, ages, live or not
 //! eventstore contenders LEASE [--json]               who waits for a lease, live or not
+//! eventstore partitions GROUP [--json]               a partition group's members and holdings
 //! eventstore bookmarks [--json]                      every reader's bookmark
 //! eventstore events --stream CONTEXT/PURPOSE [--limit N] [--json]
 //! eventstore schema print|check|apply|drop [--yes]   the PostgreSQL schema of a prefix
@@ -26,6 +27,7 @@ mod events;
 mod failure;
 mod leases;
 mod output;
+mod partitions;
 mod schema;
 mod store;
 mod time_text;
@@ -74,6 +76,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             leases::run(&cli.store, &rounds).await
         }
         Command::Contenders { lease, json } => contenders::run(&cli.store, &lease, json).await,
+        Command::Partitions { group, json } => partitions::run(&cli.store, &group, json).await,
         Command::Bookmarks { json } => bookmarks::run(&cli.store, json).await,
         Command::Events {
             stream,

@@ -690,3 +690,70 @@ async fn a_failed_schema_apply_says_what_to_change_by_hand() {
         run.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_groups_members_and_holdings_are_shown() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage: std::sync::Arc<dyn EventStorage> = std::sync::Arc::new(storage_on(&prefix).await);
+    let start = |owner: &str| {
+        eventstore_api::PartitionElector::builder(storage.clone(), "work", 6)
+            .owner(owner)
+            .ttl(Duration::from_secs(10))
+            .start()
+            .unwrap()
+    };
+    let members = [start("pod-a"), start("pod-b")];
+    eventually(
+        "the two members to hold three each",
+        Duration::from_secs(30),
+        || {
+            let counts: Vec<usize> = members.iter().map(|m| m.held().len()).collect();
+            async move { (counts == [3, 3]).then_some(()) }
+        },
+    )
+    .await;
+    let url = database_url();
+    let args = ["partitions", "work", "--url", &url, "--prefix", &prefix];
+    let document = eventstore(&[&args[..], &["--json"]].concat()).await.json();
+    assert_eq!(document["group"], "work", "{document}");
+    assert_eq!(document["partitions"], 6, "{document}");
+    assert_eq!(document["balanced"], true, "{document}");
+    assert_eq!(document["unheld"], json!([]), "{document}");
+    let shown = document["members"].as_array().unwrap();
+    let owners: Vec<&str> = shown.iter().map(|m| m["owner"].as_str().unwrap()).collect();
+    assert_eq!(owners, ["pod-a", "pod-b"], "{document}");
+    assert_ne!(shown[0]["seat"], shown[1]["seat"], "{document}");
+    for member in shown {
+        assert_eq!(member["held"].as_array().unwrap().len(), 3, "{document}");
+        assert_eq!(member["partitions"], 6, "{document}");
+    }
+
+    let text = eventstore(&args).await;
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(
+        text.stdout
+            .contains("2 live members, 6 partitions, balanced"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("MEMBER") && text.stdout.contains("pod-b"),
+        "{}",
+        text.stdout
+    );
+
+    for member in members {
+        member.shutdown().await.unwrap();
+    }
+    let gone = eventstore(&args).await;
+    assert_eq!(gone.code, 1, "{gone:?}");
+    assert!(
+        gone.stderr
+            .contains("no live member of partition group \"work\""),
+        "{gone:?}"
+    );
+    storage.close().await.unwrap();
+}

@@ -17,6 +17,9 @@
 //! 3. sends one [`EventStorage::request_leases`] batch: its seat, its target partitions
 //!    with a high priority, and every other partition it still holds with a low one.
 //!
+//! [`GroupStatus::read`] shows a group as the storage has it (its live members, what each
+//! holds, what nobody holds), for operators and health checks.
+//!
 //! Members of earlier versions announced themselves with a lease of their own,
 //! `{group}/members/{owner}`, and see only members announced so. While one of them is live
 //! (a rolling upgrade), a member announces itself that way too, besides its seat.
@@ -72,6 +75,7 @@
 
 mod assignment;
 mod names;
+mod status;
 mod task;
 mod view;
 mod watch;
@@ -84,6 +88,7 @@ use tokio::sync::watch as channel;
 use tokio::task::JoinHandle;
 
 pub use names::{member_lease_name, partition_lease_name, seat_lease_name};
+pub use status::{GroupMember, GroupStatus};
 pub use watch::{PartitionElectorStopped, PartitionWatch};
 
 use crate::elector::{default_grace, shorter_than_ttl, Timings, DEFAULT_TTL};

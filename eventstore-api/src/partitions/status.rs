@@ -1,0 +1,225 @@
+//! A partition group as the storage shows it, for operators and health checks: who is a live
+//! member, what each holds, what nobody holds.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::names::{GroupLease, GroupNames};
+use crate::{EventStorage, EventStorageError, Lease};
+
+/// A partition group at one instant of the storage's clock.
+///
+/// # Examples
+/// ```
+/// # use eventstore_api::{EventStorage, partitions::GroupStatus};
+/// # async fn check(storage: &dyn EventStorage) -> Result<(), eventstore_api::EventStorageError> {
+/// let status = GroupStatus::read(storage, "orders").await?;
+/// if !status.unheld().is_empty() {
+///     eprintln!("partitions nobody holds: {:?}", status.unheld());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupStatus {
+    /// The group's name.
+    pub group: String,
+    /// The instant on the storage's clock at which every lease was judged live or not.
+    pub storage_time: DateTime<Utc>,
+    /// The live members, by owner id.
+    pub members: Vec<GroupMember>,
+    /// The partitions held live, by partition: the holder's owner id. A holder whose
+    /// membership has lapsed still holds what it holds until those leases lapse too.
+    pub holders: BTreeMap<u32, String>,
+}
+
+/// A live member of a partition group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupMember {
+    /// Its owner id.
+    pub owner: String,
+    /// Its seat; `None` for a member of an earlier version, which announces itself with a
+    /// lease of its own instead.
+    pub seat: Option<u32>,
+    /// The partition count it was started with, as it announces it (`None` when it announces
+    /// none).
+    pub partitions: Option<u32>,
+    /// The partitions it holds live, in order.
+    pub held: Vec<u32>,
+}
+
+impl GroupStatus {
+    /// Reads the leases of `group` and judges them on the storage's clock (two calls, sent
+    /// together).
+    ///
+    /// # Errors
+    /// What the storage's [`EventStorage::get_leases_with_prefix`] and
+    /// [`EventStorage::storage_time`] fail with: `Unsupported` without leases, say.
+    pub async fn read(storage: &dyn EventStorage, group: &str) -> Result<Self, EventStorageError> {
+        let prefix = format!("{group}/");
+        let (leases, now) = tokio::join!(
+            storage.get_leases_with_prefix(&prefix),
+            storage.storage_time()
+        );
+        Ok(Self::of_leases(group, &leases?, now?))
+    }
+
+    /// The status of `group` that `leases` show, judged live at `now`.
+    pub fn of_leases(group: &str, leases: &[Lease], now: DateTime<Utc>) -> Self {
+        // Every number is a partition here: the count is what the members announce.
+        let names = GroupNames::new(group, u32::MAX);
+        let mut members: BTreeMap<String, GroupMember> = BTreeMap::new();
+        let mut holders = BTreeMap::new();
+        for lease in leases.iter().filter(|lease| !lease.is_expired_at(now)) {
+            let seat = match names.parse(&lease.lease_name) {
+                Some(GroupLease::Partition(partition) | GroupLease::BeyondCount(partition)) => {
+                    holders.insert(partition, lease.owner.clone());
+                    continue;
+                }
+                Some(GroupLease::Seat(seat)) => Some(seat),
+                Some(GroupLease::Member(owner)) if owner == lease.owner => None,
+                _ => continue,
+            };
+            let member = members
+                .entry(lease.owner.clone())
+                .or_insert_with(|| GroupMember {
+                    owner: lease.owner.clone(),
+                    seat: None,
+                    partitions: None,
+                    held: Vec::new(),
+                });
+            member.seat = member.seat.or(seat);
+            member.partitions = member.partitions.or_else(|| {
+                u32::try_from(lease.priority)
+                    .ok()
+                    .filter(|count| *count > 0)
+            });
+        }
+        for (partition, holder) in &holders {
+            if let Some(member) = members.get_mut(holder) {
+                member.held.push(*partition);
+            }
+        }
+        GroupStatus {
+            group: group.to_owned(),
+            storage_time: now,
+            members: members.into_values().collect(),
+            holders,
+        }
+    }
+
+    /// The partition count the live members announce, if they all announce one and agree.
+    pub fn partitions(&self) -> Option<u32> {
+        let first = self.members.first()?.partitions?;
+        self.members
+            .iter()
+            .all(|member| member.partitions == Some(first))
+            .then_some(first)
+    }
+
+    /// The partitions below the members' count that nobody holds live (none when the count
+    /// is not known: see [`GroupStatus::partitions`]).
+    pub fn unheld(&self) -> Vec<u32> {
+        let count = self.partitions().unwrap_or(0);
+        (0..count)
+            .filter(|partition| !self.holders.contains_key(partition))
+            .collect()
+    }
+
+    /// Whether the group has settled: the members agree on the count, every partition is
+    /// held by a live member, and each of the N members holds ⌊M/N⌋ or ⌈M/N⌉ of the M.
+    pub fn is_balanced(&self) -> bool {
+        let Some(count) = self.partitions() else {
+            return false;
+        };
+        let members = self.members.len() as u32;
+        let held_by_members: usize = self.members.iter().map(|m| m.held.len()).sum();
+        let (floor, ceil) = (count / members, count.div_ceil(members));
+        held_by_members == count as usize
+            && self.holders.len() == count as usize
+            && self.members.iter().all(|member| {
+                let held = member.held.len() as u32;
+                floor <= held && held <= ceil
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::FencingToken;
+
+    fn lease(name: &str, owner: &str, priority: i64, at: DateTime<Utc>) -> Lease {
+        Lease {
+            lease_name: name.into(),
+            owner: owner.into(),
+            priority,
+            fencing_token: FencingToken(1),
+            acquired_at: at,
+            heartbeat_at: at,
+            ttl: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn members_holders_and_what_nobody_holds() {
+        let now = Utc::now();
+        let old = now - chrono::Duration::seconds(11);
+        let status = GroupStatus::of_leases(
+            "g",
+            &[
+                lease("g/seats/1", "b", 4, now),
+                lease("g/seats/0", "a", 4, now),
+                lease("g/seats/2", "c", 4, old),
+                lease("g/members/earlier", "earlier", 4, now),
+                lease("g/0", "a", 1, now),
+                lease("g/1", "b", 1, now),
+                lease("g/3", "c", 1, now), // c's seat lapsed; it still holds 3 for now
+                lease("g/2", "a", 1, old),
+                lease("other/seats/0", "z", 4, now),
+            ],
+            now,
+        );
+        let owners: Vec<(&str, Option<u32>, Vec<u32>)> = status
+            .members
+            .iter()
+            .map(|m| (m.owner.as_str(), m.seat, m.held.clone()))
+            .collect();
+        assert_eq!(
+            owners,
+            [
+                ("a", Some(0), vec![0]),
+                ("b", Some(1), vec![1]),
+                ("earlier", None, vec![])
+            ]
+        );
+        assert_eq!(status.holders.get(&3).map(String::as_str), Some("c"));
+        assert_eq!(status.partitions(), Some(4));
+        assert_eq!(status.unheld(), [2]);
+        assert!(!status.is_balanced());
+    }
+
+    #[test]
+    fn balanced_needs_every_partition_with_a_member_and_the_members_agreeing() {
+        let now = Utc::now();
+        let mut leases = vec![
+            lease("g/seats/0", "a", 3, now),
+            lease("g/seats/1", "b", 3, now),
+            lease("g/0", "a", 1, now),
+            lease("g/1", "b", 1, now),
+            lease("g/2", "a", 1, now),
+        ];
+        assert!(GroupStatus::of_leases("g", &leases, now).is_balanced());
+        leases[1].priority = 4;
+        let disagreeing = GroupStatus::of_leases("g", &leases, now);
+        assert_eq!(disagreeing.partitions(), None);
+        assert!(!disagreeing.is_balanced());
+        assert!(disagreeing.unheld().is_empty());
+        leases[1].priority = 3;
+        leases[4].owner = "a-stranger".into();
+        assert!(!GroupStatus::of_leases("g", &leases, now).is_balanced());
+    }
+}
