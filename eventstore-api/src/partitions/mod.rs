@@ -4,9 +4,10 @@
 //! Every instance of a deployment starts a [`PartitionElector`] for the same group. It holds
 //! the leases `{group}/{partition}` for partitions `0..partitions` and announces itself by
 //! holding a seat, `{group}/seats/{n}`, whose priority is its partition count. A member takes
-//! one of the lowest seats nobody holds, so members that come and go under new owner ids
-//! take the same seats again, and a group keeps as many leases as its partitions and its
-//! most members at once (lease rows are never deleted). Once per request interval it
+//! one of the lowest seats nobody holds, so members that come and go under new owner ids take
+//! the same seats again, and a group keeps its partitions' leases, a seat for each of its most
+//! members at once and [`FREE_SEATS`] more (lease rows are never deleted). Once per request
+//! interval it
 //!
 //! 1. reads the group from the storage: the live members and who holds which partition,
 //!    judged on the storage's clock ([`EventStorage::get_leases_with_prefix`] of `{group}/`,
@@ -98,8 +99,8 @@ use task::{release_within, LoopSettings, Membership, PartitionLoop};
 use watch::Shared;
 
 /// How many of the lowest free seats a joining member picks its seat from, at random: members
-/// that join at once mostly pick different seats, and a group never has more seats than this
-/// beyond its most members at once.
+/// that join at once spread over them (one that loses a race for a seat picks again soon), and
+/// a group never has more seats than this beyond its most members at once.
 pub const FREE_SEATS: usize = 4;
 
 /// The most partitions a group may have: every member reads the whole group each interval,
@@ -341,7 +342,7 @@ impl PartitionElector {
     /// are given up after a ttl.
     ///
     /// # Errors
-    /// The release of the member's seat failed (the partitions are released anyway; what
+    /// The release of the leases that announce the member (its seat) failed (the partitions are released anyway; what
     /// fails to release expires after its ttl).
     pub async fn shutdown(mut self) -> Result<(), EventStorageError> {
         let _ = self.shutdown.send(true);

@@ -1,12 +1,15 @@
 //! The lease names of a partition group: one lease per partition, one seat per live member.
 //!
-//! A member announces itself by holding a seat, `{group}/seats/{n}`: the lowest seat no live
-//! member holds. Seats are taken again by the members that come after, so a group's leases
-//! stay as many as its partitions and its most members at once, however often members
-//! restart under new owner ids (lease rows are never deleted: their tokens must never
-//! repeat). Members of earlier versions announced themselves with a lease of their own,
-//! `{group}/members/{owner}`; those are still read, and written while such a member is live,
-//! so that it sees the members that hold seats.
+//! A member announces itself by holding a seat, `{group}/seats/{n}`: one of the lowest seats
+//! no live member holds. Seats are taken again by the members that come after, so however
+//! often members restart under new owner ids, a group's seats stay as many as its most
+//! members at once (a crashed member's until it lapses) and [`FREE_SEATS`] more (lease rows
+//! are never deleted: their tokens must never repeat). Members of earlier versions announced
+//! themselves with a lease of their own, `{group}/members/{owner}`; those are still read, and
+//! written while such a member is live, so that it sees the members that hold seats. Like
+//! every lease row, those announcements stay once written.
+//!
+//! [`FREE_SEATS`]: super::FREE_SEATS
 
 /// The lease name of `partition` in `group`: `{group}/{partition}`.
 pub fn partition_lease_name(group: &str, partition: u32) -> String {

@@ -19,14 +19,16 @@ pub(crate) struct Membership {
     extra_seats: Vec<u32>,
     /// Announce as earlier versions do too: one of them is live.
     as_before: bool,
+    /// Announced so since `as_before` last turned on.
+    as_before_sent: bool,
     /// Announced as earlier versions do at least once: leaving releases that lease too.
     announced_as_before: bool,
 }
 
 impl Membership {
     /// Takes in what a view of the group says: the seat held (or one of the lowest free
-    /// ones, at random, so that members joining at once mostly pick different ones), and
-    /// whether a member of an earlier version is live.
+    /// ones, at random, which spreads members joining at once; one that loses a race for a
+    /// seat picks again soon), and whether a member of an earlier version is live.
     pub(crate) fn read(&mut self, plan: &Plan) {
         let mut held = plan.seats.held.iter().copied();
         let kept = held.next();
@@ -34,11 +36,13 @@ impl Membership {
         self.seat = kept.or_else(|| plan.seats.free.choose(&mut rand::thread_rng()).copied());
         self.extra_seats = held.collect();
         self.as_before = plan.earlier_member_live;
+        self.as_before_sent &= self.as_before;
     }
 
-    /// Whether this member holds its seat, as far as it knows.
-    pub(crate) fn seated(&self) -> bool {
-        self.seated
+    /// Whether a batch must announce this member, though it renews nothing else: it has no
+    /// seat, or a member of an earlier version came that does not see it yet.
+    pub(crate) fn due(&self) -> bool {
+        !self.seated || (self.as_before && !self.as_before_sent)
     }
 
     /// The leases that announce this member, to renew (in this order).
@@ -49,6 +53,7 @@ impl Membership {
             .map(|seat| seat_lease_name(group, *seat))
             .collect();
         if self.as_before {
+            self.as_before_sent = true;
             self.announced_as_before = true;
             names.push(member_lease_name(group, owner));
         }
@@ -77,17 +82,20 @@ impl Membership {
             .collect()
     }
 
-    /// Every lease this member may hold to announce itself, to release on leaving.
+    /// Every lease this member may hold to announce itself, to release on leaving: the
+    /// announcement as earlier versions make it first, so that no member reads it without
+    /// the seat beside it and takes this one for a member of an earlier version.
     pub(crate) fn leaving(&self, group: &str, owner: &str) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .seat
-            .iter()
-            .chain(&self.extra_seats)
-            .map(|seat| seat_lease_name(group, *seat))
-            .collect();
+        let mut names = Vec::new();
         if self.announced_as_before {
             names.push(member_lease_name(group, owner));
         }
+        names.extend(
+            self.seat
+                .iter()
+                .chain(&self.extra_seats)
+                .map(|seat| seat_lease_name(group, *seat)),
+        );
         names
     }
 }

@@ -177,6 +177,12 @@ impl PartitionLoop {
                         Some(Err(error)) => self.warn("claiming released partitions", &error),
                         Some(Ok(())) => {}
                     }
+                    if self.membership.due() {
+                        // No seat yet (or lost a race for one): look again soon, as after a
+                        // round.
+                        due.look
+                            .get_or_insert(Instant::now() + FIRST_SETTLING_WAIT + herd_jitter());
+                    }
                     continue;
                 }
                 Wake::Renewal => {
@@ -196,7 +202,12 @@ impl PartitionLoop {
                 Some(Err(EventStorageError::Closed)) => return self.stop(),
                 Some(Err(error)) => {
                     self.warn("partition round", &error);
-                    Pace::Steady
+                    // A member without a seat is not counted by the others: try again soon.
+                    if self.membership.due() {
+                        Pace::Settling
+                    } else {
+                        Pace::Steady
+                    }
                 }
                 Some(Ok(pace)) => pace,
             };

@@ -74,7 +74,7 @@ impl PartitionLoop {
             let _ = self.release_leases(&extra_seats).await;
         }
         // Without a seat the others do not count this member yet: try another one soon.
-        Ok(if self.membership.seated() {
+        Ok(if !self.membership.due() {
             pace
         } else {
             Pace::Settling
@@ -188,15 +188,15 @@ impl PartitionLoop {
             .collect()
     }
 
-    /// Sends one batch for `partitions` (and the membership with a renewal, or while this
-    /// member has no seat) and publishes what the answers mean.
+    /// Sends one batch for `partitions` (and the membership with a renewal, or when it is due
+    /// sooner) and publishes what the answers mean.
     async fn send_and_apply(
         &mut self,
         scope: Scope,
         partitions: Vec<u32>,
     ) -> Result<(), EventStorageError> {
         let renewal = scope == Scope::Renewal;
-        let membership = if renewal || !self.membership.seated() {
+        let membership = if renewal || self.membership.due() {
             let (group, owner) = (&self.shared.group, &self.shared.owner);
             let lease_names = self.membership.lease_names(group, owner);
             self.shared
