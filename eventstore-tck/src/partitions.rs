@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use eventstore_api::partitions::{PartitionElector, PartitionWatch, FREE_SEATS, MAX_PARTITIONS};
+use eventstore_api::partitions::{
+    GroupStatus, PartitionElector, PartitionWatch, FREE_SEATS, MAX_PARTITIONS,
+};
 use eventstore_api::projector::{PartitionedProjector, Projection, ProjectionError, Projector};
 use eventstore_api::{
     AppendCriteria, Capability, EventId, EventReference, EventStorage, EventStorageError,
@@ -111,7 +113,8 @@ pub async fn partition_elector_refuses_bad_settings_and_storages_without_leases<
 
 /// Three members share twelve partitions four each; a fourth joins and each holds three,
 /// with no more than ⌈M/N⌉ + 1 partitions moved; one shuts down and the other three take its
-/// partitions at once, four each again.
+/// partitions at once, four each again. The storage shows the group balanced too
+/// ([`GroupStatus`]), with three live members each time.
 pub async fn partitions_are_balanced_after_a_join_and_a_leave<F: StorageFactory>(factory: &F) {
     let Some(handles) = lease_handles(factory, 4).await else {
         return;
@@ -120,6 +123,7 @@ pub async fn partitions_are_balanced_after_a_join_and_a_leave<F: StorageFactory>
         .map(|i| Member::start(&handles[i], i, LONG_TTL, LONG_INTERVAL))
         .collect();
     let before = wait_balanced(&members, "three members").await;
+    assert_status_balanced(&handles[0], 3).await;
 
     members.push(Member::start(&handles[3], 3, LONG_TTL, LONG_INTERVAL));
     let after = wait_balanced(&members, "a fourth member joined").await;
@@ -138,6 +142,7 @@ pub async fn partitions_are_balanced_after_a_join_and_a_leave<F: StorageFactory>
     let started = Instant::now();
     leaving.shutdown().await;
     let settled = wait_balanced(&members, "member-1 shut down").await;
+    assert_status_balanced(&handles[0], 3).await;
     assert!(
         !owners_of(&settled).contains("member-1"),
         "the leaver holds nothing: {settled:?}"
@@ -613,6 +618,21 @@ fn moved(before: &Holders, after: &Holders) -> usize {
         .iter()
         .filter(|(partition, (owner, _))| after.get(partition).map(|(o, _)| o) != Some(owner))
         .count()
+}
+
+/// Waits until the group as the storage shows it ([`GroupStatus`]) has `members` live members
+/// and is balanced: what an operator's view and a health check read.
+async fn assert_status_balanced(storage: &Arc<dyn EventStorage>, members: usize) {
+    support::eventually("the storage to show the group balanced", || async {
+        let status = GroupStatus::read(storage.as_ref(), GROUP)
+            .await
+            .expect("the group's status");
+        status.members.len() == members
+            && status.partitions() == Some(PARTITIONS)
+            && status.unheld().is_empty()
+            && status.is_balanced()
+    })
+    .await;
 }
 
 fn owners_of(holders: &Holders) -> BTreeSet<&str> {
