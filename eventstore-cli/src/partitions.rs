@@ -17,7 +17,7 @@ struct PartitionsDocument {
     store: StoreDescription,
     #[serde(flatten)]
     status: GroupStatus,
-    /// The partition count the live members announce, when they agree.
+    /// The partition count the live members announce, when those that announce one agree.
     partitions: Option<u32>,
     /// The partitions below that count nobody holds live.
     unheld: Vec<u32>,
@@ -65,9 +65,17 @@ pub(crate) async fn run(args: &StoreArgs, group: &str, json: bool) -> Result<(),
 
 fn render(document: &PartitionsDocument) -> String {
     let status = &document.status;
-    let count = match document.partitions {
-        Some(count) => format!("{count} partitions"),
-        None => "members that count different partitions".to_owned(),
+    let counts = status.announced_counts();
+    let count = match counts[..] {
+        [count] => format!("{count} partitions"),
+        [] => "no partition count announced".to_owned(),
+        _ => {
+            let counts: Vec<String> = counts.iter().map(u32::to_string).collect();
+            format!(
+                "members that count different partitions ({})",
+                counts.join(", ")
+            )
+        }
     };
     let state = if document.balanced {
         "balanced".to_owned()

@@ -186,7 +186,8 @@ impl CatalogIndex {
     /// Its access method, key and predicate: `pg_get_indexdef` after `USING`, without the
     /// storage options (compared apart).
     fn method_key_and_predicate(&self) -> Option<String> {
-        let (_, after_using) = self.definition.as_deref()?.split_once(" USING ")?;
+        // The last `USING`: the schema and table before it may hold the word too.
+        let (_, after_using) = self.definition.as_deref()?.rsplit_once(" USING ")?;
         let Some(start) = after_using.find(" WITH (") else {
             return Some(after_using.to_owned());
         };
@@ -599,7 +600,11 @@ async fn validate_catalog(
                 if definition != expected.definition {
                     return Err(schema_error(
                         object,
-                        format!("is {definition}, expected {}", expected.definition),
+                        format!(
+                            "is {definition}, expected {}; the shipped DDL creates it as \
+                             expected once it is dropped",
+                            expected.definition
+                        ),
                     ));
                 }
                 if let Some(missing) = expected
@@ -690,6 +695,38 @@ mod tests {
                 header[last_function..].contains(&format!("__prefix__{name}(")),
                 "the body after {} is not {name}'s",
                 &header[last_function..]
+            );
+        }
+    }
+
+    #[test]
+    fn an_index_definition_is_read_after_its_last_using_without_its_options() {
+        let index = |definition: &str| CatalogIndex {
+            name: "i".into(),
+            table_name: Some("t".into()),
+            is_unique: Some(false),
+            definition: Some(definition.into()),
+            options: Vec::new(),
+        };
+        let cases = [
+            (
+                r#"CREATE INDEX p_events_tags_idx ON public.p_events USING gin (tags) WITH (gin_pending_list_limit='128')"#,
+                "gin (tags)",
+            ),
+            (
+                r#"CREATE UNIQUE INDEX p_events_pkey ON "rv USING x".p_events USING btree ("position")"#,
+                r#"btree ("position")"#,
+            ),
+            (
+                "CREATE UNIQUE INDEX i ON s.t USING btree (a) WITH (fillfactor='70') WHERE (a IS NOT NULL)",
+                "btree (a) WHERE (a IS NOT NULL)",
+            ),
+        ];
+        for (definition, expected) in cases {
+            assert_eq!(
+                index(definition).method_key_and_predicate().as_deref(),
+                Some(expected),
+                "{definition}"
             );
         }
     }

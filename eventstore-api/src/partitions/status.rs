@@ -109,13 +109,21 @@ impl GroupStatus {
         }
     }
 
-    /// The partition count the live members announce, if they all announce one and agree.
+    /// The partition counts the live members announce (members of versions that announced
+    /// none are left out): one when they agree.
+    pub fn announced_counts(&self) -> Vec<u32> {
+        let counts: std::collections::BTreeSet<u32> =
+            self.members.iter().filter_map(|m| m.partitions).collect();
+        counts.into_iter().collect()
+    }
+
+    /// The partition count the live members announce, if some announce one and all that do
+    /// agree.
     pub fn partitions(&self) -> Option<u32> {
-        let first = self.members.first()?.partitions?;
-        self.members
-            .iter()
-            .all(|member| member.partitions == Some(first))
-            .then_some(first)
+        match self.announced_counts()[..] {
+            [count] => Some(count),
+            _ => None,
+        }
     }
 
     /// The partitions below the members' count that nobody holds live (none when the count
@@ -127,17 +135,21 @@ impl GroupStatus {
             .collect()
     }
 
-    /// Whether the group has settled: the members agree on the count, every partition is
-    /// held by a live member, and each of the N members holds ⌊M/N⌋ or ⌈M/N⌉ of the M.
+    /// Whether the group has settled: the members agree on the count M, each of the M
+    /// partitions is held by a live member, none at or above M is held, and each of the N
+    /// members holds ⌊M/N⌋ or ⌈M/N⌉.
     pub fn is_balanced(&self) -> bool {
         let Some(count) = self.partitions() else {
             return false;
         };
         let members = self.members.len() as u32;
-        let held_by_members: usize = self.members.iter().map(|m| m.held.len()).sum();
         let (floor, ceil) = (count / members, count.div_ceil(members));
-        held_by_members == count as usize
-            && self.holders.len() == count as usize
+        let with_members = self
+            .holders
+            .values()
+            .all(|holder| self.members.iter().any(|m| m.owner == *holder));
+        self.holders.keys().copied().eq(0..count)
+            && with_members
             && self.members.iter().all(|member| {
                 let held = member.held.len() as u32;
                 floor <= held && held <= ceil
@@ -221,5 +233,45 @@ mod tests {
         leases[1].priority = 3;
         leases[4].owner = "a-stranger".into();
         assert!(!GroupStatus::of_leases("g", &leases, now).is_balanced());
+    }
+
+    #[test]
+    fn a_partition_beyond_the_count_stands_in_for_no_unheld_one() {
+        let now = Utc::now();
+        let leases = [
+            lease("g/seats/0", "a", 4, now),
+            lease("g/seats/1", "b", 4, now),
+            lease("g/0", "a", 1, now),
+            lease("g/1", "a", 1, now),
+            lease("g/2", "b", 1, now),
+            lease("g/7", "b", 1, now),
+        ];
+        let status = GroupStatus::of_leases("g", &leases, now);
+        assert_eq!(status.unheld(), [3]);
+        assert!(
+            !status.is_balanced(),
+            "balanced while partition 3 is unheld"
+        );
+    }
+
+    #[test]
+    fn members_that_announce_no_count_are_left_out_of_the_count() {
+        let now = Utc::now();
+        let mut leases = vec![
+            lease("g/members/a", "a", 0, now),
+            lease("g/members/b", "b", 0, now),
+            lease("g/0", "a", 1, now),
+            lease("g/1", "b", 1, now),
+        ];
+        let status = GroupStatus::of_leases("g", &leases, now);
+        assert_eq!(status.announced_counts(), Vec::<u32>::new());
+        assert_eq!(status.partitions(), None);
+        leases.push(lease("g/seats/0", "c", 2, now));
+        let status = GroupStatus::of_leases("g", &leases, now);
+        assert_eq!(status.announced_counts(), [2]);
+        assert_eq!(status.partitions(), Some(2));
+        // Two partitions over three members: one each for two of them.
+        assert!(status.is_balanced(), "{status:?}");
+        assert!(status.unheld().is_empty());
     }
 }

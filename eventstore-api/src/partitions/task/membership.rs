@@ -53,7 +53,6 @@ impl Membership {
             .map(|seat| seat_lease_name(group, *seat))
             .collect();
         if self.as_before {
-            self.as_before_sent = true;
             self.announced_as_before = true;
             names.push(member_lease_name(group, owner));
         }
@@ -62,6 +61,8 @@ impl Membership {
 
     /// Takes in the answers to the requests for [`Membership::lease_names`].
     pub(crate) fn answered(&mut self, answers: &[LeaseResponse]) {
+        // The batch carried the announcement as before if one was due: it has arrived.
+        self.as_before_sent |= self.as_before;
         if self.seat.is_some() {
             // Standby: another member took the seat first; the next view shows a free one.
             self.seated = answers
