@@ -32,6 +32,9 @@ pub struct GroupStatus {
     /// The partitions held live, by partition: the holder's owner id. A holder whose
     /// membership has lapsed still holds what it holds until those leases lapse too.
     pub holders: BTreeMap<u32, String>,
+    /// The seats held live, by seat: the holder's owner id. A member holds one, but for a
+    /// moment in which it has taken a second and not yet let the first go.
+    pub seats: BTreeMap<u32, String>,
 }
 
 /// A live member of a partition group.
@@ -39,8 +42,8 @@ pub struct GroupStatus {
 pub struct GroupMember {
     /// Its owner id.
     pub owner: String,
-    /// Its seat; `None` for a member of an earlier version, which announces itself with a
-    /// lease of its own instead.
+    /// Its seat (the lowest, should it hold two for a moment); `None` for a member of an
+    /// earlier version, which announces itself with a lease of its own instead.
     pub seat: Option<u32>,
     /// The partition count it was started with, as it announces it (`None` when it announces
     /// none).
@@ -71,16 +74,19 @@ impl GroupStatus {
         let names = GroupNames::new(group, u32::MAX);
         let mut members: BTreeMap<String, GroupMember> = BTreeMap::new();
         let mut holders = BTreeMap::new();
+        let mut seats = BTreeMap::new();
         for lease in leases.iter().filter(|lease| !lease.is_expired_at(now)) {
-            let seat = match names.parse(&lease.lease_name) {
+            match names.parse(&lease.lease_name) {
                 Some(GroupLease::Partition(partition) | GroupLease::BeyondCount(partition)) => {
                     holders.insert(partition, lease.owner.clone());
                     continue;
                 }
-                Some(GroupLease::Seat(seat)) => Some(seat),
-                Some(GroupLease::Member(owner)) if owner == lease.owner => None,
+                Some(GroupLease::Seat(seat)) => {
+                    seats.insert(seat, lease.owner.clone());
+                }
+                Some(GroupLease::Member(owner)) if owner == lease.owner => {}
                 _ => continue,
-            };
+            }
             let member = members
                 .entry(lease.owner.clone())
                 .or_insert_with(|| GroupMember {
@@ -89,12 +95,18 @@ impl GroupStatus {
                     partitions: None,
                     held: Vec::new(),
                 });
-            member.seat = member.seat.or(seat);
+            // Its membership's priority is the count it announces; 0 announces none.
             member.partitions = member.partitions.or_else(|| {
                 u32::try_from(lease.priority)
                     .ok()
                     .filter(|count| *count > 0)
             });
+        }
+        // In order, so that a member holding two seats for a moment shows the lowest.
+        for (seat, holder) in &seats {
+            if let Some(member) = members.get_mut(holder) {
+                member.seat.get_or_insert(*seat);
+            }
         }
         for (partition, holder) in &holders {
             if let Some(member) = members.get_mut(holder) {
@@ -106,6 +118,7 @@ impl GroupStatus {
             storage_time: now,
             members: members.into_values().collect(),
             holders,
+            seats,
         }
     }
 
@@ -273,5 +286,26 @@ mod tests {
         // Two partitions over three members: one each for two of them.
         assert!(status.is_balanced(), "{status:?}");
         assert!(status.unheld().is_empty());
+    }
+
+    #[test]
+    fn a_member_holding_two_seats_for_a_moment_shows_the_lowest_and_both_are_taken() {
+        let now = Utc::now();
+        let leases = [
+            lease("g/seats/3", "a", 2, now),
+            lease("g/seats/1", "a", 2, now),
+            lease("g/seats/0", "b", 2, now),
+        ];
+        let status = GroupStatus::of_leases("g", &leases, now);
+        let seats: Vec<(&str, Option<u32>)> = status
+            .members
+            .iter()
+            .map(|m| (m.owner.as_str(), m.seat))
+            .collect();
+        assert_eq!(seats, [("a", Some(1)), ("b", Some(0))]);
+        assert_eq!(
+            status.seats.keys().copied().collect::<Vec<u32>>(),
+            [0, 1, 3]
+        );
     }
 }

@@ -1,21 +1,19 @@
-//! A group as the storage shows it: the live members and who holds which partition.
+//! A group as one member plans from it: the group's status, with that member counted in.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{DateTime, Utc};
-
 use super::assignment::{assign, Assignment};
-use super::names::{GroupLease, GroupNames};
+use super::status::GroupStatus;
 use super::FREE_SEATS;
-use crate::Lease;
 
 /// The live members of a group and the live holders of its partitions, at one instant of the
-/// storage's clock.
+/// storage's clock, as a member started with some partition count plans from them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GroupView {
     /// Owner ids, sorted.
     members: Vec<String>,
-    /// Partition → index into `members`, for partitions a live member holds live.
+    /// Partition → index into `members`, for partitions below the count that a live member
+    /// holds live.
     holders: BTreeMap<u32, usize>,
     /// The highest partition held live at or above this member's partition count, if any.
     beyond_count: Option<u32>,
@@ -30,68 +28,42 @@ pub(crate) struct GroupView {
 }
 
 impl GroupView {
-    /// The view of the group `names` recognises in `leases`, judged live at `now` on the
-    /// storage's clock. `me` counts as a member whatever the leases say: this instance is
-    /// alive, and its membership may not be recorded yet.
-    pub(crate) fn read(names: &GroupNames, leases: &[Lease], now: DateTime<Utc>, me: &str) -> Self {
-        let live: Vec<(&Lease, GroupLease<'_>)> = leases
-            .iter()
-            .filter(|lease| !lease.is_expired_at(now))
-            .filter_map(|lease| Some((lease, names.parse(&lease.lease_name)?)))
-            .collect();
-        let mut seats = BTreeMap::new();
-        let mut earlier_announced = BTreeSet::new();
-        // Every live member, with the priority of its membership: its partition count.
-        let mut announced: BTreeMap<&str, i64> = BTreeMap::new();
-        for (lease, kind) in &live {
-            let owner = lease.owner.as_str();
-            match kind {
-                GroupLease::Seat(seat) => {
-                    seats.insert(*seat, owner.to_owned());
-                }
-                GroupLease::Member(named) if *named == owner => {
-                    earlier_announced.insert(owner);
-                }
-                _ => continue,
-            }
-            announced.entry(owner).or_insert(lease.priority);
+    /// The view of the group `status` shows to `me`, a member started with `partitions`
+    /// partitions. `me` counts as a member whatever the status says: this instance is alive,
+    /// and its membership may not be recorded yet.
+    pub(crate) fn of_status(status: &GroupStatus, partitions: u32, me: &str) -> Self {
+        let mut members: Vec<String> = status.members.iter().map(|m| m.owner.clone()).collect();
+        if let Err(at) = members.binary_search_by(|member| member.as_str().cmp(me)) {
+            members.insert(at, me.to_owned());
         }
-        let earlier_member_live = earlier_announced
-            .iter()
-            .any(|owner| *owner != me && !seats.values().any(|holder| holder == owner));
-        let counts = announced
-            .iter()
-            .filter_map(|(owner, priority)| {
-                let count = u32::try_from(*priority).ok().filter(|count| *count > 0)?;
-                Some(((*owner).to_owned(), count))
+        let holders = status
+            .holders
+            .range(..partitions)
+            .filter_map(|(partition, holder)| {
+                let member = members.binary_search(holder).ok()?;
+                Some((*partition, member))
             })
             .collect();
-        let mut members: BTreeSet<&str> = announced.into_keys().collect();
-        members.insert(me);
-        let members: Vec<String> = members.into_iter().map(str::to_owned).collect();
-        let holders = live
+        let beyond_count = status
+            .holders
+            .range(partitions..)
+            .next_back()
+            .map(|(partition, _)| *partition);
+        let counts = status
+            .members
             .iter()
-            .filter_map(|(lease, kind)| match kind {
-                GroupLease::Partition(partition) => members
-                    .binary_search(&lease.owner)
-                    .ok()
-                    .map(|member| (*partition, member)),
-                _ => None,
-            })
+            .filter_map(|member| Some((member.owner.clone(), member.partitions?)))
             .collect();
-        let beyond_count = live
+        let earlier_member_live = status
+            .members
             .iter()
-            .filter_map(|(_, kind)| match kind {
-                GroupLease::BeyondCount(partition) => Some(*partition),
-                _ => None,
-            })
-            .max();
+            .any(|member| member.seat.is_none() && member.owner != me);
         GroupView {
             members,
             holders,
             beyond_count,
             counts,
-            seats,
+            seats: status.seats.clone(),
             earlier_member_live,
         }
     }
@@ -205,8 +177,15 @@ pub(crate) struct Plan {
 mod tests {
     use std::time::Duration;
 
+    use chrono::{DateTime, Utc};
+
     use super::*;
-    use crate::FencingToken;
+    use crate::{FencingToken, Lease};
+
+    /// The view of group `g` (4 partitions) that `leases` show `me` at `now`.
+    fn view(leases: &[Lease], now: DateTime<Utc>) -> GroupView {
+        GroupView::of_status(&GroupStatus::of_leases("g", leases, now), 4, "me")
+    }
 
     fn lease(name: &str, owner: &str, heartbeat_at: DateTime<Utc>) -> Lease {
         Lease {
@@ -224,7 +203,6 @@ mod tests {
     fn expired_members_and_their_partitions_do_not_count() {
         let now = Utc::now();
         let old = now - chrono::Duration::seconds(11);
-        let names = GroupNames::new("g", 4);
         let leases = vec![
             lease("g/members/a", "a", now),
             lease("g/members/b", "b", old),
@@ -233,7 +211,7 @@ mod tests {
             lease("g/2", "b", now), // live, but b is no member any more
             lease("other/members/c", "c", now),
         ];
-        let view = GroupView::read(&names, &leases, now, "me");
+        let view = view(&leases, now);
         assert_eq!(view.members(), ["a", "me"]);
         assert_eq!(view.holders, BTreeMap::from([(0, 0)]));
         assert_eq!(view.target_of(4, "a").len(), 2);
@@ -245,24 +223,21 @@ mod tests {
     fn a_live_partition_beyond_the_count_is_seen_and_an_expired_one_is_not() {
         let now = Utc::now();
         let old = now - chrono::Duration::seconds(11);
-        let names = GroupNames::new("g", 4);
-        let view = |leases: Vec<Lease>| GroupView::read(&names, &leases, now, "me");
-        let plan = view(vec![lease("g/5", "b", now), lease("g/7", "b", old)]).plan(4, "me");
-        assert_eq!(plan.beyond_count, Some(5));
-        let plan = view(vec![lease("g/3", "b", now)]).plan(4, "me");
-        assert_eq!(plan.beyond_count, None);
+        let plan = |leases: Vec<Lease>| view(&leases, now).plan(4, "me");
+        let plan_with = plan(vec![lease("g/5", "b", now), lease("g/7", "b", old)]);
+        assert_eq!(plan_with.beyond_count, Some(5));
+        assert_eq!(plan(vec![lease("g/3", "b", now)]).beyond_count, None);
     }
 
     #[test]
     fn a_live_member_announcing_another_count_is_seen_and_others_are_not() {
         let now = Utc::now();
         let old = now - chrono::Duration::seconds(11);
-        let names = GroupNames::new("g", 4);
         let member = |owner: &str, count: i64, at| Lease {
             priority: count,
             ..lease(&format!("g/members/{owner}"), owner, at)
         };
-        let plan = |leases: Vec<Lease>| GroupView::read(&names, &leases, now, "me").plan(4, "me");
+        let plan = |leases: Vec<Lease>| view(&leases, now).plan(4, "me");
         assert_eq!(
             plan(vec![member("a", 4, now), member("b", 6, now)]).other_count,
             Some(("b".to_owned(), 6))
@@ -279,14 +254,13 @@ mod tests {
     #[test]
     fn the_plan_names_what_the_storage_says_the_member_holds() {
         let now = Utc::now();
-        let names = GroupNames::new("g", 4);
         let leases = vec![
             lease("g/members/b", "b", now),
             lease("g/0", "me", now),
             lease("g/3", "me", now),
             lease("g/1", "b", now),
         ];
-        let plan = GroupView::read(&names, &leases, now, "me").plan(4, "me");
+        let plan = view(&leases, now).plan(4, "me");
         assert_eq!(plan.held, BTreeSet::from([0, 3]));
     }
 
@@ -294,7 +268,6 @@ mod tests {
     fn seat_holders_are_members_and_announce_their_counts() {
         let now = Utc::now();
         let old = now - chrono::Duration::seconds(11);
-        let names = GroupNames::new("g", 4);
         let seat = |n: u32, owner: &str, count: i64, at| Lease {
             priority: count,
             ..lease(&format!("g/seats/{n}"), owner, at)
@@ -306,7 +279,7 @@ mod tests {
             lease("g/1", "c", now),
             lease("g/2", "b", now), // live, but b's seat lapsed
         ];
-        let view = GroupView::read(&names, &leases, now, "me");
+        let view = view(&leases, now);
         assert_eq!(view.members(), ["a", "c", "me"]);
         assert_eq!(view.holders, BTreeMap::from([(1, 1)]));
         let plan = view.plan(4, "me");
@@ -323,16 +296,12 @@ mod tests {
     #[test]
     fn the_lowest_seats_nobody_holds_are_free() {
         let now = Utc::now();
-        let names = GroupNames::new("g", 4);
         let seats = |held: &[u32]| {
             let leases: Vec<Lease> = held
                 .iter()
                 .map(|n| lease(&format!("g/seats/{n}"), &format!("m{n}"), now))
                 .collect();
-            GroupView::read(&names, &leases, now, "me")
-                .plan(4, "me")
-                .seats
-                .free
+            view(&leases, now).plan(4, "me").seats.free
         };
         assert_eq!(seats(&[]), [0, 1, 2, 3]);
         assert_eq!(seats(&[0, 1, 3]), [2, 4, 5, 6]);
@@ -343,8 +312,7 @@ mod tests {
     fn a_member_announced_only_as_earlier_versions_did_is_seen_until_it_holds_a_seat() {
         let now = Utc::now();
         let old = now - chrono::Duration::seconds(11);
-        let names = GroupNames::new("g", 4);
-        let plan = |leases: Vec<Lease>| GroupView::read(&names, &leases, now, "me").plan(4, "me");
+        let plan = |leases: Vec<Lease>| view(&leases, now).plan(4, "me");
         let earlier = plan(vec![lease("g/members/old", "old", now)]);
         assert!(earlier.earlier_member_live);
         assert_eq!(

@@ -8,6 +8,7 @@ use tokio::time::{timeout, Instant};
 
 use super::{Pace, PartitionLoop};
 use crate::partitions::names::partition_lease_name;
+use crate::partitions::status::GroupStatus;
 use crate::partitions::view::{GroupView, Plan};
 use crate::partitions::watch::Holdings;
 use crate::{telemetry, EventStorageError, LeaseRequest, LeaseResponse, LeaseStatus};
@@ -145,8 +146,9 @@ impl PartitionLoop {
                     operation: format!("reading partition group {}", self.shared.group),
                     after: limit,
                 })?;
-        let view = GroupView::read(&self.names, &leases?, now?, &self.shared.owner);
-        Ok(view.plan(self.shared.partitions, &self.shared.owner))
+        let status = GroupStatus::of_leases(&self.shared.group, &leases?, now?);
+        let (partitions, owner) = (self.shared.partitions, &self.shared.owner);
+        Ok(GroupView::of_status(&status, partitions, owner).plan(partitions, owner))
     }
 
     /// The target, and every partition still held (renewed until handed over).
