@@ -1,19 +1,22 @@
 //! Projectors on the in-memory backend: batches and bookmarks, resuming, bookmark reading,
 //! cancelled batches, stopping between batches, stale fences, refused settings, a position
-//! kept in the projection's own store, and the next batch read while one is projected.
+//! kept in the projection's own store, the next batch read while one is projected, and the
+//! turns of a partitioned projector.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use eventstore_api::elector::LeaderElector;
 use eventstore_api::projector::{
-    BookmarkReading, Projection, ProjectionError, Projector, ProjectorError, ProjectorRun,
+    BookmarkReading, ElectedProjector, PartitionedProjector, Projection, ProjectionError,
+    Projector, ProjectorError, ProjectorRun,
 };
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStreamId, EventToStore, Fence, FencingToken, LeaseRequest, LeaseStatus,
-    Limit, StorageResult, StoredEvent, Tags,
+    Limit, PartitionElector, StorageResult, StoredEvent, Tags,
 };
 use eventstore_memory::MemoryEventStorage;
 
@@ -448,4 +451,85 @@ async fn the_next_batch_is_read_while_a_full_batch_is_projected() {
         storage.get_bookmark("numbers-reader").await.unwrap(),
         projector.position()
     );
+}
+
+/// A partition's turn is four batches. A turn whose last batch came back short has caught up,
+/// so the partition waits for the next poll like the others, instead of taking another turn
+/// at once only to read nothing.
+#[tokio::test(start_paused = true)]
+async fn a_partitions_turn_that_caught_up_in_its_last_batch_waits_for_the_next_poll() {
+    // Batches of 2 over 7 events: 2, 2, 2 and a short 1 in one turn.
+    let storage = storage_with(7).await;
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    let elector = PartitionElector::builder(Arc::clone(&shared), "numbers", 1)
+        .ttl(Duration::from_secs(30))
+        .start()
+        .unwrap();
+    let watch = elector.watch();
+    eventstore_tck::support::eventually("the only member to hold the partition", || async {
+        watch.held().len() == 1
+    })
+    .await;
+    let mut partitioned =
+        PartitionedProjector::new(watch, move |_partition| Ok(projector(&storage, 2)))
+            .poll_interval(Duration::from_secs(3600));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        partitioned
+            .run_until(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    // The clock is paused: it moves on to the end of this sleep only once every task waits,
+    // the projector for its next poll, an hour away.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    stop.send(()).unwrap();
+    let run = running.await.unwrap().unwrap();
+    assert_eq!(run.events_handled, 7);
+    assert_eq!(
+        (run.batches, run.queries),
+        (4, 4),
+        "a turn that had caught up was followed by another: {run:?}"
+    );
+    elector.shutdown().await.unwrap();
+}
+
+/// An elected projector that starts after its elector came to lead reads up to the end once,
+/// and then waits for the next poll: the leadership it started under is no change to run
+/// again for.
+#[tokio::test(start_paused = true)]
+async fn an_elected_projector_started_under_a_leadership_runs_once_until_the_next_poll() {
+    // Batches of 2 over 3 events: 2, then a short 1.
+    let storage = storage_with(3).await;
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    let elector = LeaderElector::builder(Arc::clone(&shared), "numbers-projector")
+        .ttl(Duration::from_secs(30))
+        .start()
+        .unwrap();
+    let leadership = elector.watch();
+    eventstore_tck::support::eventually("the elector to lead", || async { leadership.is_leader() })
+        .await;
+    let mut elected = ElectedProjector::new(projector(&storage, 2), leadership)
+        .poll_interval(Duration::from_secs(3600));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        elected
+            .run_until(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    // The clock is paused: it moves on to the end of this sleep only once every task waits,
+    // the projector for its next poll, an hour away.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    stop.send(()).unwrap();
+    let run = running.await.unwrap().unwrap();
+    assert_eq!(run.events_handled, 3);
+    assert_eq!(
+        (run.batches, run.queries),
+        (2, 2),
+        "a run that had caught up was followed by another: {run:?}"
+    );
+    elector.shutdown().await.unwrap();
 }

@@ -277,6 +277,12 @@ impl LeadershipWatch {
         }
     }
 
+    /// Takes every change so far as seen: [`LeadershipWatch::changed`] waits for the next one.
+    /// Called before reading the leadership, so that a change already read is not waited for.
+    pub(crate) fn mark_changes_seen(&mut self) {
+        self.receiver.borrow_and_update();
+    }
+
     /// Waits until the published leadership changes.
     ///
     /// # Errors

@@ -200,6 +200,12 @@ impl PartitionWatch {
         Ok(())
     }
 
+    /// Takes every change so far as seen: [`PartitionWatch::changed`] waits for the next one.
+    /// Called before reading what is held, so that a change already read is not waited for.
+    pub(crate) fn mark_changes_seen(&mut self) {
+        self.changes.borrow_and_update();
+    }
+
     /// Marks the elector stopped: nothing is held any more.
     pub(super) fn lapse_as_stopped(&self) {
         self.shared.lapse(true);

@@ -122,6 +122,8 @@ impl<P: Projection> ElectedProjector<P> {
         let mut tenure: Option<FencingToken> = None;
         let mut fenced_out = false;
         loop {
+            // The leadership is read after this, so only later changes call for another run.
+            self.leadership.mark_changes_seen();
             let leadership = self.leadership.current();
             match leadership {
                 Leadership::Stopped => return Ok(self.totals),

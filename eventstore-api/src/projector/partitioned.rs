@@ -109,6 +109,8 @@ where
                 return Ok(self.totals);
             }
             let (mut more_pending, mut failed) = (false, false);
+            // What is held is read after this, so only later changes call for another round.
+            self.watch.mark_changes_seen();
             for (partition, fence) in self.watch.held() {
                 match self.take_turn(partition, fence).await? {
                     Turn::MoreToDo => more_pending = true,
@@ -179,19 +181,29 @@ where
         projector.set_fence(fenced.then(|| fence.clone()));
         let watch = self.watch.clone();
         let mut budget = BATCHES_PER_TURN;
+        // Set when the budget, not a short batch or a handover, ended the turn: only then may
+        // more be waiting (a full last batch).
+        let mut out_of_budget = false;
+        let spent = &mut out_of_budget;
         let keep_going = move || {
-            let go = budget > 0 && watch.holds(partition, &fence);
-            budget = budget.saturating_sub(1);
-            go
+            if !watch.holds(partition, &fence) {
+                return false;
+            }
+            if budget == 0 {
+                *spent = true;
+                return false;
+            }
+            budget -= 1;
+            true
         };
         match projector.run_while(keep_going).await {
-            Ok(run) if run.batches == BATCHES_PER_TURN => {
-                self.totals.add(&run);
-                Ok(Turn::MoreToDo)
-            }
             Ok(run) => {
                 self.totals.add(&run);
-                Ok(Turn::Done)
+                Ok(if out_of_budget {
+                    Turn::MoreToDo
+                } else {
+                    Turn::Done
+                })
             }
             Err(error) if error.is_fenced() => {
                 tracing::warn!(group = %self.watch.group(), partition, error = %error.report(),
