@@ -2,7 +2,10 @@
 //! server through a pooler in transaction mode. It is the storage's to read and never reaches
 //! the driver.
 
+use std::borrow::Cow;
+
 use eventstore_api::EventStorageError;
+use percent_encoding::percent_decode_str;
 
 /// The name of the url parameter.
 const NAME: &str = "pgbouncer";
@@ -24,8 +27,9 @@ pub(crate) fn take(field: &str, url: &str) -> Result<(String, Option<bool>), Eve
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, given) = pair.split_once('=').unwrap_or((pair, ""));
-        // Any case: a url written `PGBOUNCER=TRUE` means the same, and the driver would
-        // ignore it rather than refuse it.
+        // Decoded, and in any case: a url written `PGBOUNCER=TRUE` or `pg%62ouncer=true`
+        // means the same, and the driver would ignore it rather than refuse it.
+        let (key, given) = (decoded(key), decoded(given));
         if !key.eq_ignore_ascii_case(NAME) {
             kept.push(pair);
             continue;
@@ -52,6 +56,11 @@ pub(crate) fn take(field: &str, url: &str) -> Result<(String, Option<bool>), Eve
         stripped.push_str(fragment);
     }
     Ok((stripped, value))
+}
+
+/// A url component with its percent escapes decoded, as the driver reads its parameters.
+fn decoded(component: &str) -> Cow<'_, str> {
+    percent_decode_str(component).decode_utf8_lossy()
 }
 
 #[cfg(test)]
@@ -97,6 +106,23 @@ mod tests {
         }
         let error = take("database url", "postgres://h/db?PGBOUNCER=1").unwrap_err();
         assert!(error.to_string().contains("PGBOUNCER=1"), "{error}");
+    }
+
+    #[test]
+    fn the_parameter_is_read_with_its_escapes_decoded() {
+        for (url, expected) in [
+            ("postgres://h/db?pg%62ouncer=true", true),
+            ("postgres://h/db?pgbouncer=tru%65", true),
+            ("postgres://h/db?%50%47BOUNCER=%66alse", false),
+        ] {
+            assert_eq!(
+                take("database url", url).unwrap(),
+                ("postgres://h/db".to_owned(), Some(expected)),
+                "{url}"
+            );
+        }
+        let error = take("database url", "postgres://h/db?pgbouncer=%31").unwrap_err();
+        assert!(error.to_string().contains("pgbouncer=1"), "{error}");
     }
 
     #[test]
