@@ -99,6 +99,46 @@ const TABLES: &[(&str, &[ExpectedColumn])] = &[
     ),
 ];
 
+/// A column default the storage relies on: its inserts name no value for the column.
+enum ExpectedDefault {
+    /// The default as `pg_get_expr` spells it.
+    Exactly(&'static str),
+    /// The next value of a sequence (`nextval(...)`), whichever sequence it is.
+    Sequence,
+}
+
+/// Every column default the storage relies on, by table and column: an event's position,
+/// transaction and time, and a new lease's `released`. A changed default would break the
+/// event order or the visibility barrier without any error.
+const DEFAULTS: &[(&str, &str, ExpectedDefault)] = &[
+    ("events", "position", ExpectedDefault::Sequence),
+    (
+        "events",
+        "tx",
+        ExpectedDefault::Exactly("pg_current_xact_id()"),
+    ),
+    ("events", "stored_at", ExpectedDefault::Exactly("now()")),
+    ("leases", "released", ExpectedDefault::Exactly("false")),
+];
+
+impl ExpectedDefault {
+    fn accepts(&self, default: Option<&str>) -> bool {
+        match (self, default) {
+            (ExpectedDefault::Exactly(expected), Some(default)) => default == *expected,
+            (ExpectedDefault::Sequence, Some(default)) => default.starts_with("nextval("),
+            (_, None) => false,
+        }
+    }
+
+    /// What to show for it in an error.
+    fn describe(&self) -> &'static str {
+        match self {
+            ExpectedDefault::Exactly(expected) => expected,
+            ExpectedDefault::Sequence => "the next value of a sequence",
+        }
+    }
+}
+
 /// An index this storage uses, as the shipped DDL creates it.
 struct ExpectedIndex {
     /// The name after the prefix.
@@ -493,8 +533,9 @@ async fn check_catalog(
 }
 
 /// Fails with `Schema` naming the first object that is missing or differs from what this
-/// storage uses; `exact` also compares index keys, predicates and options and function bodies
-/// with the shipped DDL's, which a newer version may have changed.
+/// storage uses; `exact` also compares the column defaults inserts rely on, index keys,
+/// predicates and options and function bodies with the shipped DDL's, which a newer version
+/// may have changed.
 async fn validate_catalog(
     connection: &mut PgConnection,
     prefix: &TablePrefix,
@@ -503,10 +544,12 @@ async fn validate_catalog(
 ) -> StorageResult<()> {
     let failing = |e: sqlx::Error| catalog_failure(prefix, e);
     let table_names: Vec<String> = TABLES.iter().map(|(table, _)| prefix.name(table)).collect();
-    let columns: Vec<(String, String, String, bool)> = sqlx::query_as(
-        "SELECT t.name, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull \
+    let columns: Vec<(String, String, String, bool, Option<String>)> = sqlx::query_as(
+        "SELECT t.name, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, \
+                pg_get_expr(d.adbin, d.adrelid) \
          FROM unnest($1::text[]) AS t(name) \
          JOIN pg_attribute AS a ON a.attrelid = to_regclass(t.name) \
+         LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
          WHERE a.attnum > 0 AND NOT a.attisdropped",
     )
     .bind(&table_names)
@@ -520,7 +563,7 @@ async fn validate_catalog(
         }
         for &(column, data_type, not_null) in expected.iter() {
             let object = format!("column {table}.{column}");
-            let Some((_, _, actual_type, actual_not_null)) =
+            let Some((_, _, actual_type, actual_not_null, _)) =
                 columns.iter().find(|(t, c, ..)| t == table && c == column)
             else {
                 return Err(schema_error(object, "is missing"));
@@ -545,6 +588,26 @@ async fn validate_catalog(
                     format!("is {actual}, expected {expected}"),
                 ));
             }
+        }
+    }
+
+    for (table, column, expected) in DEFAULTS.iter().filter(|_| exact) {
+        let table = prefix.name(table);
+        let default = columns
+            .iter()
+            .find(|(t, c, ..)| *t == table && c == column)
+            .and_then(|(.., default)| default.as_deref());
+        if !expected.accepts(default) {
+            let actual =
+                default.map_or_else(|| "no default".to_owned(), |d| format!("default {d}"));
+            return Err(schema_error(
+                format!("column {table}.{column}"),
+                format!(
+                    "has {actual}, expected {}: the storage's inserts leave the column to its \
+                     default (the shipped DDL does not change an existing column's default)",
+                    expected.describe()
+                ),
+            ));
         }
     }
 
@@ -748,6 +811,24 @@ mod tests {
                 "{}",
                 index.suffix
             );
+        }
+    }
+
+    #[test]
+    fn every_expected_default_is_the_scripts() {
+        for (table, column, expected) in DEFAULTS {
+            let defined = SCHEMA_SQL
+                .lines()
+                .any(|line| match line.trim().strip_prefix(column) {
+                    Some(rest) if rest.starts_with(' ') => match expected {
+                        ExpectedDefault::Exactly(default) => {
+                            rest.contains(&format!("DEFAULT {default}"))
+                        }
+                        ExpectedDefault::Sequence => rest.trim_start().starts_with("bigserial"),
+                    },
+                    _ => false,
+                });
+            assert!(defined, "{table}.{column}");
         }
     }
 }

@@ -89,7 +89,22 @@ async fn validate_names_each_kind_of_drift() {
     let Some(pool) = common::try_pool().await else {
         return;
     };
-    let drifts: [(&str, &str, &str); 10] = [
+    let drifts: [(&str, &str, &str); 13] = [
+        (
+            "ALTER TABLE {p}events ALTER COLUMN tx SET DEFAULT '1'::xid8",
+            "column {p}events.tx",
+            "has default '1'::xid8, expected pg_current_xact_id()",
+        ),
+        (
+            "ALTER TABLE {p}events ALTER COLUMN position DROP DEFAULT",
+            "column {p}events.position",
+            "has no default, expected the next value of a sequence",
+        ),
+        (
+            "ALTER TABLE {p}leases ALTER COLUMN released SET DEFAULT true",
+            "column {p}leases.released",
+            "has default true, expected false",
+        ),
         (
             "CREATE OR REPLACE FUNCTION {p}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean \
              LANGUAGE sql AS $$ SELECT false $$",
