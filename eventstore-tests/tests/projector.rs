@@ -453,6 +453,23 @@ async fn the_next_batch_is_read_while_a_full_batch_is_projected() {
     );
 }
 
+/// What `run` did until every task waited, then stopped. Under a paused clock, which moves on
+/// only once every task waits, so that a projector has gone idle when the sleep here ends,
+/// however slow the machine.
+async fn run_until_idle<Run, Running>(run: Run) -> ProjectorRun
+where
+    Run: FnOnce(futures_util::future::BoxFuture<'static, ()>) -> Running,
+    Running: std::future::Future<Output = Result<ProjectorRun, ProjectorError>> + Send + 'static,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(run(Box::pin(async {
+        let _ = stopped.await;
+    })));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap()
+}
+
 /// A partition's turn is four batches. A turn whose last batch came back short has caught up,
 /// so the partition waits for the next poll like the others, instead of taking another turn
 /// at once only to read nothing.
@@ -473,19 +490,7 @@ async fn a_partitions_turn_that_caught_up_in_its_last_batch_waits_for_the_next_p
     let mut partitioned =
         PartitionedProjector::new(watch, move |_partition| Ok(projector(&storage, 2)))
             .poll_interval(Duration::from_secs(3600));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        partitioned
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    // The clock is paused: it moves on to the end of this sleep only once every task waits,
-    // the projector for its next poll, an hour away.
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    stop.send(()).unwrap();
-    let run = running.await.unwrap().unwrap();
+    let run = run_until_idle(|stopped| async move { partitioned.run_until(stopped).await }).await;
     assert_eq!(run.events_handled, 7);
     assert_eq!(
         (run.batches, run.queries),
@@ -512,19 +517,7 @@ async fn an_elected_projector_started_under_a_leadership_runs_once_until_the_nex
         .await;
     let mut elected = ElectedProjector::new(projector(&storage, 2), leadership)
         .poll_interval(Duration::from_secs(3600));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        elected
-            .run_until(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
-    // The clock is paused: it moves on to the end of this sleep only once every task waits,
-    // the projector for its next poll, an hour away.
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    stop.send(()).unwrap();
-    let run = running.await.unwrap().unwrap();
+    let run = run_until_idle(|stopped| async move { elected.run_until(stopped).await }).await;
     assert_eq!(run.events_handled, 3);
     assert_eq!(
         (run.batches, run.queries),
