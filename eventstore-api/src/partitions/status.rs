@@ -65,20 +65,21 @@ impl GroupStatus {
             storage.get_leases_with_prefix(&prefix),
             storage.storage_time()
         );
-        Ok(Self::of_leases(group, &leases?, now?))
+        Ok(Self::of_leases(group, leases?, now?))
     }
 
-    /// The status of `group` that `leases` show, judged live at `now`.
-    pub fn of_leases(group: &str, leases: &[Lease], now: DateTime<Utc>) -> Self {
+    /// The status of `group` that `leases` show, judged live at `now`. Takes the leases, whose
+    /// owner ids it keeps: a group may have 100,000 partitions, read every interval.
+    pub fn of_leases(group: &str, leases: Vec<Lease>, now: DateTime<Utc>) -> Self {
         // Every number is a partition here: the count is what the members announce.
         let names = GroupNames::new(group, u32::MAX);
         let mut members: BTreeMap<String, GroupMember> = BTreeMap::new();
         let mut holders = BTreeMap::new();
         let mut seats = BTreeMap::new();
-        for lease in leases.iter().filter(|lease| !lease.is_expired_at(now)) {
+        for lease in leases.into_iter().filter(|lease| !lease.is_expired_at(now)) {
             match names.parse(&lease.lease_name) {
                 Some(GroupLease::Partition(partition) | GroupLease::BeyondCount(partition)) => {
-                    holders.insert(partition, lease.owner.clone());
+                    holders.insert(partition, lease.owner);
                     continue;
                 }
                 Some(GroupLease::Seat(seat)) => {
@@ -195,7 +196,7 @@ mod tests {
         let old = now - chrono::Duration::seconds(11);
         let status = GroupStatus::of_leases(
             "g",
-            &[
+            vec![
                 lease("g/seats/1", "b", 4, now),
                 lease("g/seats/0", "a", 4, now),
                 lease("g/seats/2", "c", 4, old),
@@ -230,22 +231,22 @@ mod tests {
     #[test]
     fn balanced_needs_every_partition_with_a_member_and_the_members_agreeing() {
         let now = Utc::now();
-        let mut leases = vec![
+        let mut leases = [
             lease("g/seats/0", "a", 3, now),
             lease("g/seats/1", "b", 3, now),
             lease("g/0", "a", 1, now),
             lease("g/1", "b", 1, now),
             lease("g/2", "a", 1, now),
         ];
-        assert!(GroupStatus::of_leases("g", &leases, now).is_balanced());
+        assert!(GroupStatus::of_leases("g", leases.to_vec(), now).is_balanced());
         leases[1].priority = 4;
-        let disagreeing = GroupStatus::of_leases("g", &leases, now);
+        let disagreeing = GroupStatus::of_leases("g", leases.to_vec(), now);
         assert_eq!(disagreeing.partitions(), None);
         assert!(!disagreeing.is_balanced());
         assert!(disagreeing.unheld().is_empty());
         leases[1].priority = 3;
         leases[4].owner = "a-stranger".into();
-        assert!(!GroupStatus::of_leases("g", &leases, now).is_balanced());
+        assert!(!GroupStatus::of_leases("g", leases.to_vec(), now).is_balanced());
     }
 
     #[test]
@@ -259,7 +260,7 @@ mod tests {
             lease("g/2", "b", 1, now),
             lease("g/7", "b", 1, now),
         ];
-        let status = GroupStatus::of_leases("g", &leases, now);
+        let status = GroupStatus::of_leases("g", leases.to_vec(), now);
         assert_eq!(status.unheld(), [3]);
         assert!(
             !status.is_balanced(),
@@ -276,11 +277,11 @@ mod tests {
             lease("g/0", "a", 1, now),
             lease("g/1", "b", 1, now),
         ];
-        let status = GroupStatus::of_leases("g", &leases, now);
+        let status = GroupStatus::of_leases("g", leases.to_vec(), now);
         assert_eq!(status.announced_counts(), Vec::<u32>::new());
         assert_eq!(status.partitions(), None);
         leases.push(lease("g/seats/0", "c", 2, now));
-        let status = GroupStatus::of_leases("g", &leases, now);
+        let status = GroupStatus::of_leases("g", leases.to_vec(), now);
         assert_eq!(status.announced_counts(), [2]);
         assert_eq!(status.partitions(), Some(2));
         // Two partitions over three members: one each for two of them.
@@ -296,7 +297,7 @@ mod tests {
             lease("g/seats/1", "a", 2, now),
             lease("g/seats/0", "b", 2, now),
         ];
-        let status = GroupStatus::of_leases("g", &leases, now);
+        let status = GroupStatus::of_leases("g", leases.to_vec(), now);
         let seats: Vec<(&str, Option<u32>)> = status
             .members
             .iter()

@@ -184,7 +184,7 @@ mod tests {
 
     /// The view of group `g` (4 partitions) that `leases` show `me` at `now`.
     fn view(leases: &[Lease], now: DateTime<Utc>) -> GroupView {
-        GroupView::of_status(&GroupStatus::of_leases("g", leases, now), 4, "me")
+        GroupView::of_status(&GroupStatus::of_leases("g", leases.to_vec(), now), 4, "me")
     }
 
     fn lease(name: &str, owner: &str, heartbeat_at: DateTime<Utc>) -> Lease {

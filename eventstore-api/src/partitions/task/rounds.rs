@@ -146,7 +146,7 @@ impl PartitionLoop {
                     operation: format!("reading partition group {}", self.shared.group),
                     after: limit,
                 })?;
-        let status = GroupStatus::of_leases(&self.shared.group, &leases?, now?);
+        let status = GroupStatus::of_leases(&self.shared.group, leases?, now?);
         let (partitions, owner) = (self.shared.partitions, &self.shared.owner);
         Ok(GroupView::of_status(&status, partitions, owner).plan(partitions, owner))
     }
