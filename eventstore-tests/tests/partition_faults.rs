@@ -2,7 +2,7 @@
 //! that it stopped, a lapse in the middle of a handover leaves the loop idle, not spinning on
 //! a drain deadline that no longer belongs to anything, a shutdown that cuts a handover's
 //! release short still releases the partition, and so does a shutdown after a lapse or after
-//! the loop died.
+//! the loop died; a watcher that saw the partitions lapse unpublished hears of their renewal.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -356,4 +356,47 @@ async fn a_shutdown_during_a_handovers_release_releases_the_partition() {
         "pod-a still holds {lease} until its ttl: {still_held:?}"
     );
     joining.shutdown().await.unwrap();
+}
+
+/// A pause of the process (here the test's only runtime thread, blocked) that outlasts the
+/// local deadline but not the storage's ttl: `held()` turns empty with nothing published, and
+/// the next renewal confirms the same partitions and tokens. A work loop that saw nothing held
+/// and waits for a change is woken by that renewal, or the member would keep renewing
+/// partitions nobody works on.
+#[tokio::test]
+async fn a_watcher_hears_of_partitions_renewed_after_a_lapse_nothing_published() {
+    let storage = Arc::new(MemoryEventStorage::new());
+    let elector = PartitionElector::builder(storage.clone(), "orders", 1)
+        .owner("a")
+        .ttl(Duration::from_secs(2))
+        .request_interval(Duration::from_millis(100))
+        // The local deadline is 300 ms after a request's send; the storage keeps 2 s.
+        .safety_margin(Duration::from_millis(1_700))
+        .start()
+        .unwrap();
+    let mut watch = elector.watch();
+    eventually("the only member to hold the partition", || async {
+        !watch.held().is_empty()
+    })
+    .await;
+    let fence = watch.held()[&0].clone();
+
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        watch.held().is_empty(),
+        "the local deadline lapsed during the pause"
+    );
+
+    let woken = tokio::time::timeout(DEADLINE, async {
+        while watch.held().get(&0) != Some(&fence) {
+            watch.changed().await.expect("the elector runs");
+        }
+    })
+    .await;
+    assert!(
+        woken.is_ok(),
+        "the renewal of the same partitions woke nobody (held now: {:?})",
+        watch.held()
+    );
+    elector.shutdown().await.unwrap();
 }

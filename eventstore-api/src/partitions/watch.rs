@@ -73,10 +73,16 @@ impl Shared {
             if current.stopped {
                 return false;
             }
+            // Holdings whose deadline passed while the task did not run (a pause, a starved
+            // runtime) were never published as lost, yet watchers saw them lapse (`held`
+            // judges the deadline) and wait for a change: holdings valid again wake them,
+            // though they name the same partitions and tokens.
+            let lapsed_unseen = current.deadline.is_some() && !current.valid_now();
             let changed = current.held != holdings.held
                 || current.handing_over != holdings.handing_over
                 || current.stopped != holdings.stopped
-                || current.deadline.is_some() != holdings.deadline.is_some();
+                || current.deadline.is_some() != holdings.deadline.is_some()
+                || (lapsed_unseen && holdings.valid_now());
             *current = holdings;
             changed
         });
