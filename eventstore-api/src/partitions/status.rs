@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::names::{GroupLease, GroupNames};
+use super::MAX_PARTITIONS;
 use crate::{EventStorage, EventStorageError, Lease};
 
 /// A partition group at one instant of the storage's clock.
@@ -46,7 +47,7 @@ pub struct GroupMember {
     /// earlier version, which announces itself with a lease of its own instead.
     pub seat: Option<u32>,
     /// The partition count it was started with, as it announces it (`None` when it announces
-    /// none).
+    /// none, or more than [`MAX_PARTITIONS`]).
     pub partitions: Option<u32>,
     /// The partitions it holds live, in order.
     pub held: Vec<u32>,
@@ -96,11 +97,13 @@ impl GroupStatus {
                     partitions: None,
                     held: Vec::new(),
                 });
-            // Its membership's priority is the count it announces; 0 announces none.
+            // Its membership's priority is the count it announces; 0 announces none, and
+            // neither does a priority no member could be started with (another application's
+            // lease under the group's names, say), which would make a range of billions.
             member.partitions = member.partitions.or_else(|| {
                 u32::try_from(lease.priority)
                     .ok()
-                    .filter(|count| *count > 0)
+                    .filter(|count| (1..=MAX_PARTITIONS).contains(count))
             });
         }
         // In order, so that a member holding two seats for a moment shows the lowest.
@@ -308,5 +311,18 @@ mod tests {
             status.seats.keys().copied().collect::<Vec<u32>>(),
             [0, 1, 3]
         );
+    }
+
+    #[test]
+    fn a_count_no_member_could_be_started_with_is_no_count() {
+        let now = Utc::now();
+        let status = GroupStatus::of_leases(
+            "g",
+            vec![lease("g/seats/0", "a", i64::from(u32::MAX), now)],
+            now,
+        );
+        assert_eq!(status.members[0].partitions, None);
+        assert_eq!(status.partitions(), None);
+        assert!(status.unheld().is_empty());
     }
 }
