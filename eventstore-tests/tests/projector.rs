@@ -15,8 +15,8 @@ use eventstore_api::projector::{
 };
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStreamId, EventToStore, Fence, FencingToken, LeaseRequest, LeaseStatus,
-    Limit, PartitionElector, StorageResult, StoredEvent, Tags,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, FencingToken,
+    LeaseRequest, LeaseStatus, Limit, PartitionElector, StorageResult, StoredEvent, Tags,
 };
 use eventstore_memory::MemoryEventStorage;
 
@@ -525,4 +525,51 @@ async fn an_elected_projector_started_under_a_leadership_runs_once_until_the_nex
         "a run that had caught up was followed by another: {run:?}"
     );
     elector.shutdown().await.unwrap();
+}
+
+/// A poll interval of zero would have a projector that caught up read the storage without a
+/// pause: both looping projectors refuse it, naming it, before they read anything.
+#[tokio::test]
+async fn a_poll_interval_of_zero_is_refused_before_anything_is_read() {
+    let storage = storage_with(3).await;
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    let refused = |error: ProjectorError| {
+        assert!(
+            matches!(
+                error,
+                ProjectorError::Storage(EventStorageError::InvalidInput { .. })
+            ) && error.to_string().contains("poll interval"),
+            "{error}"
+        );
+    };
+    let leader = LeaderElector::builder(Arc::clone(&shared), "numbers-projector")
+        .start()
+        .unwrap();
+    let mut elected =
+        ElectedProjector::new(projector(&storage, 2), leader.watch()).poll_interval(Duration::ZERO);
+    let ended = tokio::time::timeout(
+        Duration::from_secs(10),
+        elected.run_until(std::future::pending()),
+    )
+    .await
+    .expect("refused at once");
+    refused(ended.unwrap_err());
+    assert_eq!(elected.totals().queries, 0);
+
+    let members = PartitionElector::builder(shared, "numbers", 1)
+        .start()
+        .unwrap();
+    let mut partitioned =
+        PartitionedProjector::new(members.watch(), move |_| Ok(projector(&storage, 2)))
+            .poll_interval(Duration::ZERO);
+    let ended = tokio::time::timeout(
+        Duration::from_secs(10),
+        partitioned.run_until(std::future::pending()),
+    )
+    .await
+    .expect("refused at once");
+    refused(ended.unwrap_err());
+    assert_eq!(partitioned.totals().queries, 0);
+    leader.shutdown().await.unwrap();
+    members.shutdown().await.unwrap();
 }

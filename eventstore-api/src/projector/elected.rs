@@ -7,10 +7,28 @@ use std::time::{Duration, Instant};
 use super::failure_pause::FailurePause;
 use super::{Projection, Projector, ProjectorError, ProjectorRun};
 use crate::elector::{Leadership, LeadershipWatch};
-use crate::{AppendHints, AppendNotice, Capability, EventReference, Fence, FencingToken};
+use crate::{
+    AppendHints, AppendNotice, Capability, EventReference, EventStorageError, Fence, FencingToken,
+};
 
 /// How long an elected projector waits for new events between runs unless set otherwise.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Refuses a poll interval of zero, under which a projector that caught up would read the
+/// storage again and again without a pause.
+pub(super) fn check_poll_interval(interval: Duration) -> Result<(), ProjectorError> {
+    if interval.is_zero() {
+        return Err(EventStorageError::invalid(
+            "poll interval",
+            "0s",
+            "must be more than zero: a projector that caught up would read the storage \
+             without a pause (append hints, where the storage offers them, wake it at once \
+             whatever the interval)",
+        )
+        .into());
+    }
+    Ok(())
+}
 
 /// The first wait before reading again when a hint announced an event the read did not find
 /// yet; it doubles up to [`LAST_RETRY`] or the poll interval, whichever is shorter.
@@ -64,7 +82,8 @@ impl<P: Projection> ElectedProjector<P> {
     }
 
     /// How long to wait for new events after catching up ([`DEFAULT_POLL_INTERVAL`]). With
-    /// append hints this is only the safety net: an append wakes the projector at once.
+    /// append hints this is only the safety net: an append wakes the projector at once. Zero
+    /// is refused when the projector runs.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
@@ -99,11 +118,13 @@ impl<P: Projection> ElectedProjector<P> {
     /// # Errors
     /// The projection's errors and the storage's errors that will not pass by themselves
     /// (e.g. `Closed`, `Schema`) end the loop; the elector keeps running, so shut it down (or
-    /// retry) as suits the caller.
+    /// retry) as suits the caller. A poll interval of zero is `InvalidInput` before anything
+    /// is read.
     pub async fn run_until(
         &mut self,
         stop: impl Future<Output = ()>,
     ) -> Result<ProjectorRun, ProjectorError> {
+        check_poll_interval(self.poll_interval)?;
         tokio::pin!(stop);
         let fenced = self.projector.storage.supports(Capability::FencedWrites);
         let mut hints = self.subscribe_to_appends().await;

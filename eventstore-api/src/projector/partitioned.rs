@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+use super::elected::check_poll_interval;
 use super::failure_pause::FailurePause;
 use super::{Projection, Projector, ProjectorError, ProjectorRun, DEFAULT_POLL_INTERVAL};
 use crate::partitions::PartitionWatch;
@@ -73,7 +74,8 @@ where
     }
 
     /// How long to wait for new events once every held partition has caught up
-    /// ([`DEFAULT_POLL_INTERVAL`]); a change of the held partitions wakes it at once.
+    /// ([`DEFAULT_POLL_INTERVAL`]); a change of the held partitions wakes it at once. Zero is
+    /// refused when the projector runs.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
@@ -98,11 +100,13 @@ where
     ///
     /// # Errors
     /// A projector that cannot be built, the projection's errors and the storage's errors
-    /// that will not pass by themselves end the loop; the elector keeps running.
+    /// that will not pass by themselves end the loop; the elector keeps running. A poll
+    /// interval of zero is `InvalidInput` before anything is read.
     pub async fn run_until(
         &mut self,
         stop: impl Future<Output = ()>,
     ) -> Result<ProjectorRun, ProjectorError> {
+        check_poll_interval(self.poll_interval)?;
         tokio::pin!(stop);
         loop {
             if self.watch.is_stopped() {
