@@ -1,6 +1,7 @@
 //! Elected and partitioned projectors on a storage that fails for a while: a failure that may
 //! pass (a lost connection) pauses them and they project everything once the storage is back;
-//! a closed storage, which will not come back, ends them.
+//! a closed storage, which will not come back, ends them; a storage that hangs holds up no
+//! stop.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -241,4 +242,80 @@ async fn a_partitioned_projector_pauses_through_storage_failures_and_projects_ev
 
 fn partition_stream(partition: u32) -> EventStreamId {
     EventStreamId::new("numbers", partition.to_string())
+}
+
+/// A stop while the projector's read hangs (no batch in hand) ends the run at once: the read
+/// is dropped, to be read again by the next run. The elector leases on a storage that answers.
+async fn stops_while_its_read_hangs<Run, Running>(events: &Unreliable<MemoryEventStorage>, run: Run)
+where
+    Run: FnOnce(Pin<Box<dyn Future<Output = ()> + Send>>) -> Running,
+    Running: Future<Output = Result<ProjectorRun, ProjectorError>> + Send + 'static,
+{
+    let (stop, task) = spawn_until_stopped(run);
+    eventually("the projector's read to hang", || async {
+        events.hung_calls() >= 1
+    })
+    .await;
+    stop.send(()).unwrap();
+    let ended = tokio::time::timeout(DEADLINE, task).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(_)))),
+        "run_until did not end when stopped while its read hung: {ended:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_elected_projector_stops_while_its_read_hangs() {
+    let leases: Arc<dyn EventStorage> = Arc::new(MemoryEventStorage::new());
+    let events = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    let elector = LeaderElector::builder(leases, "numbers-projector")
+        .ttl(TTL)
+        .start()
+        .unwrap();
+    let mut watch = elector.watch();
+    watch
+        .wait_for_leadership_within(DEADLINE)
+        .await
+        .expect("leads");
+    events.hang(true);
+    let shared: Arc<dyn EventStorage> = events.clone();
+    let projector = Projector::builder(shared, Recorder::new(&Projected::default()))
+        .stream(EventStreamId::for_context("numbers"))
+        .build()
+        .unwrap();
+    let mut elected = ElectedProjector::new(projector, watch).poll_interval(POLL_INTERVAL);
+    stops_while_its_read_hangs(&events, move |stopped| async move {
+        elected.run_until(stopped).await
+    })
+    .await;
+    elector.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_partitioned_projector_stops_while_its_read_hangs() {
+    let leases: Arc<dyn EventStorage> = Arc::new(MemoryEventStorage::new());
+    let events = Arc::new(Unreliable::new(MemoryEventStorage::new()));
+    let elector = PartitionElector::builder(leases, "numbers", PARTITIONS)
+        .ttl(TTL)
+        .start()
+        .unwrap();
+    let watch = elector.watch();
+    eventually("the only member to hold every partition", || async {
+        watch.held().len() == PARTITIONS as usize
+    })
+    .await;
+    events.hang(true);
+    let shared: Arc<dyn EventStorage> = events.clone();
+    let mut partitioned = PartitionedProjector::new(watch, move |partition| {
+        Projector::builder(Arc::clone(&shared), Recorder::new(&Projected::default()))
+            .stream(partition_stream(partition))
+            .bookmark(format!("numbers-{partition}"))
+            .build()
+    })
+    .poll_interval(POLL_INTERVAL);
+    stops_while_its_read_hangs(&events, move |stopped| async move {
+        partitioned.run_until(stopped).await
+    })
+    .await;
+    elector.shutdown().await.unwrap();
 }

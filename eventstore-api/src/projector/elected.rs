@@ -1,11 +1,10 @@
 //! A projector that runs only while its instance leads.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::failure_pause::FailurePause;
-use super::{Projection, Projector, ProjectorError, ProjectorRun};
+use super::{unless_stopped, Projection, Projector, ProjectorError, ProjectorRun};
 use crate::elector::{Leadership, LeadershipWatch};
 use crate::{
     AppendHints, AppendNotice, Capability, EventReference, EventStorageError, Fence, FencingToken,
@@ -107,7 +106,8 @@ impl<P: Projection> ElectedProjector<P> {
     /// Projects while leading, stands by otherwise, until `stop` completes or the elector
     /// stops. A `stop` during a run ends it after the batch in hand, however long the backlog:
     /// a batch is always finished, and a deploy that stops the work before it releases the
-    /// lease does not wait for a replay.
+    /// lease does not wait for a replay. A read under way is dropped at once (the next run
+    /// reads it again), so a storage that hangs holds up no stop.
     ///
     /// A write refused by the fence, the bookmark's or one the projection made
     /// ([`ProjectorError::is_fenced`]), ends the tenure's work quietly: another instance
@@ -126,8 +126,14 @@ impl<P: Projection> ElectedProjector<P> {
     ) -> Result<ProjectorRun, ProjectorError> {
         check_poll_interval(self.poll_interval)?;
         tokio::pin!(stop);
+        // Set once `stop` completed: whatever is under way then, but a batch in hand, is
+        // dropped, so that a storage that hangs holds up no stop.
+        let mut stopped = false;
         let fenced = self.projector.storage.supports(Capability::FencedWrites);
-        let mut hints = self.subscribe_to_appends().await;
+        let subscribing = self.subscribe_to_appends();
+        let Some(mut hints) = unless_stopped(subscribing, stop.as_mut(), &mut stopped).await else {
+            return Ok(self.totals);
+        };
         // The newest event a hint announced, and how soon to look again while the projector
         // has not reached it: a hint may come before readers can see the event (PostgreSQL's
         // visibility barrier), and that must not cost a whole poll interval.
@@ -162,34 +168,27 @@ impl<P: Projection> ElectedProjector<P> {
                     let fence = fenced.then(|| Fence::new(self.leadership.lease_name(), token));
                     self.projector.set_fence(fence);
                     let watch = self.leadership.clone();
-                    let stopping = AtomicBool::new(false);
-                    let keep_going = || {
-                        !stopping.load(Ordering::Relaxed)
-                            && watch.current() == Leadership::Leader { token }
-                    };
+                    let keep_going = || watch.current() == Leadership::Leader { token };
                     // What readers see before the run: a hinted event at or below it is read
                     // by the run, whether the projection takes it or not (another type, say),
                     // so the hint needs no look after it.
                     let visible = match announced {
-                        Some(_) => self.projector.visible_head().await,
+                        Some(_) => {
+                            let head = self.projector.visible_head();
+                            match unless_stopped(head, stop.as_mut(), &mut stopped).await {
+                                Some(visible) => visible,
+                                None => return Ok(self.totals),
+                            }
+                        }
                         None => None,
                     };
                     if announced.is_some_and(|last| visible >= Some(last)) {
                         announced = None;
                     }
-                    let run = self.projector.run_while(keep_going);
-                    tokio::pin!(run);
-                    let mut stop_seen = false;
-                    let outcome = loop {
-                        tokio::select! {
-                            outcome = &mut run => break outcome,
-                            () = &mut stop, if !stop_seen => {
-                                // Finish the batch in hand, then return.
-                                stopping.store(true, Ordering::Relaxed);
-                                stop_seen = true;
-                            }
-                        }
-                    };
+                    let outcome = self
+                        .projector
+                        .run_while_or_until(keep_going, stop.as_mut(), &mut stopped)
+                        .await;
                     match outcome {
                         Ok(run) => {
                             self.totals.add(&run);
@@ -214,7 +213,7 @@ impl<P: Projection> ElectedProjector<P> {
                     if let Leadership::StepDownRequested { token } = self.leadership.current() {
                         self.leadership.acknowledge_step_down(token);
                     }
-                    if stop_seen {
+                    if stopped {
                         return Ok(self.totals);
                     }
                 }

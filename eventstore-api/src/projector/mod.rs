@@ -79,10 +79,12 @@ mod failure_pause;
 mod partitioned;
 mod projection;
 
-use std::pin::pin;
+use std::future::Future;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 
 use futures_util::future::{select, Either};
+use futures_util::FutureExt;
 
 pub use elected::{ElectedProjector, DEFAULT_POLL_INTERVAL};
 pub use partitioned::PartitionedProjector;
@@ -439,17 +441,35 @@ impl<P: Projection> Projector<P> {
     /// stays where it was).
     pub async fn run_while(
         &mut self,
-        mut keep_going: impl FnMut() -> bool + Send,
+        keep_going: impl FnMut() -> bool + Send,
     ) -> Result<ProjectorRun, ProjectorError> {
+        let mut stopped = false;
+        self.run_while_or_until(keep_going, pin!(std::future::pending()), &mut stopped)
+            .await
+    }
+
+    /// [`Projector::run_while`], ended early once `stop` completes: a batch in hand is
+    /// projected and bookmarked first, and a read under way (the bookmark's, a batch's) is
+    /// dropped, to be read again by the next run. A storage that hangs then holds up no stop.
+    /// `stop` is polled only while `stopped` is false, and `stopped` is set once it completed.
+    pub(crate) async fn run_while_or_until<S: Future<Output = ()>>(
+        &mut self,
+        mut keep_going: impl FnMut() -> bool + Send,
+        mut stop: Pin<&mut S>,
+        stopped: &mut bool,
+    ) -> Result<ProjectorRun, ProjectorError> {
+        let mut run = ProjectorRun::default();
         if self.batch_open {
             // A run was dropped inside a batch (a caller's timeout or select around it).
             self.projection.cancel_batch().await;
             self.batch_open = false;
         }
         if self.bookmark_due || self.bookmark_reading == BookmarkReading::BeforeEachRun {
-            self.read_bookmark().await?;
+            match unless_stopped(self.read_bookmark(), stop.as_mut(), stopped).await {
+                Some(read) => read?,
+                None => return Ok(run),
+            };
         }
-        let mut run = ProjectorRun::default();
         if !keep_going() {
             return Ok(run);
         }
@@ -467,7 +487,11 @@ impl<P: Projection> Projector<P> {
         };
         let projection = &mut self.projection;
         let batch_open = &mut self.batch_open;
-        let mut batch = reads.after(self.cursor.as_ref()).await?;
+        let first = reads.after(self.cursor.as_ref());
+        let mut batch = match unless_stopped(first, stop.as_mut(), stopped).await {
+            Some(read) => read?,
+            None => return Ok(run),
+        };
         loop {
             run.queries += 1;
             run.events_read += batch.len() as u64;
@@ -484,8 +508,9 @@ impl<P: Projection> Projector<P> {
                 }
             });
             let mut read_ahead = None;
+            // The batch in hand is finished whatever happens; a stop meanwhile is noted.
             let completed = {
-                let completing = pin!(complete(
+                let mut completing = pin!(complete(
                     projection,
                     batch_open,
                     &bookmarks,
@@ -493,11 +518,14 @@ impl<P: Projection> Projector<P> {
                     last,
                     batch_start
                 ));
-                match select(completing, reading_ahead.as_mut()).await {
-                    Either::Left((completed, _)) => completed,
-                    Either::Right((read, completing)) => {
-                        read_ahead = Some(read);
-                        completing.await
+                loop {
+                    tokio::select! {
+                        biased;
+                        completed = &mut completing => break completed,
+                        read = &mut reading_ahead, if read_ahead.is_none() => {
+                            read_ahead = Some(read);
+                        }
+                        () = &mut stop, if !*stopped => *stopped = true,
                     }
                 }
             };
@@ -506,19 +534,22 @@ impl<P: Projection> Projector<P> {
             run.batches += 1;
             run.events_handled += batch.len() as u64;
             run.last_reference = Some(last);
-            if !full {
+            if !full || *stopped {
                 break;
             }
             // A storage whose calls never wait (the in-memory one) would otherwise keep the
             // task busy for the whole backlog: whoever runs this gets to see a stop, and
             // other tasks on the thread get to run, between batches.
             tokio::task::yield_now().await;
-            if !keep_going() {
+            if stop_has_completed(stop.as_mut(), stopped) || !keep_going() {
                 break;
             }
             let next = match read_ahead {
                 Some(read) => read,
-                None => reading_ahead.await,
+                None => match unless_stopped(reading_ahead, stop.as_mut(), stopped).await {
+                    Some(read) => read,
+                    None => break,
+                },
             };
             match next {
                 Some(read) => batch = read?,
@@ -527,6 +558,34 @@ impl<P: Projection> Projector<P> {
         }
         Ok(run)
     }
+}
+
+/// `future`'s output, or `None` when `stop` completes first (then `stopped` is set, and `stop`
+/// is not polled again: with `stopped` already set, `None` at once). `stop` is asked first, so
+/// that a read that never waits (the in-memory storage's) does not keep a stop out.
+pub(super) async fn unless_stopped<T, S: Future<Output = ()>>(
+    future: impl Future<Output = T>,
+    stop: Pin<&mut S>,
+    stopped: &mut bool,
+) -> Option<T> {
+    if *stopped {
+        return None;
+    }
+    match select(stop, pin!(future)).await {
+        Either::Left(((), _)) => {
+            *stopped = true;
+            None
+        }
+        Either::Right((output, _)) => Some(output),
+    }
+}
+
+/// Whether `stop` has completed, asked once without waiting; sets `stopped` when it has.
+fn stop_has_completed<S: Future<Output = ()>>(stop: Pin<&mut S>, stopped: &mut bool) -> bool {
+    if !*stopped {
+        *stopped = stop.now_or_never().is_some();
+    }
+    *stopped
 }
 
 /// How a projector reads its batches: the projection's filter over its stream, at most a

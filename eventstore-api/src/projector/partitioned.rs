@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use super::elected::check_poll_interval;
@@ -91,7 +92,9 @@ where
         self.totals
     }
 
-    /// Projects the held partitions until `stop` completes or the elector stops.
+    /// Projects the held partitions until `stop` completes or the elector stops. A `stop`
+    /// ends the work after the batch in hand, if any: a read under way is dropped at once
+    /// (the next run reads it again), so a storage that hangs holds up no stop.
     ///
     /// A write refused by a fence ([`ProjectorError::is_fenced`]) ends that partition's work
     /// quietly until its next tenure: another member holds it now. Each tenure of a partition
@@ -108,6 +111,9 @@ where
     ) -> Result<ProjectorRun, ProjectorError> {
         check_poll_interval(self.poll_interval)?;
         tokio::pin!(stop);
+        // Set once `stop` completed: whatever is under way then, but a batch in hand, is
+        // dropped, so that a storage that hangs holds up no stop.
+        let mut stopped = false;
         loop {
             if self.watch.is_stopped() {
                 return Ok(self.totals);
@@ -116,12 +122,16 @@ where
             // What is held is read after this, so only later changes call for another round.
             self.watch.mark_changes_seen();
             for (partition, fence) in self.watch.held() {
-                match self.take_turn(partition, fence).await? {
+                let turn = self.take_turn(partition, fence, stop.as_mut(), &mut stopped);
+                match turn.await? {
                     Turn::MoreToDo => more_pending = true,
                     Turn::Done => {}
                     Turn::Failed => failed = true,
                 }
                 self.acknowledge_handovers();
+                if stopped {
+                    return Ok(self.totals);
+                }
                 if failed {
                     break;
                 }
@@ -151,11 +161,14 @@ where
         }
     }
 
-    /// Runs a few batches of `partition`.
-    async fn take_turn(
+    /// Runs a few batches of `partition`, or fewer once `stop` completes (see
+    /// [`Projector::run_while_or_until`]).
+    async fn take_turn<S: Future<Output = ()>>(
         &mut self,
         partition: u32,
         fence: crate::Fence,
+        stop: Pin<&mut S>,
+        stopped: &mut bool,
     ) -> Result<Turn, ProjectorError> {
         let held = match self.projectors.entry(partition) {
             std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
@@ -200,7 +213,10 @@ where
             budget -= 1;
             true
         };
-        match projector.run_while(keep_going).await {
+        match projector
+            .run_while_or_until(keep_going, stop, stopped)
+            .await
+        {
             Ok(run) => {
                 self.totals.add(&run);
                 Ok(if out_of_budget {
