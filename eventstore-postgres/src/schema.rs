@@ -123,6 +123,9 @@ const DEFAULTS: &[(&str, &str, ExpectedDefault)] = &[
 
 impl ExpectedDefault {
     fn accepts(&self, default: Option<&str>) -> bool {
+        // `pg_get_expr` names the built-in function's schema when the session's search_path
+        // would find another of the same name first: the same default.
+        let default = default.map(|d| d.strip_prefix("pg_catalog.").unwrap_or(d));
         match (self, default) {
             (ExpectedDefault::Exactly(expected), Some(default)) => default == *expected,
             (ExpectedDefault::Sequence, Some(default)) => default.starts_with("nextval("),

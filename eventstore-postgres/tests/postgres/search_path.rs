@@ -235,3 +235,59 @@ async fn ensure_refuses_to_create_tables_in_front_of_the_log() {
     }
     assert_eq!(created, 0, "nothing was created in {first}");
 }
+
+/// A storage whose connections search a schema holding a function named `now` before
+/// pg_catalog (the shadowing the lease functions are pinned against) validates tables whose
+/// defaults are exactly the shipped ones, which `pg_get_expr` then spells `pg_catalog.now()`.
+#[tokio::test]
+async fn a_now_earlier_in_the_path_does_not_make_the_shipped_defaults_differ() {
+    use sqlx::Executor;
+    if common::needs_direct_connection("its url sets a search_path through startup options") {
+        return;
+    }
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let prefix = common::unique_prefix();
+    common::storage_on(&prefix).await.close().await.unwrap();
+    let home: String = sqlx::query_scalar("SELECT current_schema()")
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    let shadow = format!("{prefix}shadow");
+    admin
+        .execute(
+            format!(
+                "CREATE SCHEMA {shadow}; \
+                 CREATE FUNCTION {shadow}.now() RETURNS timestamptz LANGUAGE sql \
+                 AS $$ SELECT timestamptz '2001-01-01 00:00:00+00' $$"
+            )
+            .as_str(),
+        )
+        .await
+        .unwrap();
+    let url = format!(
+        "{}{}options=-c%20search_path%3D{shadow}%2Cpg_catalog%2C{home}",
+        common::database_url(),
+        if common::database_url().contains('?') {
+            "&"
+        } else {
+            "?"
+        }
+    );
+    let validated = PostgresEventStorage::builder()
+        .url(url)
+        .prefix(&prefix)
+        .init_mode(DatabaseInitMode::Validate)
+        .max_connections(2)
+        .build()
+        .await;
+    admin
+        .execute(format!("DROP SCHEMA {shadow} CASCADE").as_str())
+        .await
+        .unwrap();
+    match validated {
+        Ok(storage) => storage.close().await.unwrap(),
+        Err(error) => panic!("the shipped schema was refused: {error}"),
+    }
+}
