@@ -1,7 +1,9 @@
 //! Electors shut down while a lease request is on its way: a request already sent reaches the
 //! storage whether or not its caller still waits (a server runs what it received). The
 //! shutdown's release must not overtake it, or the late request takes back what was released
-//! and the lease stays with an elector that has stopped until its ttl runs out.
+//! and the lease stays with an elector that has stopped until its ttl runs out. And a step-down
+//! acknowledged while a renewal is on its way, whose answer says nobody asks any more, hands
+//! nothing over.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,12 +11,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use eventstore_api::elector::LeaderElector;
+use eventstore_api::elector::{LeaderElector, Leadership};
 use eventstore_api::partitions::PartitionElector;
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStreamId, EventToStore, Lease, LeaseContender, LeaseRequest, LeaseResponse,
-    Limit, StorageResult, StoredEvent, Tags,
+    EventStorage, EventStreamId, EventToStore, FencingToken, Lease, LeaseContender, LeaseRequest,
+    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
 };
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
@@ -33,6 +35,7 @@ struct LateRequests {
     inner: Arc<MemoryEventStorage>,
     delay_millis: AtomicU64,
     on_their_way: Arc<AtomicUsize>,
+    arrived: Arc<AtomicUsize>,
 }
 
 impl LateRequests {
@@ -41,6 +44,7 @@ impl LateRequests {
             inner: Arc::new(MemoryEventStorage::new()),
             delay_millis: AtomicU64::new(0),
             on_their_way: Arc::new(AtomicUsize::new(0)),
+            arrived: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -54,6 +58,11 @@ impl LateRequests {
         self.on_their_way.load(Ordering::SeqCst)
     }
 
+    /// Requests that have arrived so far.
+    fn arrived(&self) -> usize {
+        self.arrived.load(Ordering::SeqCst)
+    }
+
     /// Sends `call` to the inner storage after the delay, on a task that outlives its caller.
     async fn late<T: Send + 'static>(
         &self,
@@ -64,10 +73,12 @@ impl LateRequests {
         let delay = Duration::from_millis(self.delay_millis.load(Ordering::SeqCst));
         let inner = Arc::clone(&self.inner);
         let on_their_way = Arc::clone(&self.on_their_way);
+        let arrived = Arc::clone(&self.arrived);
         on_their_way.fetch_add(1, Ordering::SeqCst);
         let sent = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let answer = call(inner).await;
+            arrived.fetch_add(1, Ordering::SeqCst);
             on_their_way.fetch_sub(1, Ordering::SeqCst);
             answer
         });
@@ -238,4 +249,60 @@ async fn a_member_shut_down_while_its_round_is_on_its_way_leaves_every_lease_rel
     })
     .await;
     shut_down_while_a_request_is_on_its_way(&storage, member.shutdown()).await;
+}
+
+/// A higher-priority contender asks the leader to step down; the work acknowledges while a
+/// renewal is on its way, and the contender withdraws before that renewal arrives, so its
+/// answer is a plain `Leader`. The storage no longer asks for a step-down, so the elector
+/// hands nothing over: a release would only leave the lease to be taken again.
+#[tokio::test]
+async fn a_step_down_acknowledged_after_nobody_asks_for_it_any_more_hands_nothing_over() {
+    let storage = Arc::new(LateRequests::new());
+    let elector = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("a")
+        .ttl(TTL)
+        .request_interval(Duration::from_millis(200))
+        .start()
+        .unwrap();
+    let mut watch = elector.watch();
+    let token = tokio::time::timeout(DEADLINE, watch.wait_for_leadership())
+        .await
+        .expect("leads in time")
+        .expect("the elector runs");
+    storage
+        .inner
+        .request_lease(LeaseRequest::new("jobs", "b", 10, TTL))
+        .await
+        .unwrap();
+    eventually("the step-down request", || async {
+        watch.current() == Leadership::StepDownRequested { token }
+    })
+    .await;
+
+    // Long enough for the withdrawal to arrive first, short of the request's own timeout.
+    storage.delay(Duration::from_secs(1));
+    eventually("a renewal on its way", || async {
+        storage.on_their_way() > 0
+    })
+    .await;
+    storage.inner.release_lease("jobs", "b").await.unwrap();
+    watch.acknowledge_step_down(token);
+    eventually("the renewal to arrive", || async {
+        storage.on_their_way() == 0
+    })
+    .await;
+    storage.delay(Duration::ZERO);
+    // The acknowledgement is taken before the next request: once that one has arrived, a
+    // handover would have released the lease.
+    let arrived = storage.arrived();
+    eventually("the next renewal", || async { storage.arrived() > arrived }).await;
+    let held: Vec<(String, FencingToken)> = storage
+        .held()
+        .await
+        .into_iter()
+        .map(|lease| (lease.owner, lease.fencing_token))
+        .collect();
+    assert_eq!(held, [("a".to_owned(), token)], "the lease was handed over");
+    assert_eq!(watch.current(), Leadership::Leader { token });
+    elector.shutdown().await.unwrap();
 }

@@ -274,7 +274,13 @@ impl ElectionLoop {
             deadline: valid_until,
         });
         match response.status {
-            LeaseStatus::Leader => self.shared.confirm(tenure, Leadership::Leader { token }),
+            LeaseStatus::Leader => {
+                // Nobody asks for a step-down any more (the contender left, or this elector
+                // ignores the request for a while): an acknowledgement the work gave meanwhile
+                // hands nothing over.
+                self.shared.take_acknowledgement(token);
+                self.shared.confirm(tenure, Leadership::Leader { token });
+            }
             LeaseStatus::LeaderStepDownRequested => self
                 .shared
                 .confirm(tenure, Leadership::StepDownRequested { token }),
