@@ -218,15 +218,20 @@ where
     );
 }
 
-#[tokio::test]
-async fn a_leader_shut_down_while_its_renewal_is_on_its_way_leaves_the_lease_released() {
-    let storage = Arc::new(LateRequests::new());
-    let elector = LeaderElector::builder(storage.clone(), "jobs")
+/// Owner `a`'s elector of the lease `jobs` on `storage`, asking every 200 ms.
+fn elector_a(storage: &Arc<LateRequests>) -> LeaderElector {
+    LeaderElector::builder(storage.clone(), "jobs")
         .owner("a")
         .ttl(TTL)
         .request_interval(Duration::from_millis(200))
         .start()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_leader_shut_down_while_its_renewal_is_on_its_way_leaves_the_lease_released() {
+    let storage = Arc::new(LateRequests::new());
+    let elector = elector_a(&storage);
     tokio::time::timeout(DEADLINE, elector.watch().wait_for_leadership())
         .await
         .expect("leads in time")
@@ -258,12 +263,7 @@ async fn a_member_shut_down_while_its_round_is_on_its_way_leaves_every_lease_rel
 #[tokio::test]
 async fn a_step_down_acknowledged_after_nobody_asks_for_it_any_more_hands_nothing_over() {
     let storage = Arc::new(LateRequests::new());
-    let elector = LeaderElector::builder(storage.clone(), "jobs")
-        .owner("a")
-        .ttl(TTL)
-        .request_interval(Duration::from_millis(200))
-        .start()
-        .unwrap();
+    let elector = elector_a(&storage);
     let mut watch = elector.watch();
     let token = tokio::time::timeout(DEADLINE, watch.wait_for_leadership())
         .await

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use eventstore_api::elector::LeaderElector;
+use eventstore_api::partitions::PartitionWatch;
 use eventstore_api::projector::{
     ElectedProjector, PartitionedProjector, Projection, ProjectionError, Projector, ProjectorError,
     ProjectorRun,
@@ -208,15 +209,7 @@ async fn an_elected_projector_ends_on_a_closed_storage() {
 async fn a_partitioned_projector_pauses_through_storage_failures_and_projects_everything_after() {
     let storage = Arc::new(Unreliable::new(MemoryEventStorage::new()));
     let shared: Arc<dyn EventStorage> = storage.clone();
-    let elector = PartitionElector::builder(Arc::clone(&shared), "numbers", PARTITIONS)
-        .ttl(TTL)
-        .start()
-        .unwrap();
-    let watch = elector.watch();
-    eventually("the only member to hold every partition", || async {
-        watch.held().len() == PARTITIONS as usize
-    })
-    .await;
+    let (elector, watch) = sole_member(Arc::clone(&shared)).await;
     let projected = Projected::default();
     let mut projector = PartitionedProjector::new(watch, {
         let projected = projected.clone();
@@ -238,6 +231,20 @@ async fn a_partitioned_projector_pauses_through_storage_failures_and_projects_ev
     append(&storage, &partition_stream(1), [5, 6]).await;
     outlasts_failures(&storage, &projected, stop, task).await;
     elector.shutdown().await.unwrap();
+}
+
+/// The only member of the group `numbers` on `storage`, once it holds every partition.
+async fn sole_member(storage: Arc<dyn EventStorage>) -> (PartitionElector, PartitionWatch) {
+    let elector = PartitionElector::builder(storage, "numbers", PARTITIONS)
+        .ttl(TTL)
+        .start()
+        .unwrap();
+    let watch = elector.watch();
+    eventually("the only member to hold every partition", || async {
+        watch.held().len() == PARTITIONS as usize
+    })
+    .await;
+    (elector, watch)
 }
 
 fn partition_stream(partition: u32) -> EventStreamId {
@@ -295,15 +302,7 @@ async fn an_elected_projector_stops_while_its_read_hangs() {
 async fn a_partitioned_projector_stops_while_its_read_hangs() {
     let leases: Arc<dyn EventStorage> = Arc::new(MemoryEventStorage::new());
     let events = Arc::new(Unreliable::new(MemoryEventStorage::new()));
-    let elector = PartitionElector::builder(leases, "numbers", PARTITIONS)
-        .ttl(TTL)
-        .start()
-        .unwrap();
-    let watch = elector.watch();
-    eventually("the only member to hold every partition", || async {
-        watch.held().len() == PARTITIONS as usize
-    })
-    .await;
+    let (elector, watch) = sole_member(leases).await;
     events.hang(true);
     let shared: Arc<dyn EventStorage> = events.clone();
     let mut partitioned = PartitionedProjector::new(watch, move |partition| {
