@@ -10,18 +10,15 @@ use super::FREE_SEATS;
 /// storage's clock, as a member started with some partition count plans from them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GroupView {
-    /// Owner ids, sorted.
+    /// What the storage shows: members with their seats and counts, holders, seats.
+    status: GroupStatus,
+    /// Owner ids, sorted, this member's included.
     members: Vec<String>,
     /// Partition → index into `members`, for partitions below the count that a live member
     /// holds live.
     holders: BTreeMap<u32, usize>,
     /// The highest partition held live at or above this member's partition count, if any.
     beyond_count: Option<u32>,
-    /// The partition counts live members announce with their membership, by member; members
-    /// that announce none (priority 0, as before counts were announced) are left out.
-    counts: BTreeMap<String, u32>,
-    /// The seats held live, and by whom.
-    seats: BTreeMap<u32, String>,
     /// Another live member announces itself only with the lease earlier versions used, so it
     /// sees only the members that announce themselves so too.
     earlier_member_live: bool,
@@ -31,7 +28,7 @@ impl GroupView {
     /// The view of the group `status` shows to `me`, a member started with `partitions`
     /// partitions. `me` counts as a member whatever the status says: this instance is alive,
     /// and its membership may not be recorded yet.
-    pub(crate) fn of_status(status: &GroupStatus, partitions: u32, me: &str) -> Self {
+    pub(crate) fn of_status(status: GroupStatus, partitions: u32, me: &str) -> Self {
         let mut members: Vec<String> = status.members.iter().map(|m| m.owner.clone()).collect();
         if let Err(at) = members.binary_search_by(|member| member.as_str().cmp(me)) {
             members.insert(at, me.to_owned());
@@ -49,21 +46,15 @@ impl GroupView {
             .range(partitions..)
             .next_back()
             .map(|(partition, _)| *partition);
-        let counts = status
-            .members
-            .iter()
-            .filter_map(|member| Some((member.owner.clone(), member.partitions?)))
-            .collect();
         let earlier_member_live = status
             .members
             .iter()
             .any(|member| member.seat.is_none() && member.owner != me);
         GroupView {
+            status,
             members,
             holders,
             beyond_count,
-            counts,
-            seats: status.seats.clone(),
             earlier_member_live,
         }
     }
@@ -85,11 +76,11 @@ impl GroupView {
         let assignment: Option<Assignment> = assign(partitions, &self.members, &self.holders);
         let index = self.members.binary_search_by(|m| m.as_str().cmp(member));
         let beyond_count = self.beyond_count;
-        let other_count = self
-            .counts
-            .iter()
-            .find(|(owner, count)| *owner != member && **count != partitions)
-            .map(|(owner, count)| (owner.clone(), *count));
+        // Members that announce no count (as before counts were announced) are left out.
+        let other_count = self.status.members.iter().find_map(|other| {
+            let count = other.partitions.filter(|count| *count != partitions)?;
+            (other.owner != member).then(|| (other.owner.clone(), count))
+        });
         let seats = self.seat_plan(member);
         let earlier_member_live = self.earlier_member_live;
         match (assignment, index) {
@@ -127,13 +118,14 @@ impl GroupView {
     fn seat_plan(&self, member: &str) -> SeatPlan {
         SeatPlan {
             held: self
+                .status
                 .seats
                 .iter()
                 .filter(|(_, holder)| *holder == member)
                 .map(|(seat, _)| *seat)
                 .collect(),
             free: (0..)
-                .filter(|seat| !self.seats.contains_key(seat))
+                .filter(|seat| !self.status.seats.contains_key(seat))
                 .take(FREE_SEATS)
                 .collect(),
         }
@@ -184,7 +176,7 @@ mod tests {
 
     /// The view of group `g` (4 partitions) that `leases` show `me` at `now`.
     fn view(leases: &[Lease], now: DateTime<Utc>) -> GroupView {
-        GroupView::of_status(&GroupStatus::of_leases("g", leases.to_vec(), now), 4, "me")
+        GroupView::of_status(GroupStatus::of_leases("g", leases.to_vec(), now), 4, "me")
     }
 
     fn lease(name: &str, owner: &str, heartbeat_at: DateTime<Utc>) -> Lease {

@@ -148,7 +148,7 @@ impl PartitionLoop {
                 })?;
         let status = GroupStatus::of_leases(&self.shared.group, leases?, now?);
         let (partitions, owner) = (self.shared.partitions, &self.shared.owner);
-        Ok(GroupView::of_status(&status, partitions, owner).plan(partitions, owner))
+        Ok(GroupView::of_status(status, partitions, owner).plan(partitions, owner))
     }
 
     /// The target, and every partition still held (renewed until handed over).
