@@ -6,6 +6,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use eventstore_api::EventStreamId;
 
+use crate::stream_name;
+
 /// The whole command line.
 #[derive(Debug, Parser)]
 #[command(
@@ -89,8 +91,9 @@ pub(crate) enum Command {
     },
     /// The last events of a stream, oldest first
     Events {
-        /// The stream, CONTEXT/PURPOSE; `*` for any (orders/*, */*)
-        #[arg(long, value_name = "CONTEXT/PURPOSE", value_parser = parse_stream)]
+        /// The stream, CONTEXT/PURPOSE; `*` for any (orders/*, */*); a `\` before a `/`, `\` or
+        /// lone `*` that is part of a name
+        #[arg(long, value_name = "CONTEXT/PURPOSE", value_parser = stream_name::parse)]
         stream: EventStreamId,
         /// How many of the stream's last events, 1 to 100000
         #[arg(long, value_name = "N", default_value_t = 20,
@@ -125,25 +128,6 @@ pub(crate) enum SchemaAction {
     },
 }
 
-/// `CONTEXT/PURPOSE`, with `*` for "any".
-fn parse_stream(text: &str) -> Result<EventStreamId, String> {
-    let Some((context, purpose)) = text.split_once('/') else {
-        return Err(format!(
-            "{text:?} is not CONTEXT/PURPOSE (e.g. orders/default, orders/*)"
-        ));
-    };
-    if context.is_empty() || purpose.is_empty() || purpose.contains('/') {
-        return Err(format!(
-            "{text:?} is not CONTEXT/PURPOSE (e.g. orders/default, orders/*)"
-        ));
-    }
-    let part = |text: &str| (text != "*").then(|| text.to_owned());
-    Ok(EventStreamId {
-        context: part(context),
-        purpose: part(purpose),
-    })
-}
-
 fn parse_interval(text: &str) -> Result<Duration, String> {
     let seconds: f64 = text
         .parse()
@@ -157,22 +141,6 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn streams_are_context_slash_purpose_with_stars_for_any() {
-        assert_eq!(
-            parse_stream("orders/eu").unwrap(),
-            EventStreamId::new("orders", "eu")
-        );
-        assert_eq!(
-            parse_stream("orders/*").unwrap(),
-            EventStreamId::for_context("orders").any_purpose()
-        );
-        assert_eq!(parse_stream("*/*").unwrap(), EventStreamId::any());
-        for bad in ["orders", "/eu", "orders/", "a/b/c"] {
-            assert!(parse_stream(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn the_command_line_is_consistent() {

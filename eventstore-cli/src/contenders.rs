@@ -1,5 +1,7 @@
 //! `eventstore contenders LEASE`: who waits for a lease, judged on the storage's clock.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use eventstore_api::LeaseContender;
 use serde::Serialize;
@@ -8,7 +10,7 @@ use crate::cli::StoreArgs;
 use crate::failure::Failure;
 use crate::output::{print_json, print_text, printable, table};
 use crate::store::{OpenStore, StoreDescription, Target};
-use crate::time_text::{ago, instant, span};
+use crate::time_text::{ago, instant, serialize_millis, span};
 
 /// The JSON document of `eventstore contenders LEASE --json`.
 #[derive(Debug, Serialize)]
@@ -36,7 +38,9 @@ pub(crate) struct ContenderView {
     priority: i64,
     /// Its last request.
     heartbeat_at: DateTime<Utc>,
-    ttl_ms: u64,
+    /// The ttl in milliseconds, with a fraction where it has one.
+    #[serde(rename = "ttl_ms", serialize_with = "serialize_millis")]
+    ttl: Duration,
     /// `heartbeat_at + ttl`: registered until then, inclusive.
     expires_at: DateTime<Utc>,
     /// Whether the registration is live at `storage_time`.
@@ -49,7 +53,7 @@ impl ContenderView {
             owner: contender.owner.clone(),
             priority: contender.priority,
             heartbeat_at: contender.heartbeat_at,
-            ttl_ms: u64::try_from(contender.ttl.as_millis()).unwrap_or(u64::MAX),
+            ttl: contender.ttl,
             expires_at: contender.expires_at(),
             live: contender.is_live_at(now),
         }
@@ -152,7 +156,7 @@ fn render(document: &ContendersDocument) -> String {
                 contender.owner.clone(),
                 contender.priority.to_string(),
                 ago(contender.heartbeat_at, now),
-                span(i64::try_from(contender.ttl_ms).unwrap_or(i64::MAX)),
+                span(i64::try_from(contender.ttl.as_millis()).unwrap_or(i64::MAX)),
                 if contender.live {
                     format!("in {}", span(expiry))
                 } else {

@@ -8,6 +8,7 @@ use crate::cli::StoreArgs;
 use crate::failure::Failure;
 use crate::output::{print_json, print_text, printable, shorten, table};
 use crate::store::{OpenStore, StoreDescription, Target};
+use crate::stream_name;
 use crate::time_text::{ago, instant};
 
 /// The JSON document of `eventstore events --json`.
@@ -17,8 +18,13 @@ struct EventsDocument {
     storage_time: DateTime<Utc>,
     #[serde(flatten)]
     store: StoreDescription,
-    /// The stream asked for, `context/purpose` (`*` for any).
+    /// The stream asked for, as `--stream` takes it: `context/purpose`, `*` for any (see
+    /// `stream_name`).
     stream: String,
+    /// Whether the stream asked for covers more than one stream, so that each event names
+    /// its own.
+    #[serde(skip)]
+    wildcard: bool,
     /// At most this many events were asked for.
     limit: u64,
     /// The stream's last `limit` events, oldest first.
@@ -31,7 +37,7 @@ struct EventView {
     position: u64,
     tx: u64,
     id: String,
-    /// `context/purpose`.
+    /// `context/purpose`, as `--stream` takes it.
     stream: String,
     event_type: String,
     /// `key:value`.
@@ -48,7 +54,7 @@ impl From<StoredEvent> for EventView {
             position: event.reference.position,
             tx: event.reference.tx,
             id: event.reference.id.0.to_string(),
-            stream: event.stream.to_string(),
+            stream: stream_name::name(&event.stream),
             event_type: event.event_type.0,
             tags: event.tags.iter().map(ToString::to_string).collect(),
             idempotency_key: event.idempotency_key,
@@ -95,13 +101,17 @@ async fn read(
             Direction::Backward,
         )
         .await
-        .map_err(|error| Failure::storage(&format!("cannot read stream {stream}"), &error))?;
+        .map_err(|error| {
+            let stream = stream_name::name(stream);
+            Failure::storage(&format!("cannot read stream {stream}"), &error)
+        })?;
     events.reverse();
     let now = store.storage_time().await?;
     Ok(EventsDocument {
         storage_time: now,
         store: store.description(),
-        stream: stream.to_string(),
+        stream: stream_name::name(stream),
+        wildcard: !stream.is_concrete(),
         limit,
         events: events.into_iter().map(EventView::from).collect(),
     })
@@ -120,7 +130,7 @@ fn render(document: &EventsDocument) -> String {
     if document.events.is_empty() {
         return text;
     }
-    let wildcard = document.stream.contains('*');
+    let wildcard = document.wildcard;
     let rows: Vec<Vec<String>> = document
         .events
         .iter()

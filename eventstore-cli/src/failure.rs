@@ -2,6 +2,8 @@
 
 use eventstore_api::EventStorageError;
 
+use crate::output::printable;
+
 /// A failed command: one line for standard error and an exit code.
 #[derive(Debug)]
 pub(crate) struct Failure {
@@ -40,11 +42,19 @@ impl Failure {
         self.code
     }
 
-    /// The message on one line.
+    /// The message on one line: its lines joined by one space, any other control character
+    /// escaped. The rest stays as it is, so that a name or path it quotes is the one given.
     pub(crate) fn one_line(&self) -> String {
-        self.message
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
+        one_line(&self.message)
     }
+}
+
+/// `text`'s lines, trimmed and joined by one space, with [`printable`] control characters.
+pub(crate) fn one_line(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    printable(&lines.join(" "))
 }

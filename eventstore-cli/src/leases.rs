@@ -11,7 +11,7 @@ use crate::cli::StoreArgs;
 use crate::failure::Failure;
 use crate::output::{print_json, print_text, table};
 use crate::store::{OpenStore, StoreDescription, Target};
-use crate::time_text::{ago, instant, span};
+use crate::time_text::{ago, floor_millis, instant, serialize_millis, span};
 
 /// The JSON document of `eventstore leases --json`.
 #[derive(Debug, Serialize)]
@@ -35,7 +35,9 @@ struct LeaseView {
     acquired_at: DateTime<Utc>,
     /// The last renewal (a released lease's is backdated so that it is expired at once).
     heartbeat_at: DateTime<Utc>,
-    ttl_ms: u64,
+    /// The ttl in milliseconds, with a fraction where it has one.
+    #[serde(rename = "ttl_ms", serialize_with = "serialize_millis")]
+    ttl: Duration,
     /// `heartbeat_at + ttl`: live until then, inclusive.
     expires_at: DateTime<Utc>,
     /// Whether the lease is held at `storage_time`: `storage_time <= expires_at`.
@@ -57,10 +59,10 @@ impl LeaseView {
             priority: lease.priority,
             acquired_at: lease.acquired_at,
             heartbeat_at: lease.heartbeat_at,
-            ttl_ms: u64::try_from(lease.ttl.as_millis()).unwrap_or(u64::MAX),
+            ttl: lease.ttl,
             expires_at,
             live: !lease.is_expired_at(now),
-            expires_in_ms: (expires_at - now).num_milliseconds(),
+            expires_in_ms: floor_millis(expires_at - now),
             live_contenders: contenders
                 .iter()
                 .filter(|contender| contender.is_live_at(now))
@@ -190,7 +192,7 @@ fn render(document: &LeasesDocument) -> String {
                 lease.priority.to_string(),
                 ago(lease.acquired_at, now),
                 ago(lease.heartbeat_at, now),
-                span(i64::try_from(lease.ttl_ms).unwrap_or(i64::MAX)),
+                span(i64::try_from(lease.ttl.as_millis()).unwrap_or(i64::MAX)),
                 expiry,
                 if lease.live { "live" } else { "no" }.to_owned(),
                 lease.live_contenders.join(" "),
@@ -213,4 +215,34 @@ fn render(document: &LeasesDocument) -> String {
         &rows,
     ));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use eventstore_api::FencingToken;
+
+    use super::*;
+
+    /// Half a millisecond after expiry the lease is no longer live, and `expires_in_ms` says
+    /// so: negative, not a truncated 0.
+    #[test]
+    fn an_expired_lease_expires_in_a_negative_number_of_milliseconds() {
+        let heartbeat_at: DateTime<Utc> = "2026-12-01T11:00:00Z".parse().unwrap();
+        let lease = Lease {
+            lease_name: "l".into(),
+            owner: "o".into(),
+            priority: 0,
+            fencing_token: FencingToken(1),
+            acquired_at: heartbeat_at,
+            heartbeat_at,
+            ttl: Duration::from_secs(10),
+        };
+        let now = heartbeat_at + chrono::Duration::microseconds(10_000_500);
+        let view = LeaseView::of(&lease, &[], now);
+        assert!(!view.live);
+        assert_eq!(view.expires_in_ms, -1);
+        let view = LeaseView::of(&lease, &[], lease.expires_at());
+        assert!(view.live);
+        assert_eq!(view.expires_in_ms, 0);
+    }
 }

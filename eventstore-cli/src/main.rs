@@ -30,17 +30,21 @@ mod output;
 mod partitions;
 mod schema;
 mod store;
+mod stream_name;
 mod time_text;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::Parser as _;
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -58,6 +62,30 @@ fn main() -> ExitCode {
             ExitCode::from(failure.code())
         }
     }
+}
+
+/// What the argument parser refused, on one line like every failure, with exit code 2; help
+/// and version go out as the parser writes them.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        error.exit();
+    }
+    let text = error.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    // The advice to try `--help` is its own line; the rest says what was wrong.
+    let text: String = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("For more information"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    eprintln!("eventstore: {}", failure::one_line(&text));
+    ExitCode::from(2)
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {

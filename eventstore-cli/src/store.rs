@@ -13,6 +13,7 @@ use sqlx::{Connection, PgConnection};
 
 use crate::cli::StoreArgs;
 use crate::failure::Failure;
+use crate::output::printable;
 
 /// How long a command waits for a PostgreSQL connection before saying it cannot connect.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -169,11 +170,13 @@ pub(crate) struct StoreDescription {
     pub(crate) dir: Option<String>,
 }
 
+/// As the header lines name it: the directory [`printable`], since a name may hold any
+/// character and must not break the header into lines of its own.
 impl std::fmt::Display for StoreDescription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.prefix, &self.dir) {
             (Some(prefix), _) => write!(f, "postgres, prefix {prefix}"),
-            (_, Some(dir)) => write!(f, "file store {dir}"),
+            (_, Some(dir)) => write!(f, "file store {}", printable(dir)),
             _ => f.write_str(self.backend),
         }
     }

@@ -170,3 +170,89 @@ async fn usage_errors_exit_with_two() {
     let run = eventstore(&["contenders", "x"]).await;
     assert_eq!(run.code, 2, "{run:?}");
 }
+
+/// A failure names the directory as the operator gave it, two spaces and all.
+#[tokio::test]
+async fn a_failure_names_the_directory_exactly_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("orders  store");
+    let missing_path = missing.to_str().unwrap();
+    eventstore(&["bookmarks", "--dir", missing_path])
+        .await
+        .assert_refused(1, &["No such file or directory", missing_path]);
+}
+
+/// A stream whose context holds a `/` is listed under a name that, given back to `--stream`,
+/// names that stream alone.
+#[tokio::test]
+async fn a_stream_listed_by_events_can_be_asked_for_by_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let writer = FileEventStorage::open(dir.path()).await.unwrap();
+    writer
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::new("orders/eu", "default"),
+            vec![EventToStore::new("OrderPlaced", json!({ "order": 1 }))],
+        )
+        .await
+        .unwrap();
+    let all = eventstore(&["events", "--dir", path, "--stream", "*/*", "--json"])
+        .await
+        .json();
+    let name = all["events"][0]["stream"].as_str().unwrap().to_owned();
+    assert_eq!(name, r"orders\/eu/default");
+    let run = eventstore(&["events", "--dir", path, "--stream", &name, "--json"]).await;
+    assert_eq!(run.code, 0, "the stream {name} as listed: {run:?}");
+    assert_eq!(run.json()["events"].as_array().unwrap().len(), 1);
+    writer.close().await.unwrap();
+}
+
+/// A directory name with a newline cannot split the header line and forge a row.
+#[tokio::test]
+async fn a_directory_name_cannot_forge_lines_of_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("orders\nREADER  POSITION  forged");
+    std::fs::create_dir(&store).unwrap();
+    let writer = FileEventStorage::open(&store).await.unwrap();
+    writer
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::for_context("orders"),
+            vec![EventToStore::new("OrderPlaced", json!({}))],
+        )
+        .await
+        .unwrap();
+    let path = store.to_str().unwrap();
+    let run = eventstore(&["bookmarks", "--dir", path]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        run.stdout.lines().count(),
+        1,
+        "no bookmark, one header line: {run:?}"
+    );
+    let run = eventstore(&["events", "--dir", path, "--stream", "orders/default"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(
+        run.stdout.lines().count(),
+        3,
+        "a header, the column names and one event: {}",
+        run.stdout
+    );
+    writer.close().await.unwrap();
+}
+
+/// What the argument parser refuses is one line too, as every failure is, and still says
+/// what was wrong.
+#[tokio::test]
+async fn a_usage_error_of_the_argument_parser_is_one_line() {
+    eventstore(&["events", "--dir", "/tmp", "--stream", "no-slash"])
+        .await
+        .assert_refused(2, &["CONTEXT/PURPOSE", "no-slash"]);
+    eventstore(&["events", "--dir", "/tmp"])
+        .await
+        .assert_refused(2, &["--stream"]);
+    eventstore(&["leases", "--interval", "0"])
+        .await
+        .assert_refused(2, &["between 0.1 and 86400"]);
+}

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -10,7 +11,7 @@ use common::{
     database_url, eventstore, eventually, storage_on, tables_of, try_pool, unique_prefix, DEAD_URL,
 };
 use eventstore_api::{
-    AppendCriteria, EventStorage, EventStreamId, EventToStore, LeaseRequest, Tags,
+    AppendCriteria, EventStorage, EventStreamId, EventToStore, LeaseRequest, PartitionElector, Tags,
 };
 use serde_json::{json, Value};
 
@@ -93,9 +94,11 @@ async fn leases_json_says_live_on_the_storage_clock_for_live_expired_and_release
             "{lease}"
         );
         assert_eq!(live, storage_time <= expires_at, "{name}: {lease}");
+        // Whole milliseconds, rounded down.
+        let expires_in_us = (expires_at - storage_time).num_microseconds().unwrap();
         assert_eq!(
             lease["expires_in_ms"].as_i64().unwrap(),
-            (expires_at - storage_time).num_milliseconds()
+            expires_in_us.div_euclid(1000)
         );
         assert!(time(&lease["acquired_at"]) <= heartbeat_at || !live);
     }
@@ -755,5 +758,91 @@ async fn a_partition_groups_members_and_holdings_are_shown() {
             .contains("no live member of partition group \"work\""),
         "{gone:?}"
     );
+    storage.close().await.unwrap();
+}
+
+/// A group name the library refuses (`/` in it, or blank) is bad usage, not a group: given
+/// `work/seats`, the seats of group `work` would be read as partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_refuses_a_group_name_the_library_refuses() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage: Arc<dyn EventStorage> = Arc::new(storage_on(&prefix).await);
+    let member = PartitionElector::builder(storage.clone(), "work", 2)
+        .owner("pod-a")
+        .ttl(Duration::from_secs(10))
+        .start()
+        .unwrap();
+    eventually("pod-a to hold both", Duration::from_secs(30), || {
+        let held = member.held().len();
+        async move { (held == 2).then_some(()) }
+    })
+    .await;
+    let url = database_url();
+    for group in ["work/seats", " ", ""] {
+        let run = eventstore(&["partitions", group, "--url", &url, "--prefix", &prefix]).await;
+        assert_eq!(run.code, 2, "group {group:?}: {run:?}");
+        assert!(run.stderr.contains("partition group"), "{run:?}");
+    }
+    member.shutdown().await.unwrap();
+    storage.close().await.unwrap();
+}
+
+/// `expires_at` is `heartbeat_at + ttl_ms`, also for a ttl with a fraction of a millisecond
+/// (storages keep microseconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_json_ttl_agrees_with_expires_at() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    storage
+        .request_lease(LeaseRequest::new(
+            "short",
+            "pod-a",
+            0,
+            Duration::from_micros(1_500),
+        ))
+        .await
+        .unwrap();
+    let url = database_url();
+    let document = eventstore(&["leases", "--url", &url, "--prefix", &prefix, "--json"])
+        .await
+        .json();
+    let lease = &document["leases"][0];
+    let heartbeat_at = time(&lease["heartbeat_at"]);
+    let expires_at = time(&lease["expires_at"]);
+    let ttl_ms = lease["ttl_ms"].as_f64().unwrap();
+    assert_eq!(
+        expires_at,
+        heartbeat_at + chrono::Duration::microseconds((ttl_ms * 1000.0).round() as i64),
+        "{lease}"
+    );
+    assert_eq!(lease["ttl_ms"], json!(1.5));
+    storage.close().await.unwrap();
+}
+
+/// A refusal quotes the lease name as given, two spaces and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_quotes_a_lease_name_exactly_as_given() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    let url = database_url();
+    eventstore(&[
+        "contenders",
+        "order  projector",
+        "--url",
+        &url,
+        "--prefix",
+        &prefix,
+    ])
+    .await
+    .assert_refused(1, &["no lease named", "\"order  projector\""]);
     storage.close().await.unwrap();
 }

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, LeaseRequest, PartitionElector};
+use eventstore_api::partitions::GroupStatus;
+use eventstore_api::{EventStorage, EventStorageError, LeaseRequest, PartitionElector};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, LONG_TTL};
 use eventstore_tck::wrappers::Unreliable;
@@ -42,4 +43,20 @@ async fn a_member_reads_its_groups_leases_alone() {
         "a round listed every lease of the storage"
     );
     member.shutdown().await.unwrap();
+}
+
+/// A name no group can have is refused before anything is read: `work/seats` would otherwise
+/// read the seats of group `work` as partitions of a group of its own.
+#[tokio::test]
+async fn a_status_of_a_name_no_group_can_have_is_refused_before_reading() {
+    let storage = MemoryEventStorage::new();
+    // Closed, it would answer any read `Closed`.
+    storage.close().await.unwrap();
+    for name in ["work/seats", "", " "] {
+        let refused = GroupStatus::read(&storage, name).await.unwrap_err();
+        assert!(
+            matches!(&refused, EventStorageError::InvalidInput { field, .. } if field == "partition group"),
+            "{name:?}: {refused:?}"
+        );
+    }
 }

@@ -260,6 +260,15 @@ fn validate_partitions(partitions: u32) -> Result<(), EventStorageError> {
 }
 
 fn validate_group(group: &str, partitions: u32, owner: &str) -> Result<(), EventStorageError> {
+    validate_group_name(group)?;
+    validate::validate_name("lease owner", owner)?;
+    validate::validate_name("lease name", &member_lease_name(group, owner))?;
+    validate::validate_name("lease name", &partition_lease_name(group, partitions - 1))
+}
+
+/// A group's name as its lease names can carry it: a name without `/`, which separates the
+/// group from what follows in them (a group `work/seats` would read the seats of `work`).
+fn validate_group_name(group: &str) -> Result<(), EventStorageError> {
     validate::validate_name("partition group", group)?;
     if group.contains('/') {
         return Err(EventStorageError::invalid(
@@ -268,9 +277,7 @@ fn validate_group(group: &str, partitions: u32, owner: &str) -> Result<(), Event
             "must not contain '/', which separates the group from the partition in lease names",
         ));
     }
-    validate::validate_name("lease owner", owner)?;
-    validate::validate_name("lease name", &member_lease_name(group, owner))?;
-    validate::validate_name("lease name", &partition_lease_name(group, partitions - 1))
+    Ok(())
 }
 
 /// Holds a balanced share of a group's partitions for one instance, on a tokio task; see the

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::names::{GroupLease, GroupNames};
-use super::MAX_PARTITIONS;
+use super::{validate_group_name, MAX_PARTITIONS};
 use crate::{EventStorage, EventStorageError, Lease};
 
 /// A partition group at one instant of the storage's clock.
@@ -58,9 +58,12 @@ impl GroupStatus {
     /// together).
     ///
     /// # Errors
-    /// What the storage's [`EventStorage::get_leases_with_prefix`] and
-    /// [`EventStorage::storage_time`] fail with: `Unsupported` without leases, say.
+    /// `InvalidInput` for a name no group can have (blank, or with a `/`: `work/seats` would
+    /// read the seats of `work` as partitions), before anything is read; what the storage's
+    /// [`EventStorage::get_leases_with_prefix`] and [`EventStorage::storage_time`] fail with:
+    /// `Unsupported` without leases, say.
     pub async fn read(storage: &dyn EventStorage, group: &str) -> Result<Self, EventStorageError> {
+        validate_group_name(group)?;
         let prefix = format!("{group}/");
         let (leases, now) = tokio::join!(
             storage.get_leases_with_prefix(&prefix),

@@ -1,0 +1,119 @@
+//! A stream's name on the command line and in what the command prints: `CONTEXT/PURPOSE`,
+//! `*` for "any". A context or purpose may hold any character, so a `/`, a `\` or a part that
+//! is a lone `*` is written with a `\` before it: every name printed can be given back to
+//! `--stream` and names that one stream.
+
+use eventstore_api::EventStreamId;
+
+/// The name of `stream`, as [`parse`] reads it back.
+pub(crate) fn name(stream: &EventStreamId) -> String {
+    format!(
+        "{}/{}",
+        part_name(stream.context.as_deref()),
+        part_name(stream.purpose.as_deref())
+    )
+}
+
+fn part_name(part: Option<&str>) -> String {
+    match part {
+        None => "*".to_owned(),
+        Some("*") => r"\*".to_owned(),
+        Some(text) => text.replace('\\', r"\\").replace('/', r"\/"),
+    }
+}
+
+/// The stream that `text` names (see [`name`]).
+///
+/// # Errors
+/// What is wrong with `text`, quoting it.
+pub(crate) fn parse(text: &str) -> Result<EventStreamId, String> {
+    let not_a_stream =
+        || format!("{text:?} is not CONTEXT/PURPOSE (e.g. orders/default, orders/*)");
+    let mut parts = Vec::new();
+    let mut part = String::new();
+    let mut escaped_star = false;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(next @ ('\\' | '/')) => part.push(next),
+                Some('*') if part.is_empty() => {
+                    part.push('*');
+                    escaped_star = true;
+                }
+                _ => {
+                    return Err(format!(
+                        "{text:?} has a '\\' before neither '\\', '/' nor a lone '*'"
+                    ))
+                }
+            },
+            '/' => parts.push((std::mem::take(&mut part), std::mem::take(&mut escaped_star))),
+            c => part.push(c),
+        }
+    }
+    parts.push((part, escaped_star));
+    let [context, purpose] = <[(String, bool); 2]>::try_from(parts).map_err(|_| not_a_stream())?;
+    let part = |(text, escaped): (String, bool)| -> Result<Option<String>, String> {
+        match text.as_str() {
+            "" => Err(not_a_stream()),
+            "*" if !escaped => Ok(None),
+            _ if escaped && text != "*" => Err(format!(
+                "{text:?}: a '\\*' stands for a context or purpose that is a lone '*'"
+            )),
+            _ => Ok(Some(text)),
+        }
+    };
+    Ok(EventStreamId {
+        context: part(context)?,
+        purpose: part(purpose)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_are_context_slash_purpose_with_stars_for_any() {
+        assert_eq!(
+            parse("orders/eu").unwrap(),
+            EventStreamId::new("orders", "eu")
+        );
+        assert_eq!(
+            parse("orders/*").unwrap(),
+            EventStreamId::for_context("orders").any_purpose()
+        );
+        assert_eq!(parse("*/*").unwrap(), EventStreamId::any());
+        for bad in [
+            "orders", "/eu", "orders/", "a/b/c", r"a\b/c", r"\*x/c", "a/b\\",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_name_printed_reads_back_as_its_stream() {
+        let odd = ["orders/eu", "*", r"back\slash", "*x", r"\*", "/", "plain"];
+        for context in odd {
+            for purpose in odd {
+                let stream = EventStreamId::new(context, purpose);
+                let printed = name(&stream);
+                assert_eq!(parse(&printed).as_ref(), Ok(&stream), "{printed}");
+            }
+        }
+        for stream in [
+            EventStreamId::any(),
+            EventStreamId::for_context("a/b").any_purpose(),
+        ] {
+            assert_eq!(parse(&name(&stream)).as_ref(), Ok(&stream));
+        }
+        assert_eq!(
+            name(&EventStreamId::new("orders/eu", "default")),
+            r"orders\/eu/default"
+        );
+        assert_eq!(
+            name(&EventStreamId::new("orders", "default")),
+            "orders/default"
+        );
+    }
+}
