@@ -229,6 +229,14 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
             }
             return Err(invalid);
         }
+        if requests.is_empty() {
+            // Nothing to ask, but a closed storage still says `Closed`: a request invalid on
+            // its own (a blank name) finds out, changing nothing.
+            let probe = LeaseRequest::new("", "", 0, crate::validate::MIN_TTL);
+            if let Err(EventStorageError::Closed) = self.request_lease(probe).await {
+                return Err(EventStorageError::Closed);
+            }
+        }
         let mut responses = Vec::with_capacity(requests.len());
         for request in requests {
             responses.push(self.request_lease(request).await?);
@@ -279,6 +287,12 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
                 return Err(EventStorageError::Closed);
             }
             return Err(invalid);
+        }
+        if lease_names.is_empty() {
+            // As in `request_leases`: a closed storage says `Closed` even to nothing.
+            if let Err(EventStorageError::Closed) = self.release_lease("", owner).await {
+                return Err(EventStorageError::Closed);
+            }
         }
         for lease_name in lease_names {
             self.release_lease(lease_name, owner).await?;

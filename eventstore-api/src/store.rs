@@ -458,7 +458,11 @@ impl<E: DomainEvent> TypedStream<E> {
         after: Option<&EventReference>,
         limit: Limit,
     ) -> Result<Vec<Envelope<E>>, EventStoreError> {
-        let filter = &Self::of_own_types(filter)?;
+        let filter = match Self::of_own_types(filter) {
+            Ok(filter) => filter,
+            Err(invalid) => return Err(self.refusal(filter, invalid).await),
+        };
+        let filter = &filter;
         if self.storage.supports(Capability::RawPayloads) {
             let stored = self
                 .storage
@@ -498,7 +502,11 @@ impl<E: DomainEvent> TypedStream<E> {
     {
         let filter = match Self::of_own_types(filter) {
             Ok(filter) => filter,
-            Err(error) => return Box::pin(stream::once(future::ready(Err(error)))),
+            Err(invalid) => {
+                let filter = filter.clone();
+                let refusal = async move { Err(self.refusal(&filter, invalid).await) };
+                return Box::pin(stream::once(refusal));
+            }
         };
         if self.storage.supports(Capability::RawPayloads) {
             let stored =
@@ -577,6 +585,19 @@ impl<E: DomainEvent> TypedStream<E> {
     /// events this stream decodes, not to events of other types that would be dropped after.
     /// The caller's filter is checked first, so that a bad one is refused even where the
     /// narrowing would leave nothing of it.
+    /// What a read of `filter`, which [`TypedStream::of_own_types`] refused as `invalid`,
+    /// answers: `Closed` first, as the storage itself answers, which asking it with the
+    /// same filter finds out (a read, and refused either way).
+    async fn refusal(&self, filter: &EventFilter, invalid: EventStoreError) -> EventStoreError {
+        let asked = self
+            .storage
+            .query(filter, &self.id, None, Limit::to(1), Direction::Forward);
+        match asked.await {
+            Err(EventStorageError::Closed) => EventStorageError::Closed.into(),
+            _ => invalid,
+        }
+    }
+
     fn of_own_types(filter: &EventFilter) -> Result<EventFilter, EventStoreError> {
         validate::validate_filter(filter)?;
         let own: BTreeSet<EventType> = E::event_types().iter().copied().map(Into::into).collect();

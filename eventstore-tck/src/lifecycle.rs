@@ -181,8 +181,16 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S, argu
                 .map(drop),
         ),
         (
+            "request_leases of none",
+            storage.request_leases(Vec::new()).await.map(drop),
+        ),
+        (
             "release_lease",
             storage.release_lease(lease_name, owner).await,
+        ),
+        (
+            "release_leases of none",
+            storage.release_leases(&[], owner).await,
         ),
         (
             "release_leases",
@@ -206,6 +214,13 @@ async fn assert_every_call_is_closed<S: EventStorage + ?Sized>(storage: &S, argu
             "request_leases_with_outcome",
             storage
                 .request_leases_with_outcome(vec![request(lease_name, owner)])
+                .await
+                .map(drop),
+        ),
+        (
+            "request_leases_with_outcome of none",
+            storage
+                .request_leases_with_outcome(Vec::new())
                 .await
                 .map(drop),
         ),

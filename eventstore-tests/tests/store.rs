@@ -398,3 +398,46 @@ async fn a_replay_of_an_invalid_stream_is_one_invalid_input_error() {
         items[0]
     );
 }
+
+/// A typed read of a closed storage is `Closed`, also with a filter the storage would refuse:
+/// a closed storage answers `Closed` before it judges the input, and so does the facade.
+#[tokio::test]
+async fn a_typed_read_of_a_closed_storage_is_closed_whatever_its_filter() {
+    for (_dir, store, stream) in stores().await {
+        store.storage().close().await.unwrap();
+        let invalid = EventFilter::for_types([" "]);
+        let read = stream.query(&invalid, None, Limit::none()).await;
+        assert!(
+            matches!(
+                read,
+                Err(EventStoreError::Storage(EventStorageError::Closed))
+            ),
+            "query: {read:?}"
+        );
+        let streamed: Vec<_> = stream
+            .query_stream(&invalid, None, Limit::none())
+            .collect()
+            .await;
+        assert!(
+            matches!(
+                streamed.as_slice(),
+                [Err(EventStoreError::Storage(EventStorageError::Closed))]
+            ),
+            "query_stream: {streamed:?}"
+        );
+    }
+}
+
+/// An open storage still refuses the filter as invalid input, naming it.
+#[tokio::test]
+async fn a_typed_read_with_an_invalid_filter_is_invalid_input() {
+    for (_dir, _store, stream) in stores().await {
+        let read = stream
+            .query(&EventFilter::for_types([" "]), None, Limit::none())
+            .await;
+        assert!(
+            matches!(&read, Err(EventStoreError::Storage(EventStorageError::InvalidInput { field, .. })) if field.contains("event type")),
+            "{read:?}"
+        );
+    }
+}
