@@ -95,8 +95,11 @@ impl Shared {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let started = std::time::Instant::now();
+        let mut log = self.write_log();
+        // Read under the lock, so that timestamps follow positions, as on the other backends.
         let now = self.clock.now();
-        let stored = self.write_log().append(criteria, stream, events, now);
+        let stored = log.append(criteria, stream, events, now);
+        drop(log);
         eventstore_api::telemetry::record_append("memory", started.elapsed());
         match stored? {
             Appended::Written(stored) => {
@@ -118,13 +121,16 @@ impl Shared {
         let stored = log
             .get(reference.id)
             .ok_or(EventStorageError::UnknownEvent { id: reference.id })?;
+        let mut bookmarks = lock(&self.bookmarks);
+        // Read under the lock: handles replacing one bookmark at once place it in the order
+        // of their times, so that its update time only moves forward.
         let bookmark = Bookmark {
             reader: reader.to_owned(),
             reference: stored.reference,
             tags,
             updated_at: self.clock.now(),
         };
-        lock(&self.bookmarks).insert(reader.to_owned(), bookmark);
+        bookmarks.insert(reader.to_owned(), bookmark);
         Ok(())
     }
 }

@@ -56,7 +56,9 @@ pub(crate) async fn place(
 }
 
 /// One statement: the insert selects the event by id, so an unknown id inserts nothing and
-/// returns nothing, and the earlier bookmark stays.
+/// returns nothing, and the earlier bookmark stays. `now()` is when the statement's
+/// transaction began, so of two racing replacements the later one may carry the earlier
+/// time: the update time keeps the later of the two, never moving back.
 async fn upsert(
     shared: &Shared,
     connection: &mut PgConnection,
@@ -69,7 +71,8 @@ async fn upsert(
         "INSERT INTO {bookmarks} AS b (reader, event_id, tags, updated_at) \
          SELECT $1, e.id, $3, now() FROM {events} AS e WHERE e.id = $2 \
          ON CONFLICT (reader) DO UPDATE \
-             SET event_id = excluded.event_id, tags = excluded.tags, updated_at = excluded.updated_at \
+             SET event_id = excluded.event_id, tags = excluded.tags, \
+                 updated_at = greatest(b.updated_at, excluded.updated_at) \
          RETURNING b.reader",
         bookmarks = shared.prefix.name("bookmarks"),
         events = shared.prefix.name("events"),

@@ -288,6 +288,44 @@ pub async fn replacing_a_bookmark_moves_its_update_time_forward<F: StorageFactor
         .await;
 }
 
+/// Handles replacing one reader's bookmark at once never move its `updated_at` back: each
+/// reading of the bookmark shows an update time at or after the one read before.
+pub async fn racing_replacements_never_move_a_bookmarks_update_time_back<F: StorageFactory>(
+    factory: &F,
+) {
+    const WRITERS: usize = 4;
+    const REPLACEMENTS: usize = 500;
+    let storage = factory.create().await;
+    let events = append_events(&storage, WRITERS).await;
+    let mut writers = Vec::new();
+    for event in &events {
+        let (handle, reference) = (factory.another_handle(&storage).await, event.reference);
+        writers.push(tokio::spawn(async move {
+            for _ in 0..REPLACEMENTS {
+                place(&handle, "racer", &reference, Tags::none()).await;
+            }
+        }));
+    }
+    let mut latest = None;
+    while !writers.iter().all(tokio::task::JoinHandle::is_finished) {
+        let listed = listed(&storage).await;
+        if let Some(bookmark) = listed.first() {
+            if let Some(latest) = latest {
+                assert!(
+                    bookmark.updated_at >= latest,
+                    "the bookmark's updated_at moved back from {latest} to {}",
+                    bookmark.updated_at
+                );
+            }
+            latest = Some(bookmark.updated_at);
+        }
+        tokio::task::yield_now().await;
+    }
+    for writer in writers {
+        writer.await.expect("a writer panicked");
+    }
+}
+
 /// A bookmark at an event the storage does not hold is `UnknownEvent` naming its id, and the
 /// reader's previous bookmark stays as it was.
 pub async fn bookmark_of_an_unknown_event_is_refused_and_the_old_one_stays<F: StorageFactory>(
