@@ -378,6 +378,26 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         ))
     }
 
+    /// The contenders of every lease whose name starts with `prefix`, as
+    /// [`EventStorage::get_contenders`] lists them lease by lease, the leases by name in byte
+    /// order: the contenders of one partition group, or of every lease, in one call rather
+    /// than one per lease. The prefix is plain text, no pattern; an empty one lists every
+    /// lease's.
+    ///
+    /// The default asks [`EventStorage::get_contenders`] for each lease that
+    /// [`EventStorage::get_leases_with_prefix`] lists; a backend that keeps many leases reads
+    /// them in one go.
+    ///
+    /// # Errors
+    /// As [`EventStorage::get_leases_with_prefix`].
+    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
+        let mut contenders = Vec::new();
+        for lease in self.get_leases_with_prefix(prefix).await? {
+            contenders.extend(self.get_contenders(&lease.lease_name).await?);
+        }
+        Ok(contenders)
+    }
+
     /// "Now" on the storage's clock, the clock that judges lease expiry.
     ///
     /// # Errors
@@ -597,6 +617,12 @@ macro_rules! forward_event_storage {
             }
             async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
                 (**self).get_leases_with_prefix(prefix).await
+            }
+            async fn get_contenders_with_prefix(
+                &self,
+                prefix: &str,
+            ) -> StorageResult<Vec<LeaseContender>> {
+                (**self).get_contenders_with_prefix(prefix).await
             }
             async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
                 (**self).get_contenders(lease_name).await

@@ -633,6 +633,13 @@ impl EventStorage for FileEventStorage {
         Ok(self.leases().await?.table()?.contenders(lease_name))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", prefix = prefix))]
+    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
+        self.admit(Operation::LeasesWithPrefix { prefix })?;
+        self.refuse_if_read_only("get_contenders_with_prefix")?;
+        Ok(self.leases().await?.table()?.contenders_with_prefix(prefix))
+    }
+
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         self.admit(Operation::Read)?;

@@ -301,6 +301,12 @@ impl EventStorage for MemoryEventStorage {
         Ok(lock(&state.leases).contenders(lease_name))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", prefix = prefix))]
+    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
+        let state = self.admit(Operation::LeasesWithPrefix { prefix })?;
+        Ok(lock(&state.leases).contenders_with_prefix(prefix))
+    }
+
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory"))]
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         Ok(self.admit(Operation::Read)?.clock.now())

@@ -395,6 +395,48 @@ pub(crate) async fn contenders(
         .collect()
 }
 
+/// The contender rows of every lease whose name starts with `prefix` (the holders have none),
+/// by lease name in byte order, then as [`contenders`] orders them: the name's range of the
+/// contenders' key, as [`with_prefix`] reads the leases'.
+#[tracing::instrument(name = "get_contenders_with_prefix", level = "debug", skip_all,
+    fields(backend = "postgres", prefix = prefix))]
+pub(crate) async fn contenders_with_prefix(
+    shared: &Shared,
+    prefix: &str,
+) -> StorageResult<Vec<LeaseContender>> {
+    let operation = "list contenders";
+    let failing = shared.settings.failing(operation);
+    let mut connection = shared.connection_for(operation).await?;
+    let past = past_every_name_starting(prefix);
+    let sql = format!(
+        "SELECT c.lease_name, c.owner, c.priority, c.heartbeat_at, c.ttl \
+         FROM {contenders} AS c \
+         LEFT JOIN {leases} AS l ON l.lease_name = c.lease_name AND l.owner = c.owner \
+         WHERE c.lease_name COLLATE \"C\" >= $1 {below} AND l.lease_name IS NULL \
+         ORDER BY c.lease_name COLLATE \"C\", c.priority DESC, c.owner COLLATE \"C\"",
+        contenders = shared.prefix.name("lease_contenders"),
+        leases = shared.prefix.name("leases"),
+        below = if past.is_some() {
+            "AND c.lease_name COLLATE \"C\" < $2"
+        } else {
+            ""
+        },
+    );
+    let mut query = sqlx::query(&sql).bind(prefix);
+    if let Some(past) = past {
+        query = query.bind(past);
+    }
+    let rows = query
+        .persistent(shared.settings.prepared_statements)
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(|e| failing.map(e))?;
+    shared.end(operation, connection).await?;
+    rows.iter()
+        .map(|row| decode_contender(row).map_err(|e| failing.map(e)))
+        .collect()
+}
+
 fn decode_contender(row: &PgRow) -> Result<LeaseContender, sqlx::Error> {
     let ttl: PgInterval = row.try_get("ttl")?;
     Ok(LeaseContender {

@@ -438,6 +438,12 @@ impl EventStorage for PostgresEventStorage {
         shared.settings.health.read(read).await
     }
 
+    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
+        let shared = self.admit(Operation::LeasesWithPrefix { prefix })?;
+        let read = || leases::contenders_with_prefix(shared, prefix);
+        shared.settings.health.read(read).await
+    }
+
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         let shared = self.admit(Operation::Read)?;
         let read = || leases::storage_time(shared);

@@ -271,6 +271,84 @@ pub async fn leases_are_listed_by_prefix<F: StorageFactory>(factory: &F) {
     );
 }
 
+/// `get_contenders_with_prefix` lists the contenders of every lease whose name starts with the
+/// prefix, as `get_contenders` lists them lease by lease, the leases by name; the prefix is
+/// plain text, no pattern, an empty one covers every lease, and one with a NUL is refused.
+pub async fn contenders_are_listed_by_prefix_as_lease_by_lease<F: StorageFactory>(factory: &F) {
+    let Some((storage, other)) = two_handles_with_leases(factory).await else {
+        return;
+    };
+    let names = ["work/1", "work/0", "workers", "a%b", "axb", "quiet"];
+    for name in names {
+        request(&storage, name, "node-a", 0, LONG_TTL).await;
+    }
+    for name in ["work/1", "work/0", "workers", "a%b", "axb"] {
+        request(&other, name, "node-c", 0, LONG_TTL).await;
+        request(&other, name, "node-b", 3, LONG_TTL).await;
+    }
+    let lease_by_lease = |leases: &'static [&'static str]| {
+        let storage = &storage;
+        async move {
+            let mut contenders = Vec::new();
+            for name in leases {
+                let listed = storage.get_contenders(name).await;
+                contenders.extend(
+                    listed.unwrap_or_else(|err| panic!("get_contenders({name:?}) failed: {err}")),
+                );
+            }
+            contenders
+        }
+    };
+    let by_prefix = |prefix: &'static str| {
+        let storage = &storage;
+        async move {
+            storage
+                .get_contenders_with_prefix(prefix)
+                .await
+                .unwrap_or_else(|err| {
+                    panic!("get_contenders_with_prefix({prefix:?}) failed: {err}")
+                })
+        }
+    };
+    let work = by_prefix("work/").await;
+    assert_eq!(
+        work,
+        lease_by_lease(&["work/0", "work/1"]).await,
+        "the contenders of the leases whose names start with the prefix, by lease name"
+    );
+    let shown: Vec<(&str, &str)> = work
+        .iter()
+        .map(|c| (c.lease_name.as_str(), c.owner.as_str()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("work/0", "node-b"),
+            ("work/0", "node-c"),
+            ("work/1", "node-b"),
+            ("work/1", "node-c")
+        ],
+        "by lease, then by priority, without the holder node-a"
+    );
+    assert_eq!(
+        by_prefix("a%").await,
+        lease_by_lease(&["a%b"]).await,
+        "% is no wildcard"
+    );
+    assert_eq!(by_prefix("quiet").await, [], "a lease nobody contends for");
+    assert_eq!(by_prefix("nothing").await, []);
+    assert_eq!(
+        by_prefix("").await,
+        lease_by_lease(&["a%b", "axb", "quiet", "work/0", "work/1", "workers"]).await,
+        "an empty prefix covers every lease"
+    );
+    support::assert_invalid_input(
+        storage.get_contenders_with_prefix("work\0").await,
+        "a prefix with a NUL character",
+        "validate_text",
+    );
+}
+
 /// Once the holder's ttl has lapsed on the storage's clock, the next request by another owner
 /// takes the lease over with the next token, acquired and heartbeat at once.
 pub async fn expired_lease_is_taken_over_with_the_next_token<F: StorageFactory>(factory: &F) {

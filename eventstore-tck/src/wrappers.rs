@@ -417,6 +417,11 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         self.inner.get_contenders(lease_name).await
     }
 
+    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
+        self.gate().await?;
+        self.inner.get_contenders_with_prefix(prefix).await
+    }
+
     async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
         self.gate().await?;
         self.subscriptions_released().await;
@@ -612,6 +617,10 @@ impl<S: EventStorage> EventStorage for PollOnly<S> {
 
     async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
         self.inner.get_contenders(lease_name).await
+    }
+
+    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
+        self.inner.get_contenders_with_prefix(prefix).await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {

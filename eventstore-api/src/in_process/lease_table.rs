@@ -342,6 +342,21 @@ impl LeaseTable {
         contenders
     }
 
+    /// As [`LeaseTable::contenders`] for every lease whose name starts with `prefix`, the
+    /// leases by name.
+    pub fn contenders_with_prefix(&self, prefix: &str) -> Vec<LeaseContender> {
+        let mut names: Vec<&String> = self
+            .leases
+            .keys()
+            .filter(|name| name.starts_with(prefix))
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .flat_map(|name| self.contenders(name))
+            .collect()
+    }
+
     /// Checks `fence` against the lease it names at `now`.
     ///
     /// # Errors
