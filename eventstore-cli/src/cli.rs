@@ -57,7 +57,8 @@ pub(crate) enum Command {
         /// One JSON document (with --watch, one per refresh and line)
         #[arg(long)]
         json: bool,
-        /// Print again every --interval seconds until interrupted
+        /// Print again every --interval seconds until interrupted; a failed refresh after the
+        /// first is reported on standard error and tried again
         #[arg(long)]
         watch: bool,
         /// Seconds between refreshes with --watch

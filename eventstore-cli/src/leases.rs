@@ -111,8 +111,24 @@ async fn print_rounds(store: &OpenStore, rounds: &Rounds<'_>) -> Result<(), Fail
         watch,
     } = *rounds;
     let clear = watch.is_some() && !json && std::io::stdout().is_terminal();
+    let mut shown = false;
     loop {
-        let document = read(store, lease_prefix).await?;
+        let document = match (read(store, lease_prefix).await, watch) {
+            (Ok(document), _) => document,
+            // Once watching, a failed read (a failover, a restart) is reported, and the next
+            // round tries again: an operator watches a fleet through exactly such moments.
+            (Err(failure), Some(interval)) if shown => {
+                eprintln!(
+                    "eventstore: {} (trying again in {})",
+                    failure.one_line(),
+                    span(i64::try_from(interval.as_millis()).unwrap_or(i64::MAX))
+                );
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+            (Err(failure), _) => return Err(failure),
+        };
+        shown = true;
         if json {
             print_json(&document)?;
         } else {

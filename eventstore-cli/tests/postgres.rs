@@ -384,6 +384,95 @@ async fn leases_watch_prints_one_json_document_per_refresh() {
     storage.close().await.unwrap();
 }
 
+/// A watch outlives a refresh that fails: the failure is one line on standard error, and the
+/// next refresh that succeeds prints again. The tables are dropped and made again under it,
+/// as a restore would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_watch_reports_a_failed_refresh_and_goes_on() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let prefix = unique_prefix();
+    let storage = storage_on(&prefix).await;
+    let lease = LeaseRequest::new("watched", "pod-a", 0, Duration::from_secs(60));
+    storage.request_lease(lease).await.unwrap();
+    let url = database_url();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_eventstore"))
+        .args([
+            "leases", "--url", &url, "--prefix", &prefix, "--json", "--watch",
+        ])
+        .args(["--interval", "0.2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = lines_of(child.stdout.take().unwrap());
+    let stderr = lines_of(child.stderr.take().unwrap());
+    let first = next_line(&stdout, "a first document").await;
+    assert!(first.contains("\"watched\""), "{first}");
+
+    let run = eventstore(&[
+        "schema", "drop", "--yes", "--url", &url, "--prefix", &prefix,
+    ])
+    .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let failed = next_line(&stderr, "a failed refresh").await;
+    assert!(failed.starts_with("eventstore: "), "{failed}");
+    assert!(failed.contains("trying again in 200ms"), "{failed}");
+
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    // Another holder, so that no document printed before the drop can pass for a new one.
+    let again = storage_on(&prefix).await;
+    let lease = LeaseRequest::new("watched", "pod-b", 0, Duration::from_secs(60));
+    again.request_lease(lease).await.unwrap();
+    let document = eventually(
+        "a document once the tables are back",
+        Duration::from_secs(30),
+        || {
+            let stdout = &stdout;
+            async move {
+                let line = stdout.try_recv().ok()?;
+                line.contains("\"pod-b\"").then_some(line)
+            }
+        },
+    )
+    .await;
+    let document: Value = serde_json::from_str(&document).unwrap();
+    assert_eq!(document["leases"][0]["lease_name"], "watched");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the watch is still running"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    again.close().await.unwrap();
+    storage.close().await.unwrap();
+}
+
+/// The lines `output` gives, each as it comes, from a thread of their own.
+fn lines_of(output: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(output).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// The next of `lines`, within 30 s.
+async fn next_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+    eventually(what, Duration::from_secs(30), || async {
+        lines.try_recv().ok()
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bookmarks_and_events_are_listed_as_stored() {
     let Some(_pool) = try_pool().await else {
