@@ -12,6 +12,7 @@
 //! | [`LEASE_STEP_DOWNS`] | counter | `lease` | an elector stepped down for a contender of higher priority |
 //! | [`LEASE_RELEASES`] | counter | `lease` | an elector released its lease (stepping down, or shutting down) |
 //! | [`ELECTOR_LEADER`] | gauge | `lease`, `owner` | 1 while the elector leads, else 0 |
+//! | [`PARTITION_COUNT_MISMATCH`] | gauge | `group`, `owner` | 1 while a [`PartitionElector`](crate::PartitionElector) sees a member of its group that counts other partitions, else 0 (0 once it stops) |
 //! | [`FENCED_REFUSALS`] | counter | `lease` | a fenced write refused because its token is not the live holder's, in any backend |
 //! | [`APPEND_SECONDS`] | histogram | `backend` | how long an append (fenced or not) took, answered with success or not |
 //!

@@ -11,14 +11,15 @@
 //!
 //! A PostgreSQL store is named by `--url` (or the `DATABASE_URL` environment variable) and
 //! `--prefix`; a file store by `--dir`. Reading never creates anything: a prefix without its
-//! schema is refused, and only `schema apply` creates one. Every age is on the storage's
-//! clock (PostgreSQL's `now()`), never the clock of the machine running the command.
+//! schema is refused, and only `schema apply` creates one. Every age on PostgreSQL is on the
+//! storage's clock (its `now()`), never the clock of the machine running the command; a file
+//! store's clock is that of the machine it is on, which runs the command.
 //!
 //! Exit codes: 0 success, 1 a failed check (no schema for the prefix, no connection, a
 //! directory that is no store), 2 bad usage. A failure is one line on standard error.
 //!
 //! With `--json` each call prints one JSON document (with `--watch`, one per refresh, one per
-//! line); the field names are stable and listed in the crate's README.
+//! line); the field names are stable and listed in the repository's README ("Operating it").
 
 mod bookmarks;
 mod cli;

@@ -2,7 +2,8 @@
 //!
 //! [`PostgresEventStorage`] implements [`eventstore_api::EventStorage`] on prefixed tables
 //! (`<prefix>events`, `<prefix>bookmarks`, `<prefix>leases`, `<prefix>lease_contenders`),
-//! with PostgreSQL's `now()` as the only clock. Many processes on many machines share one
+//! with the database server's clock as the only clock (`now()`, and a statement's own time
+//! where a fence is checked). Many processes on many machines share one
 //! database: conditional appends are atomic per stream, and exactly one contender wins a
 //! lease.
 //!

@@ -61,15 +61,19 @@
 //!
 //! | method | `Operation` | input rule |
 //! |---|---|---|
-//! | `append` | `Append` | `validate_append`: `validate_append_stream` (no wildcard) and `validate_events` (types, tags, payloads, keys; no key twice) |
-//! | `query`, `subscribe_appends` | `Query` | `validate_stream` (wildcards allowed) |
+//! | `append` | `Append` | `validate_criteria`, then `validate_append`: `validate_append_stream` (no wildcard) and `validate_events` (types, tags, payloads, keys; no key twice) |
+//! | `query` | `Query` | `validate_filter` and `validate_stream` (wildcards allowed) |
 //! | `head` | `Head` | `validate_stream` |
+//! | `subscribe_appends` | `SubscribeAppends` | `validate_stream` |
 //! | `get_event_by_id`, `get_bookmarks`, `get_leases`, `storage_time`, `subscribe_lease_changes` | `Read` | none |
 //! | `bookmark` | `Bookmark` | `validate_reader` and `validate_tags` |
 //! | `get_bookmark`, `remove_bookmark` | `Reader` | `validate_reader` |
 //! | `request_lease` | `RequestLease` | `validate_lease_request` |
 //! | `request_leases` | `RequestLeases` | `validate_lease_requests` (one invalid request refuses the batch) |
 //! | `release_lease` | `ReleaseLease` | `validate_release` |
+//! | `release_leases` | `ReleaseLeases` | `validate_releases` (one invalid name refuses the call) |
+//! | `get_contenders` | `Contenders` | `validate_name` of the lease name |
+//! | `get_leases_with_prefix`, `get_contenders_with_prefix` | `LeasesWithPrefix` | `validate_text` of the prefix |
 //! | `append_fenced` | `AppendFenced` | `validate_fence`, then as `append` |
 //! | `bookmark_fenced` | `BookmarkFenced` | `validate_fence`, then as `bookmark` |
 //!
