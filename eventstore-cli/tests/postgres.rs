@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::process::Child;
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -343,33 +345,11 @@ async fn leases_watch_prints_one_json_document_per_refresh() {
         ))
         .await
         .unwrap();
-    let url = database_url();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_eventstore"))
-        .args([
-            "leases",
-            "--url",
-            &url,
-            "--prefix",
-            &prefix,
-            "--json",
-            "--watch",
-            "--interval",
-            "0.2",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let lines = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        std::io::BufReader::new(stdout)
-            .lines()
-            .take(3)
-            .map(Result::unwrap)
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
+    let (mut child, stdout, _stderr) = watch_leases(&prefix);
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        lines.push(next_line(&stdout, "a document").await);
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     let times: Vec<DateTime<Utc>> = lines
@@ -396,18 +376,8 @@ async fn leases_watch_reports_a_failed_refresh_and_goes_on() {
     let storage = storage_on(&prefix).await;
     let lease = LeaseRequest::new("watched", "pod-a", 0, Duration::from_secs(60));
     storage.request_lease(lease).await.unwrap();
+    let (mut child, stdout, stderr) = watch_leases(&prefix);
     let url = database_url();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_eventstore"))
-        .args([
-            "leases", "--url", &url, "--prefix", &prefix, "--json", "--watch",
-        ])
-        .args(["--interval", "0.2"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = lines_of(child.stdout.take().unwrap());
-    let stderr = lines_of(child.stderr.take().unwrap());
     let first = next_line(&stdout, "a first document").await;
     assert!(first.contains("\"watched\""), "{first}");
 
@@ -450,8 +420,24 @@ async fn leases_watch_reports_a_failed_refresh_and_goes_on() {
     storage.close().await.unwrap();
 }
 
+/// `eventstore leases --json --watch --interval 0.2` on `prefix`, and the lines of its
+/// standard output and error.
+fn watch_leases(prefix: &str) -> (Child, Receiver<String>, Receiver<String>) {
+    let url = database_url();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_eventstore"))
+        .args(["leases", "--url", &url, "--prefix", prefix])
+        .args(["--json", "--watch", "--interval", "0.2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = lines_of(child.stdout.take().unwrap());
+    let stderr = lines_of(child.stderr.take().unwrap());
+    (child, stdout, stderr)
+}
+
 /// The lines `output` gives, each as it comes, from a thread of their own.
-fn lines_of(output: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+fn lines_of(output: impl std::io::Read + Send + 'static) -> Receiver<String> {
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
@@ -466,7 +452,7 @@ fn lines_of(output: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Rec
 }
 
 /// The next of `lines`, within 30 s.
-async fn next_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+async fn next_line(lines: &Receiver<String>, what: &str) -> String {
     eventually(what, Duration::from_secs(30), || async {
         lines.try_recv().ok()
     })

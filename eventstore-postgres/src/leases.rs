@@ -318,22 +318,40 @@ pub(crate) async fn with_prefix(shared: &Shared, prefix: &str) -> StorageResult<
 
 async fn listed(shared: &Shared, prefix: &str) -> StorageResult<Vec<Lease>> {
     let operation = "list leases";
+    let select = |names: &str| {
+        format!(
+            "SELECT lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl \
+             FROM {leases} WHERE {names} ORDER BY lease_name COLLATE \"C\"",
+            leases = shared.prefix.name("leases"),
+        )
+    };
+    let rows = rows_with_prefix(shared, operation, prefix, "lease_name", select).await?;
     let failing = shared.settings.failing(operation);
-    let mut connection = shared.connection_for(operation).await?;
+    rows.iter()
+        .map(|row| decode_lease(row).map_err(|e| failing.map(e)))
+        .collect()
+}
+
+/// The rows of the statement `select` makes for the names in `column` that start with
+/// `prefix`: `select` is given the condition, a range of the names in byte order (the order
+/// of the keys' indexes), from the prefix up to the first name past every name it starts.
+async fn rows_with_prefix(
+    shared: &Shared,
+    operation: &str,
+    prefix: &str,
+    column: &str,
+    select: impl FnOnce(&str) -> String,
+) -> StorageResult<Vec<PgRow>> {
+    let failing = shared.settings.failing(operation);
     // Compared byte by byte whatever the column's collation (tables of earlier versions may
     // keep the database's), as the order is.
     let past = past_every_name_starting(prefix);
-    let sql = format!(
-        "SELECT lease_name, owner, priority, fencing_token, acquired_at, heartbeat_at, ttl \
-         FROM {leases} WHERE lease_name COLLATE \"C\" >= $1 {below} \
-         ORDER BY lease_name COLLATE \"C\"",
-        leases = shared.prefix.name("leases"),
-        below = if past.is_some() {
-            "AND lease_name COLLATE \"C\" < $2"
-        } else {
-            ""
-        },
-    );
+    let names = match past {
+        Some(_) => format!("{column} COLLATE \"C\" >= $1 AND {column} COLLATE \"C\" < $2"),
+        None => format!("{column} COLLATE \"C\" >= $1"),
+    };
+    let sql = select(&names);
+    let mut connection = shared.connection_for(operation).await?;
     let mut query = sqlx::query(&sql).bind(prefix);
     if let Some(past) = past {
         query = query.bind(past);
@@ -344,9 +362,7 @@ async fn listed(shared: &Shared, prefix: &str) -> StorageResult<Vec<Lease>> {
         .await
         .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
-    rows.iter()
-        .map(|row| decode_lease(row).map_err(|e| failing.map(e)))
-        .collect()
+    Ok(rows)
 }
 
 /// The least text after every text that starts with `prefix`, in byte order (UTF-8 orders as
@@ -405,33 +421,19 @@ pub(crate) async fn contenders_with_prefix(
     prefix: &str,
 ) -> StorageResult<Vec<LeaseContender>> {
     let operation = "list contenders";
+    let select = |names: &str| {
+        format!(
+            "SELECT c.lease_name, c.owner, c.priority, c.heartbeat_at, c.ttl \
+             FROM {contenders} AS c \
+             LEFT JOIN {leases} AS l ON l.lease_name = c.lease_name AND l.owner = c.owner \
+             WHERE {names} AND l.lease_name IS NULL \
+             ORDER BY c.lease_name COLLATE \"C\", c.priority DESC, c.owner COLLATE \"C\"",
+            contenders = shared.prefix.name("lease_contenders"),
+            leases = shared.prefix.name("leases"),
+        )
+    };
+    let rows = rows_with_prefix(shared, operation, prefix, "c.lease_name", select).await?;
     let failing = shared.settings.failing(operation);
-    let mut connection = shared.connection_for(operation).await?;
-    let past = past_every_name_starting(prefix);
-    let sql = format!(
-        "SELECT c.lease_name, c.owner, c.priority, c.heartbeat_at, c.ttl \
-         FROM {contenders} AS c \
-         LEFT JOIN {leases} AS l ON l.lease_name = c.lease_name AND l.owner = c.owner \
-         WHERE c.lease_name COLLATE \"C\" >= $1 {below} AND l.lease_name IS NULL \
-         ORDER BY c.lease_name COLLATE \"C\", c.priority DESC, c.owner COLLATE \"C\"",
-        contenders = shared.prefix.name("lease_contenders"),
-        leases = shared.prefix.name("leases"),
-        below = if past.is_some() {
-            "AND c.lease_name COLLATE \"C\" < $2"
-        } else {
-            ""
-        },
-    );
-    let mut query = sqlx::query(&sql).bind(prefix);
-    if let Some(past) = past {
-        query = query.bind(past);
-    }
-    let rows = query
-        .persistent(shared.settings.prepared_statements)
-        .fetch_all(&mut *connection)
-        .await
-        .map_err(|e| failing.map(e))?;
-    shared.end(operation, connection).await?;
     rows.iter()
         .map(|row| decode_contender(row).map_err(|e| failing.map(e)))
         .collect()
