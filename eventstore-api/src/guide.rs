@@ -109,7 +109,8 @@
 //! Every storage of this project pushes lease changes ([`Capability::LeaseChanges`];
 //! PostgreSQL behind a transaction-pooling PgBouncer only with a direct `listen_url`): the
 //! elector follows its lease and asks the moment something calls for it, instead of at its
-//! next request; without the capability it hears of each change at its next request. What is pushed and what is polled:
+//! next request; without the capability it hears of each change at its next request. What is
+//! pushed and what is polled:
 //!
 //! | event | how the elector hears of it | how soon (measured in `docs/BENCHMARKS.md`) |
 //! |---|---|---|

@@ -581,10 +581,6 @@ impl<E: DomainEvent> TypedStream<E> {
         EventFilter::for_types(E::event_types().iter().copied())
     }
 
-    /// `filter` narrowed to this stream's types, so that the storage applies a limit to the
-    /// events this stream decodes, not to events of other types that would be dropped after.
-    /// The caller's filter is checked first, so that a bad one is refused even where the
-    /// narrowing would leave nothing of it.
     /// What a read of `filter`, which [`TypedStream::of_own_types`] refused as `invalid`,
     /// answers: `Closed` first, as the storage itself answers, which asking it with the
     /// same filter finds out (a read, and refused either way).
@@ -598,6 +594,10 @@ impl<E: DomainEvent> TypedStream<E> {
         }
     }
 
+    /// `filter` narrowed to this stream's types, so that the storage applies a limit to the
+    /// events this stream decodes, not to events of other types that would be dropped after.
+    /// The caller's filter is checked first, so that a bad one is refused even where the
+    /// narrowing would leave nothing of it.
     fn of_own_types(filter: &EventFilter) -> Result<EventFilter, EventStoreError> {
         validate::validate_filter(filter)?;
         let own: BTreeSet<EventType> = E::event_types().iter().copied().map(Into::into).collect();

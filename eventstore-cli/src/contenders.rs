@@ -91,8 +91,9 @@ async fn read(store: &OpenStore, lease_name: &str) -> Result<ContendersDocument,
         .get_contenders(lease_name)
         .await
         .map_err(|error| Failure::storage("cannot read the contenders", &error))?;
+    // The leases whose names start with this one's: not every lease of the store.
     let tenure = storage
-        .get_leases()
+        .get_leases_with_prefix(lease_name)
         .await
         .map_err(|error| Failure::storage("cannot read the leases", &error))?
         .into_iter()

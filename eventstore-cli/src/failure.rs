@@ -42,19 +42,9 @@ impl Failure {
         self.code
     }
 
-    /// The message on one line: its lines joined by one space, any other control character
-    /// escaped. The rest stays as it is, so that a name or path it quotes is the one given.
+    /// The message on one line: its control characters, line breaks included, escaped
+    /// ([`printable`]), so that a name or path it quotes is the one given, whatever it holds.
     pub(crate) fn one_line(&self) -> String {
-        one_line(&self.message)
+        printable(self.message.trim())
     }
-}
-
-/// `text`'s lines, trimmed and joined by one space, with [`printable`] control characters.
-pub(crate) fn one_line(text: &str) -> String {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect();
-    printable(&lines.join(" "))
 }

@@ -79,13 +79,24 @@ fn usage_error(error: &clap::Error) -> ExitCode {
     }
     let text = error.render().to_string();
     let text = text.strip_prefix("error: ").unwrap_or(&text);
-    // The advice to try `--help` is its own line; the rest says what was wrong.
-    let text: String = text
-        .lines()
-        .filter(|line| !line.trim_start().starts_with("For more information"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    eprintln!("eventstore: {}", failure::one_line(&text));
+    // What was wrong, then the usage line, each of the parser's lines trimmed; the advice to
+    // try `--help` is left out.
+    let mut line = String::new();
+    for part in text.lines().map(str::trim) {
+        if part.is_empty() || part.starts_with("For more information") {
+            continue;
+        }
+        let separator = if part.starts_with("Usage:") {
+            "; "
+        } else {
+            " "
+        };
+        if !line.is_empty() {
+            line.push_str(separator);
+        }
+        line.push_str(part);
+    }
+    eprintln!("eventstore: {}", output::printable(&line));
     ExitCode::from(2)
 }
 

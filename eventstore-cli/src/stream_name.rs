@@ -1,7 +1,8 @@
 //! A stream's name on the command line and in what the command prints: `CONTEXT/PURPOSE`,
 //! `*` for "any". A context or purpose may hold any character, so a `/`, a `\` or a part that
-//! is a lone `*` is written with a `\` before it: every name printed can be given back to
-//! `--stream` and names that one stream.
+//! is a lone `*` is written with a `\` before it, and a control character as Rust escapes it
+//! (`\t`, `\u{1b}`): every name printed can be given back to `--stream` and names that one
+//! stream.
 
 use eventstore_api::EventStreamId;
 
@@ -18,7 +19,15 @@ fn part_name(part: Option<&str>) -> String {
     match part {
         None => "*".to_owned(),
         Some("*") => r"\*".to_owned(),
-        Some(text) => text.replace('\\', r"\\").replace('/', r"\/"),
+        Some(text) => text
+            .chars()
+            .map(|c| match c {
+                '\\' => r"\\".to_owned(),
+                '/' => r"\/".to_owned(),
+                c if c.is_control() => c.escape_debug().to_string(),
+                c => c.to_string(),
+            })
+            .collect(),
     }
 }
 
@@ -41,11 +50,13 @@ pub(crate) fn parse(text: &str) -> Result<EventStreamId, String> {
                     part.push('*');
                     escaped_star = true;
                 }
-                _ => {
-                    return Err(format!(
-                        "{text:?} has a '\\' before neither '\\', '/' nor a lone '*'"
-                    ))
-                }
+                Some(escape) => part.push(control(escape, &mut chars).ok_or_else(|| {
+                    format!(
+                        "{text:?} has a '\\' before neither '\\', '/', a lone '*' nor a \
+                         control character's escape (\\t, \\u{{1b}})"
+                    )
+                })?),
+                None => return Err(format!("{text:?} ends with a lone '\\'")),
             },
             '/' => parts.push((std::mem::take(&mut part), std::mem::take(&mut escaped_star))),
             c => part.push(c),
@@ -67,6 +78,27 @@ pub(crate) fn parse(text: &str) -> Result<EventStreamId, String> {
         context: part(context)?,
         purpose: part(purpose)?,
     })
+}
+
+/// The control character whose escape (as `char::escape_debug` writes it) starts with
+/// `escape` after its `\`, reading the rest of it from `chars`; `None` for any other text.
+fn control(escape: char, chars: &mut std::str::Chars<'_>) -> Option<char> {
+    let c = match escape {
+        't' => '\t',
+        'n' => '\n',
+        'r' => '\r',
+        '0' => '\0',
+        'u' => {
+            let rest = chars.as_str().strip_prefix('{')?;
+            let (hex, _) = rest.split_once('}')?;
+            let c = char::from_u32(u32::from_str_radix(hex, 16).ok()?)?;
+            // Past `{`, the digits and `}`.
+            chars.nth(hex.len() + 1)?;
+            c
+        }
+        _ => return None,
+    };
+    c.is_control().then_some(c)
 }
 
 #[cfg(test)]
@@ -93,7 +125,20 @@ mod tests {
 
     #[test]
     fn every_name_printed_reads_back_as_its_stream() {
-        let odd = ["orders/eu", "*", r"back\slash", "*x", r"\*", "/", "plain"];
+        let odd = [
+            "orders/eu",
+            "*",
+            r"back\slash",
+            "*x",
+            r"\*",
+            "/",
+            "plain",
+            "tab\there",
+            "esc\u{1b}[2J",
+            "nul\0",
+            r"\t",
+            "\u{85}",
+        ];
         for context in odd {
             for purpose in odd {
                 let stream = EventStreamId::new(context, purpose);
@@ -115,5 +160,9 @@ mod tests {
             name(&EventStreamId::new("orders", "default")),
             "orders/default"
         );
+        assert_eq!(name(&EventStreamId::new("a\tb", "c")), r"a\tb/c");
+        for bad in [r"a\q/b", r"a\u{41}/b", r"a\u{zz}/b", r"a\u{1b/b", "a\\"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -256,3 +256,41 @@ async fn a_usage_error_of_the_argument_parser_is_one_line() {
         .await
         .assert_refused(2, &["between 0.1 and 86400"]);
 }
+
+/// A directory whose name holds a line break is named with the break escaped, not as another
+/// directory (`orders store`).
+#[tokio::test]
+async fn a_failure_names_a_directory_with_a_newline_unmistakably() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("orders\n  store");
+    let other = dir.path().join("orders store");
+    let run = eventstore(&["bookmarks", "--dir", missing.to_str().unwrap()]).await;
+    run.assert_refused(1, &[r"orders\n  store"]);
+    assert!(!run.stderr.contains(other.to_str().unwrap()), "{run:?}");
+}
+
+/// A stream whose name holds a control character is printed in the table with it escaped,
+/// and that name, given back to `--stream`, names the stream.
+#[tokio::test]
+async fn a_stream_name_printed_in_the_table_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let writer = FileEventStorage::open(dir.path()).await.unwrap();
+    writer
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::new("orders\teu", "default"),
+            vec![EventToStore::new("OrderPlaced", json!({ "order": 1 }))],
+        )
+        .await
+        .unwrap();
+    let run = eventstore(&["events", "--dir", path, "--stream", "*/*"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let row = run.stdout.lines().nth(2).unwrap();
+    let name = row.split_whitespace().nth(1).unwrap().to_owned();
+    assert_eq!(name, r"orders\teu/default");
+    let run = eventstore(&["events", "--dir", path, "--stream", &name, "--json"]).await;
+    assert_eq!(run.code, 0, "the stream {name} as printed: {run:?}");
+    assert_eq!(run.json()["events"].as_array().unwrap().len(), 1);
+    writer.close().await.unwrap();
+}

@@ -59,11 +59,16 @@ impl GroupStatus {
     ///
     /// # Errors
     /// `InvalidInput` for a name no group can have (blank, or with a `/`: `work/seats` would
-    /// read the seats of `work` as partitions), before anything is read; what the storage's
-    /// [`EventStorage::get_leases_with_prefix`] and [`EventStorage::storage_time`] fail with:
-    /// `Unsupported` without leases, say.
+    /// read the seats of `work` as partitions), without reading a lease; `Closed` comes first,
+    /// as in every storage call. What the storage's [`EventStorage::get_leases_with_prefix`]
+    /// and [`EventStorage::storage_time`] fail with: `Unsupported` without leases, say.
     pub async fn read(storage: &dyn EventStorage, group: &str) -> Result<Self, EventStorageError> {
-        validate_group_name(group)?;
+        if let Err(invalid) = validate_group_name(group) {
+            return Err(match storage.storage_time().await {
+                Err(EventStorageError::Closed) => EventStorageError::Closed,
+                _ => invalid,
+            });
+        }
         let prefix = format!("{group}/");
         let (leases, now) = tokio::join!(
             storage.get_leases_with_prefix(&prefix),
