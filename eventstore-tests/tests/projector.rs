@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventstore_api::elector::LeaderElector;
+use eventstore_api::elector::{LeaderElector, Leadership};
 use eventstore_api::projector::{
     BookmarkReading, ElectedProjector, PartitionedProjector, Projection, ProjectionError,
     Projector, ProjectorError, ProjectorRun,
@@ -572,4 +572,105 @@ async fn a_poll_interval_of_zero_is_refused_before_anything_is_read() {
     assert_eq!(partitioned.totals().queries, 0);
     leader.shutdown().await.unwrap();
     members.shutdown().await.unwrap();
+}
+
+/// A partitioned projector stopped by the same change that asks it to hand a partition over
+/// lets the partition go as it stops: nothing of it is in hand, so the elector need not wait
+/// out its drain timeout before the newcomer takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_projector_stopped_as_a_handover_is_asked_lets_the_partition_go() {
+    let storage = storage_with(3).await;
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    let member = |owner: &str| {
+        PartitionElector::builder(Arc::clone(&shared), "numbers", 2)
+            .owner(owner)
+            .ttl(Duration::from_secs(30))
+            .drain_timeout(Duration::from_secs(25))
+            .start()
+            .unwrap()
+    };
+    let first = member("pod-a");
+    let watch = first.watch();
+    eventstore_tck::support::eventually("pod-a to hold both partitions", || async {
+        watch.held().len() == 2
+    })
+    .await;
+    let mut partitioned = PartitionedProjector::new(watch.clone(), {
+        let storage = Arc::clone(&storage);
+        move |_| Ok(projector(&storage, 2))
+    })
+    .poll_interval(Duration::from_secs(3600));
+    let mut asked = watch.clone();
+    let stop = async move {
+        while asked.handing_over().is_empty() {
+            if asked.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    let run = tokio::spawn(async move { partitioned.run_until(stop).await });
+    eventstore_tck::support::eventually("both partitions projected", || async {
+        storage
+            .get_bookmark("numbers-reader")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+
+    let second = member("pod-b");
+    let joined = second.watch();
+    run.await.unwrap().unwrap();
+    eventstore_tck::support::eventually("pod-b to hold a partition", || async {
+        joined.held().len() == 1
+    })
+    .await;
+    second.shutdown().await.unwrap();
+    first.shutdown().await.unwrap();
+}
+
+/// An elected projector stopped by the same change that asks its leader to step down
+/// acknowledges as it stops: nothing of the tenure is in hand, and the elector, which keeps
+/// the lease until the work acknowledges, hands it to the contender at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elected_projector_stopped_as_a_step_down_is_asked_acknowledges_it() {
+    let storage = storage_with(3).await;
+    let shared: Arc<dyn EventStorage> = storage.clone();
+    let elector = |owner: &str, priority: i64| {
+        LeaderElector::builder(Arc::clone(&shared), "numbers-projector")
+            .owner(owner)
+            .priority(priority)
+            .ttl(Duration::from_secs(30))
+            .start()
+            .unwrap()
+    };
+    let first = elector("pod-a", 0);
+    let leadership = first.watch();
+    eventstore_tck::support::eventually("pod-a to lead", || async { leadership.is_leader() }).await;
+    let mut elected = ElectedProjector::new(projector(&storage, 2), leadership.clone())
+        .poll_interval(Duration::from_secs(3600));
+    let mut asked = leadership.clone();
+    let stop = async move {
+        while !matches!(asked.current(), Leadership::StepDownRequested { .. }) {
+            if asked.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    let run = tokio::spawn(async move { elected.run_until(stop).await });
+    eventstore_tck::support::eventually("the events projected", || async {
+        storage
+            .get_bookmark("numbers-reader")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+
+    let second = elector("pod-b", 5);
+    let newcomer = second.watch();
+    run.await.unwrap().unwrap();
+    eventstore_tck::support::eventually("pod-b to lead", || async { newcomer.is_leader() }).await;
+    second.shutdown().await.unwrap();
+    first.shutdown().await.unwrap();
 }

@@ -107,7 +107,8 @@ impl<P: Projection> ElectedProjector<P> {
     /// stops. A `stop` during a run ends it after the batch in hand, however long the backlog:
     /// a batch is always finished, and a deploy that stops the work before it releases the
     /// lease does not wait for a replay. A read under way is dropped at once (the next run
-    /// reads it again), so a storage that hangs holds up no stop.
+    /// reads it again), so a storage that hangs holds up no stop. However the run ends, a
+    /// step-down asked for is acknowledged as it ends: nothing of the tenure is in hand.
     ///
     /// A write refused by the fence, the bookmark's or one the projection made
     /// ([`ProjectorError::is_fenced`]), ends the tenure's work quietly: another instance
@@ -125,6 +126,21 @@ impl<P: Projection> ElectedProjector<P> {
         stop: impl Future<Output = ()>,
     ) -> Result<ProjectorRun, ProjectorError> {
         check_poll_interval(self.poll_interval)?;
+        let ended = self.project_until(stop).await;
+        // However the run ended, nothing of the tenure is in hand: a step-down asked for
+        // meanwhile (by the change that also stopped it, say) is acknowledged, so the elector,
+        // which keeps the lease until then, hands it over at once.
+        if let Leadership::StepDownRequested { token } = self.leadership.current() {
+            self.leadership.acknowledge_step_down(token);
+        }
+        ended
+    }
+
+    /// [`Self::run_until`]'s work, its poll interval checked.
+    async fn project_until(
+        &mut self,
+        stop: impl Future<Output = ()>,
+    ) -> Result<ProjectorRun, ProjectorError> {
         tokio::pin!(stop);
         // Set once `stop` completed: whatever is under way then, but a batch in hand, is
         // dropped, so that a storage that hangs holds up no stop.

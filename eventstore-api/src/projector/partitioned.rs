@@ -94,7 +94,8 @@ where
 
     /// Projects the held partitions until `stop` completes or the elector stops. A `stop`
     /// ends the work after the batch in hand, if any: a read under way is dropped at once
-    /// (the next run reads it again), so a storage that hangs holds up no stop.
+    /// (the next run reads it again), so a storage that hangs holds up no stop. However the
+    /// run ends, the partitions asked for are let go as it ends: none is in hand.
     ///
     /// A write refused by a fence ([`ProjectorError::is_fenced`]) ends that partition's work
     /// quietly until its next tenure: another member holds it now. Each tenure of a partition
@@ -110,6 +111,19 @@ where
         stop: impl Future<Output = ()>,
     ) -> Result<ProjectorRun, ProjectorError> {
         check_poll_interval(self.poll_interval)?;
+        let ended = self.project_until(stop).await;
+        // However the run ended, no partition is in hand: a handover asked for meanwhile (by
+        // the change that also stopped it, say) is acknowledged, so the elector lets the
+        // partition go at once rather than after its drain timeout.
+        self.acknowledge_handovers();
+        ended
+    }
+
+    /// [`Self::run_until`]'s work, its poll interval checked.
+    async fn project_until(
+        &mut self,
+        stop: impl Future<Output = ()>,
+    ) -> Result<ProjectorRun, ProjectorError> {
         tokio::pin!(stop);
         // Set once `stop` completed: whatever is under way then, but a batch in hand, is
         // dropped, so that a storage that hangs holds up no stop.
