@@ -214,27 +214,22 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
                 self.name(),
             ));
         }
-        if let Err(invalid) = crate::validate::validate_lease_requests(&requests) {
-            // The refusal comes in the trait's order: a closed storage says `Closed` first.
-            // Asking `request_lease` with a refused request gets exactly that from the backend,
-            // and changes nothing, since the request is invalid.
-            // A batch refused as a whole (too large) is probed with a request that is invalid
-            // on its own, a blank name.
-            let refused = requests
-                .into_iter()
+        let invalid = crate::validate::validate_lease_requests(&requests).err();
+        if invalid.is_some() || requests.is_empty() {
+            // The trait's order: a closed storage says `Closed` first, to a refused batch and to
+            // an empty one alike. Asking `request_lease` with a request invalid on its own (the
+            // first refused one, or a blank name for a batch refused as a whole or empty) gets
+            // exactly that from the backend, and changes nothing.
+            let probe = requests
+                .iter()
                 .find(|request| crate::validate::validate_lease_request(request).is_err())
+                .cloned()
                 .unwrap_or_else(|| LeaseRequest::new("", "", 0, crate::validate::MIN_TTL));
-            if let Err(EventStorageError::Closed) = self.request_lease(refused).await {
-                return Err(EventStorageError::Closed);
-            }
-            return Err(invalid);
-        }
-        if requests.is_empty() {
-            // Nothing to ask, but a closed storage still says `Closed`: a request invalid on
-            // its own (a blank name) finds out, changing nothing.
-            let probe = LeaseRequest::new("", "", 0, crate::validate::MIN_TTL);
             if let Err(EventStorageError::Closed) = self.request_lease(probe).await {
                 return Err(EventStorageError::Closed);
+            }
+            if let Some(invalid) = invalid {
+                return Err(invalid);
             }
         }
         let mut responses = Vec::with_capacity(requests.len());
@@ -276,9 +271,10 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
                 self.name(),
             ));
         }
-        if let Err(invalid) = crate::validate::validate_releases(lease_names, owner) {
+        let invalid = crate::validate::validate_releases(lease_names, owner).err();
+        if invalid.is_some() || lease_names.is_empty() {
             // As in `request_leases`: a closed storage says `Closed` first, which asking
-            // `release_lease` with the refused name gets, changing nothing either way.
+            // `release_lease` with the refused name (or a blank one) gets, changing nothing.
             let refused = lease_names
                 .iter()
                 .find(|name| crate::validate::validate_release(name, owner).is_err());
@@ -286,12 +282,8 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
             if let Err(EventStorageError::Closed) = self.release_lease(probe, owner).await {
                 return Err(EventStorageError::Closed);
             }
-            return Err(invalid);
-        }
-        if lease_names.is_empty() {
-            // As in `request_leases`: a closed storage says `Closed` even to nothing.
-            if let Err(EventStorageError::Closed) = self.release_lease("", owner).await {
-                return Err(EventStorageError::Closed);
+            if let Some(invalid) = invalid {
+                return Err(invalid);
             }
         }
         for lease_name in lease_names {

@@ -188,15 +188,7 @@ async fn a_failure_names_the_directory_exactly_as_given() {
 async fn a_stream_listed_by_events_can_be_asked_for_by_its_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap();
-    let writer = FileEventStorage::open(dir.path()).await.unwrap();
-    writer
-        .append(
-            AppendCriteria::none(),
-            &EventStreamId::new("orders/eu", "default"),
-            vec![EventToStore::new("OrderPlaced", json!({ "order": 1 }))],
-        )
-        .await
-        .unwrap();
+    let writer = store_with_an_order(dir.path(), &EventStreamId::new("orders/eu", "default")).await;
     let all = eventstore(&["events", "--dir", path, "--stream", "*/*", "--json"])
         .await
         .json();
@@ -275,15 +267,8 @@ async fn a_failure_names_a_directory_with_a_newline_unmistakably() {
 async fn a_stream_name_printed_in_the_table_reads_back() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap();
-    let writer = FileEventStorage::open(dir.path()).await.unwrap();
-    writer
-        .append(
-            AppendCriteria::none(),
-            &EventStreamId::new("orders\teu", "default"),
-            vec![EventToStore::new("OrderPlaced", json!({ "order": 1 }))],
-        )
-        .await
-        .unwrap();
+    let writer =
+        store_with_an_order(dir.path(), &EventStreamId::new("orders\teu", "default")).await;
     let run = eventstore(&["events", "--dir", path, "--stream", "*/*"]).await;
     assert_eq!(run.code, 0, "{run:?}");
     let row = run.stdout.lines().nth(2).unwrap();
@@ -293,4 +278,15 @@ async fn a_stream_name_printed_in_the_table_reads_back() {
     assert_eq!(run.code, 0, "the stream {name} as printed: {run:?}");
     assert_eq!(run.json()["events"].as_array().unwrap().len(), 1);
     writer.close().await.unwrap();
+}
+
+/// A file store in `dir` holding one `OrderPlaced` event in `stream`, open.
+async fn store_with_an_order(dir: &std::path::Path, stream: &EventStreamId) -> FileEventStorage {
+    let writer = FileEventStorage::open(dir).await.unwrap();
+    let order = EventToStore::new("OrderPlaced", json!({ "order": 1 }));
+    writer
+        .append(AppendCriteria::none(), stream, vec![order])
+        .await
+        .unwrap();
+    writer
 }

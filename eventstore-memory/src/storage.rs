@@ -96,7 +96,7 @@ impl Shared {
     ) -> StorageResult<Vec<StoredEvent>> {
         let started = std::time::Instant::now();
         let mut log = self.write_log();
-        // Read under the lock, so that timestamps follow positions, as on the other backends.
+        // Read under the lock, so that timestamps follow positions, as the file backend's do.
         let now = self.clock.now();
         let stored = log.append(criteria, stream, events, now);
         drop(log);

@@ -609,14 +609,7 @@ async fn a_partitioned_projector_stopped_as_a_handover_is_asked_lets_the_partiti
         }
     };
     let run = tokio::spawn(async move { partitioned.run_until(stop).await });
-    eventstore_tck::support::eventually("both partitions projected", || async {
-        storage
-            .get_bookmark("numbers-reader")
-            .await
-            .unwrap()
-            .is_some()
-    })
-    .await;
+    bookmarked(&storage).await;
 
     let second = member("pod-b");
     let joined = second.watch();
@@ -658,14 +651,7 @@ async fn an_elected_projector_stopped_as_a_step_down_is_asked_acknowledges_it() 
         }
     };
     let run = tokio::spawn(async move { elected.run_until(stop).await });
-    eventstore_tck::support::eventually("the events projected", || async {
-        storage
-            .get_bookmark("numbers-reader")
-            .await
-            .unwrap()
-            .is_some()
-    })
-    .await;
+    bookmarked(&storage).await;
 
     let second = elector("pod-b", 5);
     let newcomer = second.watch();
@@ -673,4 +659,13 @@ async fn an_elected_projector_stopped_as_a_step_down_is_asked_acknowledges_it() 
     eventstore_tck::support::eventually("pod-b to lead", || async { newcomer.is_leader() }).await;
     second.shutdown().await.unwrap();
     first.shutdown().await.unwrap();
+}
+
+/// Waits until the projectors' bookmark is placed: the events were projected.
+async fn bookmarked(storage: &MemoryEventStorage) {
+    eventstore_tck::support::eventually("the events projected", || async {
+        let bookmark = storage.get_bookmark("numbers-reader").await.unwrap();
+        bookmark.is_some()
+    })
+    .await;
 }
