@@ -131,17 +131,13 @@ pub(crate) fn after_damage(file: &File, damaged: u64, end: u64) -> io::Result<Af
 }
 
 /// Whether the bytes from `damaged` to `until` show a sector the disk never wrote: zeros from
-/// `damaged` to the next sector boundary (at least a frame header's worth, where a header
-/// belonged), or a whole sector of zeros. No frame holds that many zeros in a row: a batch's
-/// binary fields are short and its payloads are JSON text.
+/// `damaged` to the next sector boundary where a frame's header belonged, or a whole sector of
+/// zeros. No frame holds that many zeros in a row: a batch's binary fields are short and its
+/// payloads are JSON text.
 fn lost_sector(file: &File, damaged: u64, until: u64) -> io::Result<bool> {
     let boundary = (damaged / SECTOR + 1) * SECTOR;
-    if boundary - damaged >= HEADER_LEN as u64 && boundary <= until {
-        let mut first = vec![0u8; (boundary - damaged) as usize];
-        read_exact_at(file, &mut first, damaged)?;
-        if first.iter().all(|&byte| byte == 0) {
-            return Ok(true);
-        }
+    if boundary <= until && lost_header_start(file, damaged, boundary)? {
+        return Ok(true);
     }
     let mut sector = [0u8; SECTOR as usize];
     let mut at = boundary;
@@ -151,6 +147,51 @@ fn lost_sector(file: &File, damaged: u64, until: u64) -> io::Result<bool> {
             return Ok(true);
         }
         at += SECTOR;
+    }
+    Ok(false)
+}
+
+/// Whether the header of the frame at `damaged` lost its start, up to the sector `boundary`
+/// after it, to a sector the disk never wrote: those bytes read as zeros, and a header never
+/// starts with them. Four zeros or more are a payload length of 0, which no frame has. Fewer
+/// are the low bytes of a length that may well be there, so they count as lost only when the
+/// rest of the header restores them: some low bytes make its checksum hold, and the payload
+/// after it then has the checksum it records.
+fn lost_header_start(file: &File, damaged: u64, boundary: u64) -> io::Result<bool> {
+    let lost = (boundary - damaged) as usize;
+    let mut start = vec![0u8; lost];
+    read_exact_at(file, &mut start, damaged)?;
+    if start.iter().any(|&byte| byte != 0) {
+        return Ok(false);
+    }
+    if lost >= 4 {
+        return Ok(true);
+    }
+    // A record may end in zeros, so the frame may end after the last byte that is not one.
+    let end = file.metadata()?.len();
+    if damaged + HEADER_LEN as u64 > end {
+        return Ok(false);
+    }
+    let mut header = [[0u8; 4]; HEADER_LEN / 4];
+    read_exact_at(file, header.as_flattened_mut(), damaged)?;
+    let high = u32::from_le_bytes(header[0]);
+    for low in 1..1u32 << (8 * lost) {
+        header[0] = (high | low).to_le_bytes();
+        let Some(FrameHeader {
+            length,
+            payload_crc,
+        }) = FrameHeader::read(header)
+        else {
+            continue;
+        };
+        let payload_at = damaged + HEADER_LEN as u64;
+        if FrameHeader::is_possible(length) && payload_at + length as u64 <= end {
+            let mut payload = vec![0u8; length];
+            read_exact_at(file, &mut payload, payload_at)?;
+            if crc32c::crc32c(&payload) == payload_crc {
+                return Ok(true);
+            }
+        }
     }
     Ok(false)
 }
@@ -207,6 +248,48 @@ mod tests {
         let file = file_with_frame_at(3_000, 0xAA, 2_000);
         let found = after_damage(&file, 1_000, length(&file)).unwrap();
         assert_eq!(found, AfterDamage::LaterGroup { offset: 3_000 });
+    }
+
+    /// A file of `0xAA` up to `at`, then `frame`, then zeros.
+    fn file_with(at: usize, frame: &[u8]) -> File {
+        let mut bytes = vec![0xAA; at];
+        bytes.extend_from_slice(frame);
+        bytes.extend_from_slice(&[0; 100]);
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &bytes).unwrap();
+        file
+    }
+
+    #[test]
+    fn a_header_whose_start_before_a_sector_boundary_was_never_written_is_a_lost_sector() {
+        for lost in 1..=HEADER_LEN + 1 {
+            let mut frame = test_frame(1, &"x".repeat(lost));
+            frame[..lost].fill(0);
+            let at = SECTOR as usize - lost;
+            let file = file_with(at, &frame);
+            assert_eq!(
+                after_damage(&file, at as u64, length(&file)).unwrap(),
+                AfterDamage::LostSectors,
+                "{lost} bytes of the header lost"
+            );
+        }
+    }
+
+    #[test]
+    fn zeros_that_are_a_headers_own_length_bytes_are_damage_not_a_lost_sector() {
+        // A payload of a multiple of 256 bytes: its length's first byte is a zero of its own.
+        let base = test_frame(1, "").len() - HEADER_LEN;
+        let mut frame = test_frame(1, &"x".repeat(256 - base % 256));
+        assert_eq!((frame.len() - HEADER_LEN) % 256, 0);
+        assert_eq!(frame[0], 0);
+        // A flipped bit in the payload's checksum: the header fails its own.
+        frame[5] ^= 0x10;
+        let at = SECTOR as usize - 1;
+        let file = file_with(at, &frame);
+        assert_eq!(
+            after_damage(&file, at as u64, length(&file)).unwrap(),
+            AfterDamage::NoLostSector
+        );
     }
 
     #[test]

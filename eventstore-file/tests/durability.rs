@@ -660,13 +660,29 @@ async fn a_journal_whose_header_never_reached_the_disk_is_started_afresh() {
     }
 }
 
+/// Where a bookmark change's frame starts when it follows one for a reader of `reader_len`
+/// bytes: the journal's header (8 bytes), the frame's (12), the record's length (4), and the
+/// record, 53 bytes and the reader's name.
+fn second_bookmark_frame_start(reader_len: usize) -> usize {
+    8 + 12 + 4 + 53 + reader_len
+}
+
+/// The bookmark change after the first, whose first sector a power loss lost, starting at
+/// several distances before a sector boundary, the shortest less than a frame header's worth.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bookmark_whose_first_sector_was_lost_is_cut_off_and_the_rest_kept() {
+    for before_boundary in [1, 3, 5, 11, 429] {
+        let reader = "r".repeat(512 - before_boundary - second_bookmark_frame_start(0));
+        a_bookmark_whose_first_sector_was_lost_is_cut_off(&reader, 512 - before_boundary).await;
+    }
+}
+
+async fn a_bookmark_whose_first_sector_was_lost_is_cut_off(reader: &str, second_frame: usize) {
     let dir = tempfile::tempdir().unwrap();
     let storage = FileEventStorage::open(dir.path()).await.unwrap();
     let first = append_one(&storage, 0).await;
     storage
-        .bookmark("reader", &first.reference, Tags::none())
+        .bookmark(reader, &first.reference, Tags::none())
         .await
         .unwrap();
     let journal = dir.path().join("bookmarks.log");
@@ -683,18 +699,24 @@ async fn a_bookmark_whose_first_sector_was_lost_is_cut_off_and_the_rest_kept() {
     let start = (0..crashed.len())
         .find(|&at| before.get(at).copied().unwrap_or(0) != crashed[at])
         .unwrap();
+    assert_eq!(
+        start, second_frame,
+        "where the second bookmark's frame starts"
+    );
     crashed[start..(start / 512 + 1) * 512].fill(0);
     std::fs::write(&journal, &crashed).unwrap();
 
-    let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
+    let read_only = FileEventStorage::open_read_only(dir.path()).await.unwrap();
     assert_eq!(
-        reader.get_bookmark("reader").await.unwrap(),
+        read_only.get_bookmark(reader).await.unwrap(),
         Some(first.reference)
     );
-    reader.close().await.unwrap();
-    let reopened = FileEventStorage::open(dir.path()).await.unwrap();
+    read_only.close().await.unwrap();
+    let reopened = FileEventStorage::open(dir.path())
+        .await
+        .unwrap_or_else(|error| panic!("frame at {start}: {}", error.report()));
     assert_eq!(
-        reopened.get_bookmark("reader").await.unwrap(),
+        reopened.get_bookmark(reader).await.unwrap(),
         Some(first.reference),
         "the bookmark before is kept"
     );
@@ -710,6 +732,58 @@ async fn a_bookmark_whose_first_sector_was_lost_is_cut_off_and_the_rest_kept() {
         Some(first.reference)
     );
     reopened.close().await.unwrap();
+}
+
+/// An append that a power loss interrupted, having kept its later sectors and lost its first,
+/// starting at several distances before a sector boundary, the shortest less than a frame
+/// header's worth: the open cuts it off and keeps the append before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_whose_first_sector_was_lost_is_cut_off_and_the_rest_kept() {
+    let probe = tempfile::tempdir().unwrap();
+    let storage = FileEventStorage::open(probe.path()).await.unwrap();
+    append_with_text(&storage, 0).await;
+    storage.close().await.unwrap();
+    let unpadded = frames_of(&segment_files(probe.path())[0]).len();
+    for before_boundary in [1, 2, 3, 5, 11] {
+        let padding = (1024 - before_boundary - unpadded % 512) % 512;
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FileEventStorage::open(dir.path()).await.unwrap();
+        let first = append_with_text(&storage, padding).await;
+        let segment = segment_files(dir.path())[0].clone();
+        let start = frames_of(&segment).len();
+        assert_eq!(
+            start % 512,
+            512 - before_boundary,
+            "where the next append starts"
+        );
+        append_with_text(&storage, 2_000).await;
+        storage.close().await.unwrap();
+        let mut crashed = std::fs::read(&segment).unwrap();
+        crashed[start..(start / 512 + 1) * 512].fill(0);
+        std::fs::write(&segment, &crashed).unwrap();
+
+        let reopened = FileEventStorage::open(dir.path())
+            .await
+            .unwrap_or_else(|error| panic!("append at {start}: {}", error.report()));
+        assert_eq!(all_events(&reopened).await, vec![first]);
+        reopened.close().await.unwrap();
+    }
+}
+
+/// Appends one event whose payload holds `length` letters.
+async fn append_with_text(storage: &FileEventStorage, length: usize) -> StoredEvent {
+    storage
+        .append(
+            AppendCriteria::none(),
+            &stream(),
+            vec![EventToStore::new(
+                "Padded",
+                json!({ "p": "x".repeat(length) }),
+            )],
+        )
+        .await
+        .expect("append")
+        .remove(0)
 }
 
 /// A write whose sync failed stays in the page cache with its pages counted clean: a sync
