@@ -6,7 +6,7 @@
 //! reopen every lease starts above its persisted ceiling, higher than any token handed out
 //! before, while the holders themselves are forgotten.
 //!
-//! A batch that needs a reservation is answered while the new ceilings are written and synced
+//! A batch that needs a reservation is answered, then the new ceilings are written and synced
 //! on a blocking thread, and its answers leave only once they are durable. Should that write
 //! fail, the table has granted tokens that a restart could grant again, so from then on every
 //! lease operation is refused until the store is reopened, as the journal itself refuses every
@@ -14,7 +14,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::in_process::LeaseTable;
@@ -41,8 +41,7 @@ const RESERVATION_BLOCK: u64 = 100;
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     table: LeaseTable,
-    /// Shared with the blocking thread that writes a reservation while the table answers.
-    ceilings: Arc<Mutex<TokenCeilings>>,
+    ceilings: TokenCeilings,
     /// Why every lease operation is refused: tokens the table granted could not be made
     /// durable.
     failure: Option<FileFailure>,
@@ -108,7 +107,7 @@ impl LeaseState {
     ) -> LeaseState {
         LeaseState {
             table,
-            ceilings: Arc::new(Mutex::new(TokenCeilings { by_lease, journal })),
+            ceilings: TokenCeilings { by_lease, journal },
             failure: None,
             tokens_file,
         }
@@ -153,7 +152,7 @@ impl LeaseState {
     /// whose highest possible token lies above its ceiling, a block of tokens beyond it. Empty
     /// when the requests need no I/O.
     pub(crate) fn reservation(&self, requests: &[LeaseRequest]) -> Reservation {
-        let ceilings = self.ceilings();
+        let ceilings = &self.ceilings;
         let ceiling = |name: &str| ceilings.by_lease.get(name).copied().unwrap_or(0);
         Reservation(
             self.highest_needed(requests)
@@ -175,38 +174,28 @@ impl LeaseState {
         self.answer(requests, now)
     }
 
-    /// Answers `requests` one by one at `now` while the ceilings of their `reservation` are
-    /// written and synced on a blocking thread; returns the answers once they are durable.
-    /// Run it to its end (in a task of its own): stopped half-way, the table would keep grants
-    /// whose tokens may never have been made durable.
+    /// Answers `requests` one by one at `now`, then writes and syncs the ceilings of their
+    /// `reservation`; returns the answers once they are durable. Blocks on the write: run it to
+    /// its end on a thread of its own, holding the state's lock (stopped half-way, the table
+    /// would keep grants whose tokens may never have been made durable).
     ///
     /// # Errors
     /// The ceilings could not be made durable: nothing is answered, and every later lease
     /// operation is refused (see the module).
-    pub(crate) async fn reserve_and_request_all(
+    pub(crate) fn reserve_and_request_all(
         &mut self,
         reservation: Reservation,
         requests: &[LeaseRequest],
         now: DateTime<Utc>,
     ) -> Result<Vec<LeaseOutcome>, EventStorageError> {
-        // Lost until the write's outcome is known: should this future be dropped half-way (its
-        // runtime shutting down), the grants below must not be answered later.
+        // Lost until the write's outcome is known: should the write panic, the grants below
+        // must not be answered later.
         self.failure = Some(self.lost(io::Error::new(
             io::ErrorKind::Interrupted,
             "the write was stopped before its outcome was known",
         )));
-        let ceilings = Arc::clone(&self.ceilings);
-        let writing = tokio::task::spawn_blocking(move || {
-            ceilings
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .reserve(reservation)
-        });
         let outcomes = self.answer(requests, now);
-        let written = writing
-            .await
-            .unwrap_or_else(|stopped| Err(io::Error::other(stopped.to_string())));
-        match written {
+        match self.ceilings.reserve(reservation) {
             Ok(()) => {
                 self.failure = None;
                 Ok(outcomes)
@@ -240,10 +229,6 @@ impl LeaseState {
             .iter()
             .map(|request| self.table.request_with_outcome(request, now))
             .collect()
-    }
-
-    fn ceilings(&self) -> MutexGuard<'_, TokenCeilings> {
-        self.ceilings.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// For each lease named in `requests`, the highest token they could be granted: each
@@ -322,9 +307,7 @@ mod tests {
         if reservation.is_empty() {
             Ok(state.request_all(requests, Utc::now()))
         } else {
-            state
-                .reserve_and_request_all(reservation, requests, Utc::now())
-                .await
+            state.reserve_and_request_all(reservation, requests, Utc::now())
         }
     }
 
@@ -352,42 +335,6 @@ mod tests {
             }
         }
         assert!(highest >= 450);
-    }
-
-    #[tokio::test]
-    // The ceilings are held across the one poll on purpose: the write must not start.
-    #[allow(clippy::await_holding_lock)]
-    async fn a_reservation_stopped_before_its_write_ended_refuses_every_lease_operation() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut state = LeaseState::open(dir.path()).unwrap();
-        let requests = [LeaseRequest::new(
-            "orders",
-            "pod-a",
-            0,
-            Duration::from_secs(60),
-        )];
-        let reservation = state.reservation(&requests);
-        // Holding the ceilings keeps the write from starting, so the future is still waiting
-        // for it when it is dropped, as when its runtime shuts down.
-        let ceilings = Arc::clone(&state.ceilings);
-        let held = ceilings.lock().unwrap();
-        let answering = state.reserve_and_request_all(reservation, &requests, Utc::now());
-        // Polled once, then dropped.
-        let stopped = tokio::time::timeout(Duration::ZERO, answering).await;
-        assert!(stopped.is_err(), "the write cannot have ended");
-        drop(held);
-        let refused = state.table().unwrap_err();
-        assert!(
-            refused.to_string().contains("operation interrupted"),
-            "{refused}"
-        );
-        let cause = std::error::Error::source(&refused).map(ToString::to_string);
-        assert!(
-            cause
-                .as_deref()
-                .is_some_and(|cause| cause.contains("stopped before its outcome was known")),
-            "{cause:?}"
-        );
     }
 
     #[tokio::test]

@@ -259,12 +259,12 @@ impl FileEventStorage {
         if reservation.is_empty() {
             return Ok(leases.request_all(&requests, clock.now()));
         }
-        // A task of its own: a caller that stops waiting must not stop it between the table's
-        // grants and the end of their tokens' write.
-        tokio::spawn(async move {
-            leases
-                .reserve_and_request_all(reservation, &requests, clock.now())
-                .await
+        // A thread of its own, which lets go of the lease lock when the write ends: a caller
+        // that stops waiting must not stop it between the table's grants and the end of their
+        // tokens' write, and the writer thread, which may wait for the lock, must not wait on
+        // a task that only a runtime thread could run (the last handle's drop blocks one).
+        tokio::task::spawn_blocking(move || {
+            leases.reserve_and_request_all(reservation, &requests, clock.now())
         })
         .await
         .map_err(|error| EventStorageError::backend("answering lease requests failed", error))?
@@ -305,7 +305,7 @@ fn open_blocking(dir: PathBuf, options: &FileStorageOptions) -> StorageResult<Fi
             dir,
             state,
             commands: Mutex::new(Some(sender)),
-            writer: tokio::sync::Mutex::new(WriterThread::Running(thread)),
+            writer: tokio::sync::Mutex::new(WriterThread::Running(WriterHandle::new(thread))),
             admission: Admission::new(),
             read_only: false,
         }),
@@ -393,8 +393,11 @@ impl Drop for Inner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
-        if let WriterThread::Running(thread) = std::mem::take(self.writer.get_mut()) {
-            let _ = thread.join();
+        match std::mem::take(self.writer.get_mut()) {
+            WriterThread::Running(thread) | WriterThread::Joining { thread, .. } => {
+                let _ = thread.join();
+            }
+            WriterThread::Ended => {}
         }
     }
 }
@@ -403,13 +406,35 @@ impl Drop for Inner {
 #[derive(Default)]
 enum WriterThread {
     /// Working, or finishing the commands it has.
-    Running(JoinHandle<()>),
+    Running(WriterHandle),
     /// A `close` waits for it to end. Kept here, so that a `close` given up part-way (a
-    /// caller's timeout around it) leaves the next one something to wait on.
-    Joining(tokio::task::JoinHandle<std::thread::Result<()>>),
+    /// caller's timeout around it) leaves the next one something to wait on, and the last
+    /// handle's drop the thread to wait for.
+    Joining {
+        joined: tokio::task::JoinHandle<std::thread::Result<()>>,
+        thread: WriterHandle,
+    },
     /// Ended (or never started: read-only), and the directory free.
     #[default]
     Ended,
+}
+
+/// The writer thread's handle, joined by whichever comes first of a `close` (on the blocking
+/// pool) and the last handle's drop. The one joining holds the lock until the thread has
+/// ended, so the other waits for that too.
+#[derive(Clone)]
+struct WriterHandle(Arc<Mutex<Option<JoinHandle<()>>>>);
+
+impl WriterHandle {
+    fn new(thread: JoinHandle<()>) -> Self {
+        WriterHandle(Arc::new(Mutex::new(Some(thread))))
+    }
+
+    /// Waits for the thread to end; `Err` if it panicked and nobody joined it before.
+    fn join(&self) -> std::thread::Result<()> {
+        let mut thread = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        thread.take().map_or(Ok(()), JoinHandle::join)
+    }
 }
 
 #[async_trait]
@@ -731,12 +756,19 @@ impl EventStorage for FileEventStorage {
         );
         *writer = match std::mem::take(&mut *writer) {
             // The writer finishes the commands it has, then releases the directory.
-            WriterThread::Running(thread) => {
-                WriterThread::Joining(tokio::task::spawn_blocking(move || thread.join()))
-            }
+            WriterThread::Running(thread) => WriterThread::Joining {
+                joined: tokio::task::spawn_blocking({
+                    let thread = thread.clone();
+                    move || thread.join()
+                }),
+                thread,
+            },
             other => other,
         };
-        if let WriterThread::Joining(joining) = &mut *writer {
+        if let WriterThread::Joining {
+            joined: joining, ..
+        } = &mut *writer
+        {
             let joined = joining.await;
             *writer = WriterThread::Ended;
             joined
