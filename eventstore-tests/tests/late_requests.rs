@@ -34,6 +34,10 @@ const LATE: Duration = Duration::from_millis(300);
 struct LateRequests {
     inner: Arc<MemoryEventStorage>,
     delay_millis: AtomicU64,
+    /// How long a read of the leases takes, on the caller's task.
+    read_delay_millis: AtomicU64,
+    /// Reads of the leases begun and not yet answered.
+    reads_under_way: AtomicUsize,
     on_their_way: Arc<AtomicUsize>,
     arrived: Arc<AtomicUsize>,
 }
@@ -43,6 +47,8 @@ impl LateRequests {
         LateRequests {
             inner: Arc::new(MemoryEventStorage::new()),
             delay_millis: AtomicU64::new(0),
+            read_delay_millis: AtomicU64::new(0),
+            reads_under_way: AtomicUsize::new(0),
             on_their_way: Arc::new(AtomicUsize::new(0)),
             arrived: Arc::new(AtomicUsize::new(0)),
         }
@@ -179,6 +185,12 @@ impl EventStorage for LateRequests {
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
+        let delay = self.read_delay_millis.load(Ordering::SeqCst);
+        if delay > 0 {
+            self.reads_under_way.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            self.reads_under_way.fetch_sub(1, Ordering::SeqCst);
+        }
         self.inner.get_leases().await
     }
 
@@ -263,7 +275,14 @@ async fn a_member_shut_down_while_its_round_is_on_its_way_leaves_every_lease_rel
 #[tokio::test]
 async fn a_step_down_acknowledged_after_nobody_asks_for_it_any_more_hands_nothing_over() {
     let storage = Arc::new(LateRequests::new());
-    let elector = elector_a(&storage);
+    // Requests are timed from their sending: an interval longer than the delay below leaves a
+    // time with no request on its way after each answer.
+    let elector = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("a")
+        .ttl(TTL)
+        .request_interval(Duration::from_millis(1_500))
+        .start()
+        .unwrap();
     let mut watch = elector.watch();
     let token = tokio::time::timeout(DEADLINE, watch.wait_for_leadership())
         .await
@@ -305,4 +324,148 @@ async fn a_step_down_acknowledged_after_nobody_asks_for_it_any_more_hands_nothin
     assert_eq!(held, [("a".to_owned(), token)], "the lease was handed over");
     assert_eq!(watch.current(), Leadership::Leader { token });
     elector.shutdown().await.unwrap();
+}
+
+/// A member shut down while its round reads the group: the shutdown comes before the round's
+/// batch is sent, so no batch may follow. One sent after the read (the read and the batch each
+/// within its own timeout) would outlast the shutdown's wait for requests under way, arrive
+/// after the releases, and take the partitions and the seat back for a member that has
+/// stopped, until their ttl ran out.
+#[tokio::test]
+async fn a_member_shut_down_while_its_round_reads_sends_no_batch_after_its_releases() {
+    let storage = Arc::new(LateRequests::new());
+    let ttl = Duration::from_secs(1);
+    let member = PartitionElector::builder(storage.clone(), "work", 4)
+        .owner("a")
+        .ttl(ttl)
+        .request_interval(Duration::from_millis(300))
+        .start()
+        .unwrap();
+    let watch = member.watch();
+    eventually("the member to hold every partition", || async {
+        watch.held().len() == 4
+    })
+    .await;
+    // Past the looks of the first rounds: the next round is a renewal.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Reads take 250 ms (within their 300 ms timeout), batches 850 ms to arrive (within
+    // their 950 ms timeout): both within what the member itself allows them.
+    storage.read_delay_millis.store(250, Ordering::SeqCst);
+    storage.delay(Duration::from_millis(850));
+    eventually("a round reading the group", || async {
+        storage.reads_under_way.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    let arrived = storage.arrived();
+    let began = std::time::Instant::now();
+    member.shutdown().await.expect("the shutdown's releases");
+    let shutdown_took = began.elapsed();
+    eventually("every request on its way to arrive", || async {
+        storage.on_their_way() == 0
+    })
+    .await;
+    let sent_after_shutdown = storage.arrived() - arrived;
+    let held: Vec<(String, String)> = storage
+        .held()
+        .await
+        .into_iter()
+        .map(|lease| (lease.lease_name, lease.owner))
+        .collect();
+    assert!(
+        held.is_empty(),
+        "held after the shutdown returned, by a batch the round sent after the shutdown \
+         was asked for ({sent_after_shutdown} batch(es) arrived after it; the shutdown took \
+         {shutdown_took:?}): {held:?}"
+    );
+}
+
+/// Timings the builder accepts (a request interval of 0.8 ttl leaves the default safety
+/// margin room), and a storage whose lease requests are answered at once but whose reads of
+/// the group hang. A round that gave its read up only after a request interval sent the
+/// renewal up to two intervals after the last one, past the deadline and the leases' ttl: the
+/// member lost every partition while its every lease request was answered at once.
+#[tokio::test]
+async fn a_hung_read_of_the_group_does_not_cost_the_partitions_a_member_renews() {
+    let storage = Arc::new(LateRequests::new());
+    let ttl = Duration::from_secs(1);
+    let member = PartitionElector::builder(storage.clone(), "work", 2)
+        .owner("a")
+        .ttl(ttl)
+        .request_interval(Duration::from_millis(800))
+        .start()
+        .expect("timings the builder accepts");
+    let watch = member.watch();
+    eventually("the member to hold every partition", || async {
+        watch.held().len() == 2
+    })
+    .await;
+    // Past the looks of the first rounds: rounds are renewals now.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(watch.held().len(), 2);
+    // Every read of the group hangs from now on (each is given up after an interval).
+    storage.read_delay_millis.store(60_000, Ordering::SeqCst);
+    let began = std::time::Instant::now();
+    let (mut lapsed_at, mut expired_at) = (None, None);
+    while began.elapsed() < Duration::from_secs(3) {
+        if lapsed_at.is_none() && watch.held().len() < 2 {
+            lapsed_at = Some(began.elapsed());
+        }
+        let live_partitions = storage
+            .held()
+            .await
+            .iter()
+            .filter(|lease| !lease.lease_name.contains("seats"))
+            .count();
+        if expired_at.is_none() && live_partitions < 2 {
+            expired_at = Some(began.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        (lapsed_at, expired_at),
+        (None, None),
+        "(when the member stopped counting its partitions, when their leases expired in the \
+         storage) while every lease request was answered at once and only reads of the group \
+         hung"
+    );
+    member.abort();
+}
+
+/// The leader's variant: timings the builder accepts (interval 0.8 ttl), and every request
+/// answered 100 ms after it is sent, within what the timings leave (ttl - margin - interval =
+/// 150 ms). Timed from the answer, requests went out interval + latency apart, and each answer
+/// came after the deadline the one before confirmed: the only contender lost its leadership
+/// again and again though every request it sent was answered `Leader`.
+#[tokio::test]
+async fn a_slow_but_answered_renewal_does_not_cost_the_leadership() {
+    let storage = Arc::new(LateRequests::new());
+    let elector = LeaderElector::builder(storage.clone(), "jobs")
+        .owner("a")
+        .ttl(Duration::from_secs(1))
+        .request_interval(Duration::from_millis(800))
+        .start()
+        .expect("timings the builder accepts");
+    let watch = elector.watch();
+    tokio::time::timeout(DEADLINE, elector.watch().wait_for_leadership())
+        .await
+        .expect("leads in time")
+        .expect("the elector runs");
+    storage.delay(Duration::from_millis(100));
+    let began = std::time::Instant::now();
+    let mut lapses = 0;
+    let mut leading = true;
+    while began.elapsed() < Duration::from_secs(4) {
+        let now_leading = watch.is_leader();
+        if leading && !now_leading {
+            lapses += 1;
+        }
+        leading = now_leading;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        lapses, 0,
+        "times the only contender stopped leading in 4 s while each request was answered \
+         within 100 ms"
+    );
+    elector.abort();
 }

@@ -133,6 +133,9 @@ impl ElectionLoop {
             }
             let priority = *signals.priority.borrow_and_update();
             signals.requested = true;
+            // The next request is timed from this one's sending, not its answer: a slow answer
+            // must not push the renewal after it past the deadline this one confirms.
+            let sent = Instant::now();
             match self.request_once(priority).await {
                 None => return self.release_and_stop().await,
                 Some(RequestOutcome::Closed) => {
@@ -141,7 +144,7 @@ impl ElectionLoop {
                 }
                 Some(RequestOutcome::Answered | RequestOutcome::Failed) => {}
             }
-            next_request = Instant::now() + jittered(self.settings.request_interval);
+            next_request = sent + jittered(self.settings.request_interval);
         }
     }
 

@@ -62,6 +62,11 @@ impl PartitionLoop {
                 Pace::Steady
             }
         };
+        if *self.shutdown.borrow() {
+            // Shut down while the group was read: the releases follow, and a batch sent now
+            // could reach the storage after them and take back what they release.
+            return Ok(pace);
+        }
         let before = self.shared.holdings();
         let partitions = match scope {
             Scope::Renewal => self.everything(&before),
@@ -133,10 +138,18 @@ impl PartitionLoop {
     }
 
     /// This member's plan, from the group's leases on the storage's clock (those alone: the
-    /// storage may hold many more). Given up after a request interval: a hung read must not
-    /// hold up the renewal that follows it.
+    /// storage may hold many more). Given up after a request interval, or after half the time
+    /// left until what is held lapses, if that comes sooner: a hung read must not hold up the
+    /// renewal that follows it past the deadline.
     async fn read_plan(&self) -> Result<Plan, EventStorageError> {
-        let limit = self.settings.request_interval;
+        let left = self
+            .shared
+            .holdings()
+            .deadline
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()) / 2);
+        let limit = left.map_or(self.settings.request_interval, |left| {
+            left.min(self.settings.request_interval)
+        });
         let group_leases = self.storage.get_leases_with_prefix(self.names.prefix());
         let read = async { tokio::join!(group_leases, self.storage.storage_time()) };
         let (leases, now) =
