@@ -57,7 +57,8 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// for every backend.
     ///
     /// # Errors
-    /// `InvalidInput` (wildcard stream, invalid event, a key twice in the batch),
+    /// `InvalidInput` (wildcard stream, invalid event, a key twice in the batch, a batch above
+    /// [`MAX_BATCH_BYTES`](crate::validate::MAX_BATCH_BYTES)),
     /// `OptimisticLock` (criteria violated; it names the stream as [`EventStreamId`] displays
     /// it, the criteria's expected last event exactly as given, and the first matching event
     /// after it, which reads that start after the error show, as they show an append's own

@@ -283,8 +283,9 @@ pub fn validate_reader(reader: &str) -> Result {
 /// [`EventStorageError::InvalidInput`] for the first problem, naming the event's index.
 pub fn validate_events(events: &[EventToStore]) -> Result {
     let mut keys = HashSet::new();
+    let mut bytes = 0_usize;
     for (index, event) in events.iter().enumerate() {
-        validate_event(event).map_err(|error| match error {
+        let event_bytes = validate_event(event).map_err(|error| match error {
             EventStorageError::InvalidInput {
                 field,
                 value,
@@ -296,6 +297,7 @@ pub fn validate_events(events: &[EventToStore]) -> Result {
             },
             other => other,
         })?;
+        bytes = bytes.saturating_add(event_bytes);
         if let Some(key) = &event.idempotency_key {
             if !keys.insert(key.as_str()) {
                 return Err(EventStorageError::invalid(
@@ -306,16 +308,49 @@ pub fn validate_events(events: &[EventToStore]) -> Result {
             }
         }
     }
+    if bytes > MAX_BATCH_BYTES {
+        return Err(too_large(events.len(), bytes, MAX_BATCH_BYTES));
+    }
     Ok(())
 }
 
-fn validate_event(event: &EventToStore) -> Result {
+/// The most bytes one batch may take, counted as its content: its event types, tags and
+/// idempotency keys, its payloads' strings and keys, a few bytes for each other value, and
+/// [`EVENT_OVERHEAD_BYTES`] for each event. JSON text may write a string longer than it is
+/// (escapes), at most six times; even so, a batch at the limit stays inside what every
+/// backend takes in one piece: PostgreSQL 1 GB in one message, the file store 1 GiB in one
+/// append.
+pub const MAX_BATCH_BYTES: usize = 128 << 20;
+
+/// What [`MAX_BATCH_BYTES`] counts for each event beside its content: what a storage keeps
+/// with it (id, position, time, the lengths of its parts).
+pub const EVENT_OVERHEAD_BYTES: usize = 64;
+
+/// The refusal of `events`, which take `bytes` as [`MAX_BATCH_BYTES`] counts them, above
+/// `limit`.
+fn too_large(events: usize, bytes: usize, limit: usize) -> EventStorageError {
+    EventStorageError::invalid(
+        "events",
+        format!("{events} events of {bytes} bytes"),
+        format!("must take at most {limit} bytes in one batch (MAX_BATCH_BYTES); split it"),
+    )
+}
+
+/// Checks one event; the bytes it takes as [`MAX_BATCH_BYTES`] counts them.
+fn validate_event(event: &EventToStore) -> Result<usize> {
     validate_name("event type", event.event_type.as_str())?;
     validate_tags(&event.tags)?;
     if let Some(key) = &event.idempotency_key {
         validate_name("idempotency key", key)?;
     }
-    validate_payload(&event.payload)
+    let payload_bytes = validated_payload(&event.payload)?;
+    let tags: usize = event
+        .tags
+        .iter()
+        .map(|tag| tag.key.len() + tag.value.len())
+        .sum();
+    let key = event.idempotency_key.as_ref().map_or(0, String::len);
+    Ok(EVENT_OVERHEAD_BYTES + event.event_type.as_str().len() + tags + key + payload_bytes)
 }
 
 /// The deepest nesting of arrays and objects a payload may have: the most a JSON parser
@@ -335,7 +370,15 @@ pub const MAX_FILTER_ITEMS: usize = 10_000;
 /// # Errors
 /// [`EventStorageError::InvalidInput`] naming the string that holds the NUL, or the depth.
 pub fn validate_payload(payload: &serde_json::Value) -> Result {
+    validated_payload(payload).map(|_| ())
+}
+
+/// As [`validate_payload`]; the bytes the payload takes as [`MAX_BATCH_BYTES`] counts them:
+/// as many as its JSON text, or more, unless its strings hold characters JSON escapes.
+fn validated_payload(payload: &serde_json::Value) -> Result<usize> {
     use serde_json::Value;
+    /// The longest number `serde_json` writes: `-1.7976931348623157e308`.
+    const LONGEST_NUMBER: usize = 24;
     let nul = |text: &str| {
         if text.contains('\0') {
             Err(EventStorageError::invalid(
@@ -349,6 +392,7 @@ pub fn validate_payload(payload: &serde_json::Value) -> Result {
     };
     // Each value with the number of arrays and objects around it.
     let mut pending = vec![(payload, 0_usize)];
+    let mut bytes = 0_usize;
     while let Some((value, around)) = pending.pop() {
         let depth = match value {
             Value::Array(_) | Value::Object(_) => around + 1,
@@ -364,19 +408,31 @@ pub fn validate_payload(payload: &serde_json::Value) -> Result {
                 ),
             ));
         }
-        match value {
-            Value::String(text) => nul(text)?,
-            Value::Array(items) => pending.extend(items.iter().map(|item| (item, depth))),
+        // A string's quotes, an item's comma and brackets, a key's colon: a few bytes each.
+        let value_bytes = match value {
+            Value::String(text) => {
+                nul(text)?;
+                2 + text.len()
+            }
+            Value::Array(items) => {
+                pending.extend(items.iter().map(|item| (item, depth)));
+                2 + items.len()
+            }
             Value::Object(fields) => {
+                let mut key_bytes = 2;
                 for (key, field) in fields {
                     nul(key)?;
+                    key_bytes += 4 + key.len();
                     pending.push((field, depth));
                 }
+                key_bytes
             }
-            Value::Null | Value::Bool(_) | Value::Number(_) => {}
-        }
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => LONGEST_NUMBER,
+        };
+        bytes = bytes.saturating_add(value_bytes);
     }
-    Ok(())
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -395,6 +451,56 @@ mod tests {
             }
             other => panic!("expected InvalidInput mentioning {needle:?}, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_payload_counts_as_much_as_its_json_text_and_at_least_a_sixth_of_it() {
+        let payloads = [
+            json!(null),
+            json!(true),
+            json!(-1.797_693_134_862_315_7e308),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!(""),
+            json!("plain text, é and ✓"),
+            json!({"": [], "a": {"b": [1, 2.5, "x"]}, "c": null}),
+            json!([[[]], {}, [{"k": "v"}]]),
+        ];
+        for payload in payloads {
+            let text = serde_json::to_string(&payload).unwrap().len();
+            let counted = validated_payload(&payload).unwrap();
+            assert!(
+                counted >= text,
+                "{payload}: {counted} counted, below {text}"
+            );
+        }
+        // Every character escaped, at six bytes each.
+        let escaped = json!({ "\u{1}\u{2}": "\u{3}\u{1f}\u{7}" });
+        let text = serde_json::to_string(&escaped).unwrap().len();
+        let counted = validated_payload(&escaped).unwrap();
+        assert!(
+            counted < text && 6 * counted >= text,
+            "{counted} counted for {text}"
+        );
+    }
+
+    #[test]
+    fn a_batch_is_measured_by_its_content_and_refused_above_the_limit_naming_it() {
+        let event = EventToStore::new("Placed", json!({"n": 1}))
+            .with_tags(Tags::from_pairs([("order", "7")]))
+            .with_idempotency_key("k1");
+        // 64 + "Placed" + "order" "7" + "k1" + the object's braces, the key and a number.
+        let bytes = EVENT_OVERHEAD_BYTES + 6 + 6 + 2 + (2 + 4 + 1 + 24);
+        assert_eq!(validate_event(&event).unwrap(), bytes);
+        let refusal = too_large(2, 2 * bytes, 2 * bytes - 1).to_string();
+        assert!(
+            refusal.contains(&format!("2 events of {} bytes", 2 * bytes))
+                && refusal.contains(&format!("at most {} bytes", 2 * bytes - 1))
+                && refusal.contains("MAX_BATCH_BYTES"),
+            "{refusal}"
+        );
+        let large = EventToStore::new("Large", json!("x".repeat(MAX_BATCH_BYTES)));
+        assert_invalid(validate_events(&[large]), "MAX_BATCH_BYTES");
     }
 
     #[test]

@@ -11,7 +11,9 @@ use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use eventstore_api::validate::{MAX_FILTER_ITEMS, MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH};
+use eventstore_api::validate::{
+    MAX_BATCH_BYTES, MAX_FILTER_ITEMS, MAX_NAME_BYTES, MAX_PAYLOAD_DEPTH,
+};
 use eventstore_api::{
     AppendCriteria, Direction, EventFilter, EventId, EventReference, EventStorage,
     EventStorageError, EventStreamId, EventToStore, Limit, RawStoredEvent, StorageResult,
@@ -344,6 +346,35 @@ pub async fn a_payload_nested_to_the_limit_reads_back_and_a_deeper_one_is_refuse
             .len(),
         1,
         "the refused append stored nothing"
+    );
+}
+
+/// A batch larger than the input rule allows (`validate::MAX_BATCH_BYTES`) is refused as
+/// invalid input before its criteria are judged (here they would conflict), and stores
+/// nothing: every backend refuses the same batch the same way, whatever it could take.
+pub async fn a_batch_above_the_size_limit_is_refused_before_its_criteria_are_judged<
+    F: StorageFactory,
+>(
+    factory: &F,
+) {
+    let storage = factory.create().await;
+    append(&storage, &orders(), vec![labelled("OrderPlaced", "first")]).await;
+    let mebibyte = "x".repeat(1 << 20);
+    let events = (0..=MAX_BATCH_BYTES >> 20)
+        .map(|n| EventToStore::new("Large", json!({ "n": n, "text": mebibyte })))
+        .collect();
+    let anything_stored = AppendCriteria::of(EventFilter::match_all(), None);
+    assert_invalid_input(
+        storage.append(anything_stored, &orders(), events).await,
+        "an append of a batch above MAX_BATCH_BYTES whose criteria would conflict",
+        "validate_events",
+    );
+    assert_eq!(
+        read(&storage, &EventFilter::match_all(), &orders())
+            .await
+            .len(),
+        1,
+        "the refused batch stored nothing"
     );
 }
 

@@ -61,7 +61,7 @@
 //!
 //! | method | `Operation` | input rule |
 //! |---|---|---|
-//! | `append` | `Append` | `validate_criteria`, then `validate_append`: `validate_append_stream` (no wildcard) and `validate_events` (types, tags, payloads, keys; no key twice) |
+//! | `append` | `Append` | `validate_criteria`, then `validate_append`: `validate_append_stream` (no wildcard) and `validate_events` (types, tags, payloads, keys; no key twice; at most `MAX_BATCH_BYTES`) |
 //! | `query` | `Query` | `validate_filter` and `validate_stream` (wildcards allowed) |
 //! | `head` | `Head` | `validate_stream` |
 //! | `subscribe_appends` | `SubscribeAppends` | `validate_stream` |
