@@ -92,6 +92,11 @@ impl PartitionLoop {
             .map(|partition| partition_lease_name(&self.shared.group, *partition))
             .collect();
         self.releasing.extend(&partitions);
+        // A release withdraws the registration as contender too: a partition back in the
+        // target must be asked for again, not taken for registered.
+        for partition in &partitions {
+            self.registered.remove(partition);
+        }
         self.release_leases(&lease_names).await.ok();
         for partition in &partitions {
             self.releasing.remove(partition);
