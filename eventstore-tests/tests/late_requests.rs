@@ -251,20 +251,31 @@ async fn a_leader_shut_down_while_its_renewal_is_on_its_way_leaves_the_lease_rel
     shut_down_while_a_request_is_on_its_way(&storage, elector.shutdown()).await;
 }
 
+/// Member `a` of group `work` with `partitions` partitions, once it holds them all.
+async fn member_holding_every_partition(
+    storage: &Arc<LateRequests>,
+    partitions: u32,
+    ttl: Duration,
+    interval_millis: u64,
+) -> PartitionElector {
+    let member = PartitionElector::builder(storage.clone(), "work", partitions)
+        .owner("a")
+        .ttl(ttl)
+        .request_interval(Duration::from_millis(interval_millis))
+        .start()
+        .expect("timings the builder accepts");
+    let watch = member.watch();
+    eventually("the member to hold every partition", || async {
+        watch.held().len() == partitions as usize
+    })
+    .await;
+    member
+}
+
 #[tokio::test]
 async fn a_member_shut_down_while_its_round_is_on_its_way_leaves_every_lease_released() {
     let storage = Arc::new(LateRequests::new());
-    let member = PartitionElector::builder(storage.clone(), "work", 4)
-        .owner("a")
-        .ttl(TTL)
-        .request_interval(Duration::from_millis(200))
-        .start()
-        .unwrap();
-    let watch = member.watch();
-    eventually("the member to hold every partition", || async {
-        watch.held().len() == 4
-    })
-    .await;
+    let member = member_holding_every_partition(&storage, 4, TTL, 200).await;
     shut_down_while_a_request_is_on_its_way(&storage, member.shutdown()).await;
 }
 
@@ -335,17 +346,7 @@ async fn a_step_down_acknowledged_after_nobody_asks_for_it_any_more_hands_nothin
 async fn a_member_shut_down_while_its_round_reads_sends_no_batch_after_its_releases() {
     let storage = Arc::new(LateRequests::new());
     let ttl = Duration::from_secs(1);
-    let member = PartitionElector::builder(storage.clone(), "work", 4)
-        .owner("a")
-        .ttl(ttl)
-        .request_interval(Duration::from_millis(300))
-        .start()
-        .unwrap();
-    let watch = member.watch();
-    eventually("the member to hold every partition", || async {
-        watch.held().len() == 4
-    })
-    .await;
+    let member = member_holding_every_partition(&storage, 4, ttl, 300).await;
     // Past the looks of the first rounds: the next round is a renewal.
     tokio::time::sleep(Duration::from_millis(700)).await;
     // Reads take 250 ms (within their 300 ms timeout), batches 850 ms to arrive (within
@@ -388,17 +389,8 @@ async fn a_member_shut_down_while_its_round_reads_sends_no_batch_after_its_relea
 async fn a_hung_read_of_the_group_does_not_cost_the_partitions_a_member_renews() {
     let storage = Arc::new(LateRequests::new());
     let ttl = Duration::from_secs(1);
-    let member = PartitionElector::builder(storage.clone(), "work", 2)
-        .owner("a")
-        .ttl(ttl)
-        .request_interval(Duration::from_millis(800))
-        .start()
-        .expect("timings the builder accepts");
+    let member = member_holding_every_partition(&storage, 2, ttl, 800).await;
     let watch = member.watch();
-    eventually("the member to hold every partition", || async {
-        watch.held().len() == 2
-    })
-    .await;
     // Past the looks of the first rounds: rounds are renewals now.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert_eq!(watch.held().len(), 2);
