@@ -971,6 +971,9 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_lease __prefix__leases%ROWTYPE;
+    -- The caller's own, set again once the lease lock is granted: the caller's transaction
+    -- goes on with its writes.
+    v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION '__prefix__check_fence needs READ COMMITTED isolation, not %',
@@ -979,6 +982,7 @@ BEGIN
     END IF;
     PERFORM pg_advisory_xact_lock_shared(hashtext('__prefix__leases'), hashtext(p_name))
        FROM (SELECT set_config('lock_timeout', p_lock_timeout, true)) AS setting;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
     -- A statement after the lock: it sees what committed while the lock was awaited.
     SELECT * INTO v_lease FROM __prefix__leases AS l WHERE l.lease_name = p_name;
     IF NOT FOUND OR v_lease.fencing_token <> p_token

@@ -38,7 +38,14 @@ pub(crate) async fn place(
         Some(fence) => {
             let mut transaction = shared.begin(&operation).await?;
             let outcome = async {
-                fencing::hold(shared, &mut transaction, fence, &operation).await?;
+                fencing::hold(
+                    shared,
+                    &mut transaction,
+                    fence,
+                    &operation,
+                    &shared.settings.lock_timeout_setting(),
+                )
+                .await?;
                 upsert(
                     shared,
                     &mut transaction,

@@ -11,6 +11,9 @@ use crate::shared::Shared;
 /// until the transaction ends, so that no lease change can slip between the check and the
 /// commit (a change takes the same lock exclusively and waits for the write to finish).
 ///
+/// The lock is awaited for the storage's lock timeout; the transaction goes on with
+/// `lock_timeout` at `leave_lock_timeout` (the caller's own, in a caller's transaction).
+///
 /// # Errors
 /// `Fenced` when the lease is unknown, not live by `now()`, or holds another token;
 /// `Timeout` when the lease lock is not granted within the lock timeout.
@@ -19,6 +22,7 @@ pub(crate) async fn hold(
     connection: &mut PgConnection,
     fence: &Fence,
     operation: &str,
+    leave_lock_timeout: &str,
 ) -> StorageResult<()> {
     let failing = shared.settings.failing(operation);
     let prefix = &shared.prefix;
@@ -40,10 +44,12 @@ pub(crate) async fn hold(
     let row = sqlx::query(&format!(
         "SELECT statement_timestamp() AS now, l.lease_name, l.owner, l.priority, l.fencing_token, \
                 l.acquired_at, l.heartbeat_at, l.ttl \
-         FROM (SELECT 1) AS one LEFT JOIN {leases} AS l ON l.lease_name = $1",
+         FROM (SELECT set_config('lock_timeout', $2, true)) AS setting \
+         LEFT JOIN {leases} AS l ON l.lease_name = $1",
         leases = prefix.name("leases")
     ))
     .bind(&fence.lease_name)
+    .bind(leave_lock_timeout)
     .persistent(shared.settings.prepared_statements)
     .fetch_one(&mut *connection)
     .await

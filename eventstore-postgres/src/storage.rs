@@ -114,13 +114,14 @@ impl PostgresEventStorage {
     ///
     /// A refused fence rolls nothing back by itself: drop the transaction. The transaction must
     /// run at `READ COMMITTED` (PostgreSQL's default), so that the check sees what committed
-    /// while the lock was awaited. Code outside Rust calls `<prefix>check_fence(lease_name,
+    /// while the lock was awaited. The lock is awaited for the storage's lock timeout; the
+    /// transaction goes on with its own. Code outside Rust calls `<prefix>check_fence(lease_name,
     /// token)` in its transaction, which raises SQLSTATE `EF001` when fenced.
     ///
     /// # Errors
     /// `Fenced` when the lease is unknown, not live on the database's clock, or holds another
-    /// token; `InvalidInput` for an invalid fence, or a connection outside a transaction block
-    /// or at another isolation level (nothing is checked then); `Timeout` when the lock is not
+    /// token; `InvalidInput` for an invalid fence, or a connection outside a transaction block,
+    /// in one an earlier error aborted, or at another isolation level (nothing is checked then); `Timeout` when the lock is not
     /// granted within the lock timeout; `Closed`; `Backend`.
     pub async fn check_fence(
         &self,
@@ -136,25 +137,22 @@ impl PostgresEventStorage {
             .persistent(shared.settings.prepared_statements)
             .execute(&mut *transaction)
             .await;
-        if in_block.is_err() {
-            return Err(EventStorageError::invalid(
-                "check_fence connection",
-                "outside a transaction block",
-                "must be inside the caller's transaction (begin one first), or the lease lock \
-                 would end with the check",
-            ));
+        if let Err(error) = in_block {
+            return Err(not_in_a_usable_block(error).unwrap_or_else(|e| failing.map(e)));
         }
         sqlx::query("RELEASE SAVEPOINT eventstore_check_fence")
             .persistent(shared.settings.prepared_statements)
             .execute(&mut *transaction)
             .await
             .map_err(|e| failing.map(e))?;
-        let isolation: String =
-            sqlx::query_scalar("SELECT current_setting('transaction_isolation')")
-                .persistent(shared.settings.prepared_statements)
-                .fetch_one(&mut *transaction)
-                .await
-                .map_err(|e| failing.map(e))?;
+        // The caller's own lock timeout, which the transaction keeps once the lock is granted.
+        let (isolation, lock_timeout): (String, String) = sqlx::query_as(
+            "SELECT current_setting('transaction_isolation'), current_setting('lock_timeout')",
+        )
+        .persistent(shared.settings.prepared_statements)
+        .fetch_one(&mut *transaction)
+        .await
+        .map_err(|e| failing.map(e))?;
         if isolation != "read committed" {
             return Err(EventStorageError::invalid(
                 "check_fence transaction isolation",
@@ -163,7 +161,7 @@ impl PostgresEventStorage {
                  lock was awaited",
             ));
         }
-        crate::fencing::hold(shared, transaction, fence, operation).await
+        crate::fencing::hold(shared, transaction, fence, operation, &lock_timeout).await
     }
 
     /// How PostgreSQL runs a statement of a [`query`](EventStorage::query) with these
@@ -521,4 +519,34 @@ impl EventStorage for PostgresEventStorage {
         self.shared.close().await;
         Ok(())
     }
+}
+
+/// The refusal of a caller's connection that a savepoint showed unfit for a fence check:
+/// outside a transaction block, or in one an earlier error aborted. Any other failure (a lost
+/// connection) is the storage's, and comes back as it is.
+fn not_in_a_usable_block(error: sqlx::Error) -> Result<EventStorageError, sqlx::Error> {
+    let state = error
+        .as_database_error()
+        .and_then(|database| database.code())
+        .map(|code| code.into_owned());
+    let (value, problem) = match state.as_deref() {
+        // no_active_sql_transaction
+        Some("25P01") => (
+            "outside a transaction block",
+            "must be inside the caller's transaction (begin one first), or the lease lock \
+             would end with the check",
+        ),
+        // in_failed_sql_transaction
+        Some("25P02") => (
+            "in a transaction an earlier error aborted",
+            "must be in a transaction that can still run statements (roll this one back and \
+             begin another)",
+        ),
+        _ => return Err(error),
+    };
+    Ok(EventStorageError::invalid(
+        "check_fence connection",
+        value,
+        problem,
+    ))
 }

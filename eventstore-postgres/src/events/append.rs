@@ -162,7 +162,8 @@ async fn append_in(
 ) -> Result<Appended, Refusal> {
     let failing = shared.settings.failing(operation);
     if let Some(fence) = fence {
-        fencing::hold(shared, connection, fence, operation).await?;
+        let lock_timeout = shared.settings.lock_timeout_setting();
+        fencing::hold(shared, connection, fence, operation, &lock_timeout).await?;
     }
     let (context, purpose) = concrete(stream);
     // Every append to the stream takes this lock before it looks, so a check and the write

@@ -238,3 +238,114 @@ async fn check_fence_outside_a_transaction_or_with_a_bad_fence_is_invalid_and_ch
     transaction.rollback().await.unwrap();
     storage.close().await.unwrap();
 }
+
+/// A lease held by `instance-a` on a fresh storage, and a fence of its tenure.
+async fn storage_with_a_fence() -> (PostgresEventStorage, Fence) {
+    let storage = common::storage_on(&common::unique_prefix()).await;
+    let granted = storage
+        .request_lease(LeaseRequest::new(LEASE, "instance-a", 0, TTL * 100))
+        .await
+        .unwrap();
+    (storage, Fence::new(LEASE, granted.fencing_token))
+}
+
+/// A caller's transaction that an earlier statement aborted is refused as such, not as a
+/// connection outside a transaction block.
+#[tokio::test]
+async fn check_fence_in_a_transaction_an_error_aborted_is_refused_naming_that() {
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    let (storage, fence) = storage_with_a_fence().await;
+    let mut transaction = storage.pool().begin().await.unwrap();
+    let failed = sqlx::query("SELECT 1/0").execute(&mut *transaction).await;
+    assert!(failed.is_err(), "the statement that aborts the transaction");
+    let aborted = storage.check_fence(&mut transaction, &fence).await;
+    assert!(
+        matches!(&aborted, Err(EventStorageError::InvalidInput { value, .. })
+            if value.contains("an earlier error aborted")),
+        "an aborted transaction: {aborted:?}"
+    );
+    drop(transaction);
+    storage.close().await.unwrap();
+}
+
+/// A caller's transaction whose connection the server killed: a `Backend` error, as every
+/// call on a lost connection answers, not the caller's invalid input.
+#[tokio::test]
+async fn check_fence_on_a_killed_connection_is_a_backend_error() {
+    if common::needs_direct_connection("it kills the caller's own server connection") {
+        return;
+    }
+    let Some(admin) = common::try_pool().await else {
+        return;
+    };
+    let (storage, fence) = storage_with_a_fence().await;
+    let mut transaction = storage.pool().begin().await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *transaction)
+        .await
+        .unwrap();
+    let _: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    common::eventually(
+        "the backend to be gone",
+        Duration::from_secs(10),
+        || async {
+            let gone: bool = sqlx::query_scalar(
+                "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
+            )
+            .bind(pid)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            gone.then_some(())
+        },
+    )
+    .await;
+    let checked = storage.check_fence(&mut transaction, &fence).await;
+    assert!(
+        matches!(checked, Err(EventStorageError::Backend { .. })),
+        "a killed connection: {checked:?}"
+    );
+    drop(transaction);
+    storage.close().await.unwrap();
+}
+
+/// The check waits for the lease lock under the storage's lock timeout, then leaves the
+/// caller's own for the rest of the caller's transaction: from Rust and from SQL alike.
+#[tokio::test]
+async fn check_fence_leaves_the_callers_lock_timeout_as_it_was() {
+    let Some(_admin) = common::try_pool().await else {
+        return;
+    };
+    let (storage, fence) = storage_with_a_fence().await;
+    let prefix = storage.prefix().to_owned();
+    for from_sql in [false, true] {
+        let mut transaction = storage.pool().begin().await.unwrap();
+        sqlx::query("SET LOCAL lock_timeout = '1234ms'")
+            .execute(&mut *transaction)
+            .await
+            .unwrap();
+        if from_sql {
+            sqlx::query(&format!("SELECT {prefix}check_fence($1, $2)"))
+                .bind(&fence.lease_name)
+                .bind(i64::try_from(fence.token.0).unwrap())
+                .execute(&mut *transaction)
+                .await
+                .unwrap();
+        } else {
+            storage.check_fence(&mut transaction, &fence).await.unwrap();
+        }
+        let after: String = sqlx::query_scalar("SHOW lock_timeout")
+            .fetch_one(&mut *transaction)
+            .await
+            .unwrap();
+        transaction.rollback().await.unwrap();
+        assert_eq!(after, "1234ms", "after the check (from SQL: {from_sql})");
+    }
+    storage.close().await.unwrap();
+}
