@@ -132,16 +132,17 @@ impl PostgresEventStorage {
         eventstore_api::validate::validate_fence(fence)?;
         let operation = "check a fence in the caller's transaction";
         let failing = shared.settings.failing(operation);
-        // A shared lock taken outside a transaction block would end with its statement.
-        let in_block = sqlx::query("SAVEPOINT eventstore_check_fence")
-            .persistent(shared.settings.prepared_statements)
+        // A shared lock taken outside a transaction block would end with its statement. Sent
+        // as simple queries: behind a pooler in transaction mode, a connection outside a block
+        // may have an extended query's parse and its execution run on two server connections,
+        // which would hide why the savepoint failed.
+        let in_block = sqlx::raw_sql("SAVEPOINT eventstore_check_fence")
             .execute(&mut *transaction)
             .await;
         if let Err(error) = in_block {
             return Err(not_in_a_usable_block(error).unwrap_or_else(|e| failing.map(e)));
         }
-        sqlx::query("RELEASE SAVEPOINT eventstore_check_fence")
-            .persistent(shared.settings.prepared_statements)
+        sqlx::raw_sql("RELEASE SAVEPOINT eventstore_check_fence")
             .execute(&mut *transaction)
             .await
             .map_err(|e| failing.map(e))?;

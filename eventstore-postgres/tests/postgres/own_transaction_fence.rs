@@ -227,6 +227,7 @@ async fn check_fence_outside_a_transaction_or_with_a_bad_fence_is_invalid_and_ch
 
     let mut transaction = storage.pool().begin().await.unwrap();
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .persistent(false)
         .execute(&mut *transaction)
         .await
         .unwrap();
@@ -258,7 +259,10 @@ async fn check_fence_in_a_transaction_an_error_aborted_is_refused_naming_that() 
     };
     let (storage, fence) = storage_with_a_fence().await;
     let mut transaction = storage.pool().begin().await.unwrap();
-    let failed = sqlx::query("SELECT 1/0").execute(&mut *transaction).await;
+    let failed = sqlx::query("SELECT 1/0")
+        .persistent(false)
+        .execute(&mut *transaction)
+        .await;
     assert!(failed.is_err(), "the statement that aborts the transaction");
     let aborted = storage.check_fence(&mut transaction, &fence).await;
     assert!(
@@ -326,7 +330,9 @@ async fn check_fence_leaves_the_callers_lock_timeout_as_it_was() {
     let prefix = storage.prefix().to_owned();
     for from_sql in [false, true] {
         let mut transaction = storage.pool().begin().await.unwrap();
+        // Unnamed statements, as a pooler in transaction mode needs.
         sqlx::query("SET LOCAL lock_timeout = '1234ms'")
+            .persistent(false)
             .execute(&mut *transaction)
             .await
             .unwrap();
@@ -334,6 +340,7 @@ async fn check_fence_leaves_the_callers_lock_timeout_as_it_was() {
             sqlx::query(&format!("SELECT {prefix}check_fence($1, $2)"))
                 .bind(&fence.lease_name)
                 .bind(i64::try_from(fence.token.0).unwrap())
+                .persistent(false)
                 .execute(&mut *transaction)
                 .await
                 .unwrap();
@@ -341,6 +348,7 @@ async fn check_fence_leaves_the_callers_lock_timeout_as_it_was() {
             storage.check_fence(&mut transaction, &fence).await.unwrap();
         }
         let after: String = sqlx::query_scalar("SHOW lock_timeout")
+            .persistent(false)
             .fetch_one(&mut *transaction)
             .await
             .unwrap();
