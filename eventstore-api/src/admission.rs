@@ -165,7 +165,7 @@ impl Operation<'_> {
             }
             Operation::Bookmark { reader, tags } => {
                 validate::validate_reader(reader)?;
-                validate::validate_tags(tags)
+                validate::validate_bookmark_tags(tags)
             }
             Operation::BookmarkFenced {
                 fence,
@@ -174,7 +174,7 @@ impl Operation<'_> {
             } => {
                 validate::validate_fence(fence)?;
                 validate::validate_reader(reader)?;
-                validate::validate_tags(tags)
+                validate::validate_bookmark_tags(tags)
             }
             Operation::Reader { reader } => validate::validate_reader(reader),
             Operation::RequestLease { request } => validate::validate_lease_request(request),

@@ -268,6 +268,25 @@ pub fn validate_tags(tags: &Tags) -> Result {
     Ok(())
 }
 
+/// Checks a bookmark's tags: each valid ([`validate_tags`]), and at most [`MAX_BATCH_BYTES`]
+/// of keys and values in all, as a batch's content, so that every backend keeps a bookmark
+/// in one piece.
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] for the first invalid tag, or naming the tags' size.
+pub fn validate_bookmark_tags(tags: &Tags) -> Result {
+    validate_tags(tags)?;
+    let bytes: usize = tags.iter().map(|tag| tag.key.len() + tag.value.len()).sum();
+    if bytes > MAX_BATCH_BYTES {
+        return Err(EventStorageError::invalid(
+            "bookmark tags",
+            format!("{} tags of {bytes} bytes", tags.len()),
+            format!("must take at most {MAX_BATCH_BYTES} bytes in all (MAX_BATCH_BYTES)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a bookmark reader name.
 ///
 /// # Errors
@@ -481,6 +500,19 @@ mod tests {
         assert!(
             counted < text && 6 * counted >= text,
             "{counted} counted for {text}"
+        );
+    }
+
+    #[test]
+    fn a_bookmarks_tags_are_refused_above_the_size_limit_naming_it() {
+        let tag = |n: usize| (format!("{n:0>512}"), "v".repeat(512));
+        let at_limit = Tags::from_pairs((0..MAX_BATCH_BYTES / 1024).map(tag));
+        assert!(validate_bookmark_tags(&at_limit).is_ok());
+        let above = Tags::from_pairs((0..=MAX_BATCH_BYTES / 1024).map(tag));
+        assert_invalid(validate_bookmark_tags(&above), "MAX_BATCH_BYTES");
+        assert_invalid(
+            validate_bookmark_tags(&Tags::from_pairs([("a:b", "c")])),
+            "must not contain ':'",
         );
     }
 

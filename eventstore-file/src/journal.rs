@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use crate::codec::{put_u32, u32_length, Decoder};
 use crate::corruption::{Corruption, OpenFailure};
 use crate::directory::{parent_of, sync_dir};
-use crate::frame::{write_frame, FrameScanner, Scanned};
+use crate::frame::{write_frame, FrameScanner, Scanned, MAX_PAYLOAD};
 use crate::group_tail::{after_damage, AfterDamage};
 use crate::positioned_io::{only_zeros, write_again, write_all_at};
 
@@ -227,6 +227,20 @@ impl Journal {
     /// # Errors
     /// Writing or syncing failed, now or earlier (see the module documentation).
     pub(crate) fn append(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
+        self.append_within(records, MAX_PAYLOAD)
+    }
+
+    /// As [`Journal::append`], in frames of at most `most` bytes each: records that one frame
+    /// cannot hold are appended in several, each synced before the next is written, so that
+    /// only the last can be torn.
+    fn append_within(&mut self, records: &[Vec<u8>], most: usize) -> io::Result<()> {
+        for frame in frames_within(records, most)? {
+            self.append_frame(frame)?;
+        }
+        Ok(())
+    }
+
+    fn append_frame(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
         self.refuse_after_failure()?;
         let mut bytes = Vec::new();
         write_group(&mut bytes, records)?;
@@ -257,10 +271,15 @@ impl Journal {
     /// the old journal in place and usable; one after it (the directory sync) leaves it unknown
     /// which file a crash would keep, so the journal refuses further changes.
     pub(crate) fn rewrite(&mut self, records: &[Vec<u8>]) -> io::Result<()> {
+        self.rewrite_within(records, MAX_PAYLOAD)
+    }
+
+    /// As [`Journal::rewrite`], in frames of at most `most` bytes each.
+    fn rewrite_within(&mut self, records: &[Vec<u8>], most: usize) -> io::Result<()> {
         self.refuse_after_failure()?;
         let mut bytes = Format::FramePerAppend.magic(&self.kind).to_vec();
-        if !records.is_empty() {
-            write_group(&mut bytes, records)?;
+        for frame in frames_within(records, most)? {
+            write_group(&mut bytes, frame)?;
         }
         let end = bytes.len() as u64;
         bytes.resize(bytes.len() + preallocation(end), 0);
@@ -381,6 +400,37 @@ fn read(file: &File, path: &Path, kind: &Kind, length: u64) -> Result<Contents, 
             cut,
         });
     }
+}
+
+/// `records` cut into runs that each fit one frame's payload of at most `most` bytes (each
+/// record after its `u32` length).
+///
+/// # Errors
+/// A record too large for any frame.
+fn frames_within(records: &[Vec<u8>], most: usize) -> io::Result<Vec<&[Vec<u8>]>> {
+    let mut frames = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (index, record) in records.iter().enumerate() {
+        let size = 4 + record.len();
+        if size > most {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a journal record of {} bytes is more than a frame holds",
+                    record.len()
+                ),
+            ));
+        }
+        if bytes + size > most {
+            frames.push(&records[start..index]);
+            (start, bytes) = (index, 0);
+        }
+        bytes += size;
+    }
+    if start < records.len() {
+        frames.push(&records[start..]);
+    }
+    Ok(frames)
 }
 
 /// Appends one frame holding `records`, each after its `u32` length.
@@ -608,6 +658,28 @@ mod tests {
         assert_eq!(records, vec![b"new".to_vec(), b"newer".to_vec()]);
         let error = Journal::open(&path, *b"OTHERJ").unwrap_err();
         assert!(error.to_string().contains("at byte offset 0"), "{error}");
+    }
+
+    #[test]
+    fn records_one_frame_cannot_hold_are_appended_and_rewritten_in_several() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.log");
+        let (mut journal, _) = Journal::open(&path, KIND).unwrap();
+        let records: Vec<Vec<u8>> = (0..10_u8).map(|n| vec![b'a' + n; 7]).collect();
+        // Two records (4 + 7 bytes each) to a frame of at most 25 bytes.
+        journal.append_within(&records, 25).unwrap();
+        drop(journal);
+        let (mut journal, read) = Journal::open(&path, KIND).unwrap();
+        assert_eq!(payloads(read), records);
+        journal.rewrite_within(&records[..5], 25).unwrap();
+        drop(journal);
+        let (mut journal, read) = Journal::open(&path, KIND).unwrap();
+        assert_eq!(payloads(read), records[..5]);
+        let error = journal.append_within(&[vec![0; 30]], 25).unwrap_err();
+        assert!(
+            error.to_string().contains("more than a frame holds"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -66,7 +66,7 @@
 //! | `head` | `Head` | `validate_stream` |
 //! | `subscribe_appends` | `SubscribeAppends` | `validate_stream` |
 //! | `get_event_by_id`, `get_bookmarks`, `get_leases`, `storage_time`, `subscribe_lease_changes` | `Read` | none |
-//! | `bookmark` | `Bookmark` | `validate_reader` and `validate_tags` |
+//! | `bookmark` | `Bookmark` | `validate_reader` and `validate_bookmark_tags` (each tag valid, at most `MAX_BATCH_BYTES` in all) |
 //! | `get_bookmark`, `remove_bookmark` | `Reader` | `validate_reader` |
 //! | `request_lease` | `RequestLease` | `validate_lease_request` |
 //! | `request_leases` | `RequestLeases` | `validate_lease_requests` (one invalid request refuses the batch) |

@@ -189,7 +189,7 @@ impl EventStorage for VecStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        // validate::validate_reader and validate::validate_tags.
+        // validate::validate_reader and validate::validate_bookmark_tags.
         let mut state = self.admit(Operation::Bookmark {
             reader,
             tags: &tags,

@@ -273,7 +273,7 @@ impl<P: Projection> ProjectorBuilder<P> {
             validate::validate_reader(reader)?;
         }
         validate::validate_stream(&self.stream)?;
-        validate::validate_tags(&self.bookmark_tags)?;
+        validate::validate_bookmark_tags(&self.bookmark_tags)?;
         Ok(Projector {
             storage: self.storage,
             projection: self.projection,
