@@ -1,7 +1,8 @@
 //! `eventstore`: the operator's command line for an event store with leader-election leases.
 //!
 //! ```text
-//! eventstore leases    [--json] [--watch]            every lease: holder, token, ages, live or not
+//! eventstore leases [--lease-prefix TEXT] [--json] [--watch [--interval SECONDS]]
+//!                                                    every lease: holder, token, ages, live or not
 //! eventstore contenders LEASE [--json]               who waits for a lease, live or not
 //! eventstore partitions GROUP [--json]               a partition group's members and holdings
 //! eventstore bookmarks [--json]                      every reader's bookmark

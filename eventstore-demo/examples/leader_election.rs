@@ -3,9 +3,9 @@
 //! Three instances of an order projection run in this process, each with its own elector
 //! and its own handle of one storage. The demo shows, in order: an election; the leader
 //! projecting orders and bookmarking after every batch; a planned handover to a
-//! higher-priority instance; a crashed leader taken over within one ttl; and the crashed
-//! leader, woken up as a zombie, refused by its fence. It ends by checking that every order
-//! was projected.
+//! higher-priority instance; a crashed leader taken over once its lease's ttl runs out; and
+//! the crashed leader, woken up as a zombie, refused by its fence. It ends by checking that
+//! every order was projected.
 //!
 //! ```sh
 //! cargo run --example leader_election                 # local files in a temporary directory
@@ -433,7 +433,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     placed.extend(place_orders(&shop, 11..=18).await);
     until_bookmarked(&shop, &placed).await;
 
-    act("4. The leader crashes; a standby takes over within one ttl");
+    act("4. The leader crashes; a standby takes over once its ttl runs out");
     let crashed = instances.remove(2);
     let zombie_fence = Fence::new(LEASE, crashed.elector.token().expect("instance-c leads"));
     crashed.crash();

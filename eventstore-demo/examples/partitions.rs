@@ -361,7 +361,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     place_orders(&shop, 49..=96).await?;
     wait_projected(&model, 96).await?;
 
-    act("pod-b crashes: its partitions are taken within a ttl");
+    act("pod-b crashes: its partitions are taken once their ttl runs out");
     let crashed_at = Instant::now();
     instances.remove(1).crash();
     wait_balanced(&instances).await?;

@@ -24,7 +24,7 @@
 //! | file | holds |
 //! |---|---|
 //! | `LOCK` | the pid of the process that has the directory open, locked exclusively |
-//! | `events-<first position>.log` | segments of the event log: one checksummed frame per batch; the last segment is zero-filled a few MiB ahead of its last frame |
+//! | `events-<first position>.log` | segments of the event log: one checksummed frame per batch; the last segment is zero-filled ahead of its last frame, as far as the segment is long (64 KiB to 4 MiB) |
 //! | `bookmarks.log` | a journal of bookmark changes, rewritten atomically when mostly superseded; zero-filled ahead of its last record like the last segment |
 //! | `lease-tokens.log` | the highest fencing token reserved per lease, never a holder; a journal like `bookmarks.log` |
 //!

@@ -4,8 +4,8 @@
 //! A segment is closed for writing ("sealed") once it is full: cut to the end of its last
 //! frame and synced. Only the last segment can end in a torn frame.
 //!
-//! The last segment is zero-filled ahead of its last frame, a few MiB at a time, between
-//! groups. An append then overwrites blocks that already belong to the file, so its sync
+//! The last segment is zero-filled ahead of its last frame between groups, as far as the
+//! segment is long (64 KiB to 4 MiB at a time). An append then overwrites blocks that already belong to the file, so its sync
 //! writes data only; appending to a growing file would also commit the new file size (a
 //! journal commit of the file system) with every sync. Recovery reads the zeros as the end.
 
