@@ -41,43 +41,54 @@ pub enum AppendNotice {
 #[derive(Debug)]
 pub struct AppendHints {
     receiver: broadcast::Receiver<AppendNotice>,
-    scope: EventStreamId,
 }
 
 impl AppendHints {
     /// The next hint for a covered stream (or [`AppendNotice::Missed`]); `None` once the
     /// storage is closed and every hint was read.
     pub async fn next(&mut self) -> Option<AppendNotice> {
-        loop {
-            let notice = match self.receiver.recv().await {
-                Ok(notice) => notice,
-                Err(broadcast::error::RecvError::Lagged(_)) => AppendNotice::Missed,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            };
-            if self.covers(&notice) {
-                return Some(notice);
-            }
+        match self.receiver.recv().await {
+            Ok(notice) => Some(notice),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(AppendNotice::Missed),
+            Err(broadcast::error::RecvError::Closed) => None,
         }
     }
 
-    fn covers(&self, notice: &AppendNotice) -> bool {
-        match notice {
-            AppendNotice::Appended(hint) => self.scope.covers(&hint.stream),
-            AppendNotice::Missed => true,
+    /// The next hint already here, without waiting; `None` when none is (or the storage is
+    /// closed). A reader that only wants to know how far appends went reads what piled up
+    /// with this after [`AppendHints::next`].
+    pub fn try_next(&mut self) -> Option<AppendNotice> {
+        match self.receiver.try_recv() {
+            Ok(notice) => Some(notice),
+            Err(broadcast::error::TryRecvError::Lagged(_)) => Some(AppendNotice::Missed),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed) => {
+                None
+            }
         }
     }
 }
 
 /// The publishing side of append hints for one storage, shared by its handles.
+///
+/// Each scope subscribed to has a channel of its own, which carries only the hints of the
+/// streams it covers: a subscriber falls behind (and hears [`AppendNotice::Missed`]) only
+/// when its own streams are appended to faster than it reads, never for appends elsewhere.
 #[derive(Debug)]
 pub struct AppendHintHub {
-    sender: Mutex<Option<broadcast::Sender<AppendNotice>>>,
+    /// The channel of each scope with subscribers; `None` once closed.
+    channels: Mutex<Option<Vec<Channel>>>,
+}
+
+#[derive(Debug)]
+struct Channel {
+    scope: EventStreamId,
+    sender: broadcast::Sender<AppendNotice>,
 }
 
 impl Default for AppendHintHub {
     fn default() -> Self {
         AppendHintHub {
-            sender: Mutex::new(Some(broadcast::Sender::new(HINT_BACKLOG))),
+            channels: Mutex::new(Some(Vec::new())),
         }
     }
 }
@@ -88,8 +99,8 @@ impl AppendHintHub {
         AppendHintHub::default()
     }
 
-    fn sender(&self) -> std::sync::MutexGuard<'_, Option<broadcast::Sender<AppendNotice>>> {
-        self.sender
+    fn channels(&self) -> std::sync::MutexGuard<'_, Option<Vec<Channel>>> {
+        self.channels
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -97,37 +108,54 @@ impl AppendHintHub {
     /// A subscription to the hints of the streams `scope` covers; after
     /// [`AppendHintHub::close`] one that yields nothing.
     pub fn subscribe(&self, scope: &EventStreamId) -> AppendHints {
-        let receiver = match self.sender().as_ref() {
-            Some(sender) => sender.subscribe(),
+        let mut channels = self.channels();
+        let Some(channels) = channels.as_mut() else {
             // Closed: a receiver whose sender is already gone ends at once.
-            None => broadcast::Sender::new(1).subscribe(),
+            return AppendHints {
+                receiver: broadcast::Sender::new(1).subscribe(),
+            };
         };
-        AppendHints {
-            receiver,
-            scope: scope.clone(),
-        }
+        let receiver = match channels.iter().find(|channel| channel.scope == *scope) {
+            Some(channel) => channel.sender.subscribe(),
+            None => {
+                let sender = broadcast::Sender::new(HINT_BACKLOG);
+                let receiver = sender.subscribe();
+                channels.push(Channel {
+                    scope: scope.clone(),
+                    sender,
+                });
+                receiver
+            }
+        };
+        AppendHints { receiver }
     }
 
     /// Sends `hint` to every subscriber whose scope covers its stream. Never blocks; costs
     /// nothing when nobody subscribed.
     pub fn publish(&self, hint: AppendHint) {
-        if let Some(sender) = self.sender().as_ref() {
-            if sender.receiver_count() > 0 {
-                let _ = sender.send(AppendNotice::Appended(hint));
+        if let Some(channels) = self.channels().as_mut() {
+            // A scope whose subscribers are all gone goes with the next hint.
+            channels.retain(|channel| channel.sender.receiver_count() > 0);
+            for channel in channels.iter() {
+                if channel.scope.covers(&hint.stream) {
+                    let _ = channel.sender.send(AppendNotice::Appended(hint.clone()));
+                }
             }
         }
     }
 
     /// Tells every subscriber that hints may have been lost.
     pub fn missed(&self) {
-        if let Some(sender) = self.sender().as_ref() {
-            let _ = sender.send(AppendNotice::Missed);
+        if let Some(channels) = self.channels().as_ref() {
+            for channel in channels {
+                let _ = channel.sender.send(AppendNotice::Missed);
+            }
         }
     }
 
     /// Ends every subscription once its backlog is read; later subscriptions end at once.
     pub fn close(&self) {
-        self.sender().take();
+        self.channels().take();
     }
 }
 
@@ -163,6 +191,19 @@ mod tests {
         hub.close();
         assert_eq!(orders.next().await, None);
         assert_eq!(hub.subscribe(&EventStreamId::any()).next().await, None);
+    }
+
+    #[tokio::test]
+    async fn appends_elsewhere_never_make_a_subscriber_miss_its_own_hints() {
+        let hub = AppendHintHub::new();
+        let mut orders = hub.subscribe(&EventStreamId::for_context("orders"));
+        for position in 0..HINT_BACKLOG as u64 + 5 {
+            hub.publish(hint("billing", position));
+        }
+        let own = hint("orders", 99_999);
+        hub.publish(own.clone());
+        assert_eq!(orders.try_next(), Some(AppendNotice::Appended(own)));
+        assert_eq!(orders.try_next(), None, "nothing else reached it");
     }
 
     #[tokio::test]

@@ -159,7 +159,7 @@ pub enum EventStoreError {
     Storage(#[from] EventStorageError),
 
     /// A value could not be turned into a payload; nothing was appended.
-    #[error("cannot encode an event of type {event_type} as JSON: {source}")]
+    #[error("cannot encode an event of type {event_type} as JSON")]
     Encode {
         /// The stored name of the event's type.
         event_type: String,
@@ -169,7 +169,7 @@ pub enum EventStoreError {
     },
 
     /// A stored payload does not describe a value of the stream's Rust type.
-    #[error("cannot decode event {reference} of type {event_type} as {rust_type}: {source}")]
+    #[error("cannot decode event {reference} of type {event_type} as {rust_type}")]
     Decode {
         /// The stored event.
         reference: EventReference,
@@ -181,6 +181,15 @@ pub enum EventStoreError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+impl EventStoreError {
+    /// This error's message followed by the message of each source in its chain, joined by
+    /// `: `, for a log line that tells the whole story (what serde said, say). Each text
+    /// appears once: no message repeats its source.
+    pub fn report(&self) -> String {
+        crate::error::report_chain(self)
+    }
 }
 
 /// The events of a [`TypedStream::query_stream`] or [`TypedStream::replay`], in order.
@@ -345,7 +354,10 @@ impl EventStore {
 pub struct Decision<E> {
     /// The events matching the filter, oldest first.
     pub events: Vec<Envelope<E>>,
-    /// The filter the decision depends on.
+    /// The filter the decision depends on, as the caller gave it. The events above are those
+    /// of it this stream decodes (its own types); the criteria guard the whole filter, so an
+    /// event of another type that matches it conflicts too, though no read of this stream
+    /// shows it.
     pub filter: EventFilter,
     /// The stream's last event when it was read.
     pub head: Option<EventReference>,

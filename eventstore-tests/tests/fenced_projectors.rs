@@ -16,6 +16,7 @@ use eventstore_api::projector::{
     BookmarkReading, ElectedProjector, PartitionedProjector, Projection, ProjectionError,
     Projector, ProjectorError, ProjectorRun, DEFAULT_BATCH_SIZE,
 };
+use eventstore_api::store::{EventStore, EventStoreError, NamedEvent};
 use eventstore_api::{
     AppendCriteria, EventReference, EventStorage, EventStreamId, EventToStore, Fence, LeaseRequest,
     LeaseStatus, PartitionElector, PartitionWatch, StoredEvent, Tags,
@@ -67,6 +68,25 @@ enum Commit {
         storage: Arc<dyn EventStorage>,
         leadership: LeadershipWatch,
     },
+    /// As `Outbox`, through a typed stream fenced with the tenure, its error passed on with
+    /// `?`, as the guide shows.
+    TypedOutbox {
+        storage: Arc<dyn EventStorage>,
+        leadership: LeadershipWatch,
+    },
+}
+
+/// What a typed outbox holds.
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
+struct Summed {
+    n: u64,
+}
+
+impl NamedEvent for Summed {
+    const EVENT_TYPE: &'static str = "Summed";
+    fn tags(&self) -> Tags {
+        Tags::none()
+    }
 }
 
 struct Recorder {
@@ -104,6 +124,18 @@ impl Projection for Recorder {
             if let Err(error) = published {
                 return Err(Box::new(OutboxRefused(error)));
             }
+        }
+        if let Commit::TypedOutbox {
+            storage,
+            leadership,
+        } = &self.commit
+        {
+            let fence = Fence::new(LEASE, leadership.token().ok_or("not leading")?);
+            EventStore::new(Arc::clone(storage))
+                .stream::<Summed>(EventStreamId::new("outbox", "sums"))
+                .fenced(fence)
+                .append(AppendCriteria::none(), [Summed { n: 0 }])
+                .await?;
         }
         self.commits
             .0
@@ -307,19 +339,39 @@ async fn an_elected_projector_whose_own_fenced_append_is_refused_waits_for_the_n
     .await;
 }
 
-#[test]
-fn a_refusal_wrapped_by_the_projection_counts_as_fenced() {
-    let refused = eventstore_api::EventStorageError::Fenced {
+#[tokio::test]
+async fn an_elected_projector_whose_typed_fenced_append_is_refused_waits_for_the_next_tenure() {
+    refused_once_then_waits(|storage, elector| Commit::TypedOutbox {
+        storage,
+        leadership: elector.watch(),
+    })
+    .await;
+}
+
+/// A storage's refusal of a stale fence.
+fn stale_fence_refusal() -> eventstore_api::EventStorageError {
+    eventstore_api::EventStorageError::Fenced {
         lease_name: LEASE.to_owned(),
         presented: eventstore_api::FencingToken(3),
         current: Some(eventstore_api::FencingToken(4)),
         live: true,
-    };
+    }
+}
+
+#[test]
+fn a_refusal_wrapped_by_the_projection_counts_as_fenced() {
+    let refused = stale_fence_refusal();
     let wrapped = ProjectorError::Projection {
         batch_start: None,
         source: Box::new(OutboxRefused(refused)),
     };
     assert!(wrapped.is_fenced());
+    let typed = ProjectorError::Projection {
+        batch_start: None,
+        source: Box::new(EventStoreError::Storage(stale_fence_refusal())),
+    };
+    assert!(typed.is_fenced(), "the typed facade's refusal");
+    eventstore_tck::support::assert_chain_repeats_no_text(&typed, "a projection's error");
     let other = ProjectorError::Projection {
         batch_start: None,
         source: "cannot project".into(),

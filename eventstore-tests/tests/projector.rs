@@ -189,8 +189,9 @@ async fn a_failing_batch_is_cancelled_and_the_cursor_goes_back_to_its_start() {
         "{error}"
     );
     assert!(
-        error.to_string().contains("cannot project event 5"),
-        "{error}"
+        error.report().contains("cannot project event 5"),
+        "{}",
+        error.report()
     );
     assert_eq!(projector.position(), first_batch_end);
     assert_eq!(projector.projection().committed, [1, 2, 3]);

@@ -297,10 +297,53 @@ impl<P: Projection> ElectedProjector<P> {
     }
 }
 
-/// The next append hint, or never when nothing is pushed.
+/// The next append hint, with every hint already behind it taken in: the furthest append
+/// they announce, or `Missed` if any says so (a run reads everything up to the furthest, so
+/// hints that piled up during a run call for one look, not one each). Never, when nothing is
+/// pushed.
 async fn next_hint(hints: &mut Option<AppendHints>) -> Option<AppendNotice> {
-    match hints {
-        Some(hints) => hints.next().await,
-        None => std::future::pending().await,
+    let Some(hints) = hints else {
+        return std::future::pending().await;
+    };
+    let mut notice = hints.next().await?;
+    while let Some(next) = hints.try_next() {
+        notice = match (notice, next) {
+            (AppendNotice::Appended(first), AppendNotice::Appended(next)) => {
+                AppendNotice::Appended(if next.last > first.last { next } else { first })
+            }
+            _ => AppendNotice::Missed,
+        };
+    }
+    Some(notice)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::append_hints::{AppendHint, AppendHintHub};
+    use crate::{EventId, EventStreamId};
+
+    fn hint(position: u64) -> AppendHint {
+        AppendHint {
+            stream: EventStreamId::for_context("orders"),
+            last: EventReference::at(EventId::new(), position),
+        }
+    }
+
+    #[tokio::test]
+    async fn hints_that_piled_up_are_taken_as_one_for_the_furthest() {
+        let hub = AppendHintHub::new();
+        let mut hints = Some(hub.subscribe(&EventStreamId::for_context("orders")));
+        for position in [3, 9, 5] {
+            hub.publish(hint(position));
+        }
+        let Some(AppendNotice::Appended(furthest)) = next_hint(&mut hints).await else {
+            panic!("one notice for the hints that piled up");
+        };
+        assert_eq!(furthest.last.position, 9);
+        hub.publish(hint(10));
+        hub.missed();
+        hub.publish(hint(11));
+        assert_eq!(next_hint(&mut hints).await, Some(AppendNotice::Missed));
     }
 }

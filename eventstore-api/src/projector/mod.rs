@@ -122,7 +122,7 @@ pub enum ProjectorError {
     Storage(#[from] EventStorageError),
 
     /// The projection failed; the batch was cancelled and the cursor moved back to its start.
-    #[error("projection failed in the batch after {}: {source}", display_start(.batch_start))]
+    #[error("projection failed in the batch after {}", display_start(.batch_start))]
     Projection {
         /// The cursor when the batch started (`None`: from the beginning).
         batch_start: Option<EventReference>,
@@ -137,13 +137,19 @@ impl ProjectorError {
     /// longer leads.
     ///
     /// The projection's own errors count too: a refused fenced append in
-    /// [`Projection::after_batch`] says the same, wherever it sits in the error's chain.
+    /// [`Projection::after_batch`] says the same, wherever it sits in the error's chain, as
+    /// the storage's error or as the typed facade's
+    /// ([`TypedStream::fenced`](crate::store::TypedStream::fenced)), which shows the storage's
+    /// as its own.
     pub fn is_fenced(&self) -> bool {
         let fenced = |error: &(dyn std::error::Error + 'static)| {
-            matches!(
-                error.downcast_ref::<EventStorageError>(),
-                Some(EventStorageError::Fenced { .. })
-            )
+            let storage = error.downcast_ref::<EventStorageError>().or_else(|| {
+                match error.downcast_ref::<crate::store::EventStoreError>() {
+                    Some(crate::store::EventStoreError::Storage(storage)) => Some(storage),
+                    _ => None,
+                }
+            });
+            matches!(storage, Some(EventStorageError::Fenced { .. }))
         };
         match self {
             ProjectorError::Storage(error) => matches!(error, EventStorageError::Fenced { .. }),
@@ -383,6 +389,11 @@ impl<P: Projection> Projector<P> {
     }
 
     /// Moves the cursor: the next batch starts after `position` (`None`: from the start).
+    ///
+    /// A run that reads the bookmark first moves the cursor again, to the bookmark: every run
+    /// of a projector with a reader under [`BookmarkReading::BeforeEachRun`] (the default),
+    /// the first under [`BookmarkReading::Once`], and an elected projector's first of each
+    /// tenure. To seek between runs, read the bookmark [`BookmarkReading::OnRequest`].
     pub fn seek(&mut self, position: Option<EventReference>) {
         self.cursor = position;
     }

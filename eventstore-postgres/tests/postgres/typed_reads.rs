@@ -158,7 +158,7 @@ async fn a_stored_payload_of_the_wrong_shape_is_a_decode_error_naming_the_event(
     };
     assert_eq!(*reference, stored[0].reference);
     assert_eq!(event_type, "Shipped");
-    let message = error.to_string();
+    let message = error.report();
     assert!(
         message.contains("Shipped") && message.contains("invalid type"),
         "{message}"
