@@ -131,6 +131,15 @@ impl PostgresTarget {
     pub(crate) fn refusal(&self, error: &EventStorageError, mode: DatabaseInitMode) -> Failure {
         let prefix = &self.prefix;
         match error {
+            // Tables of a newer version: no command of this one may change them.
+            EventStorageError::Schema { problem, .. }
+                if problem.starts_with("records schema version") =>
+            {
+                Failure::check(format!(
+                    "the schema of prefix {prefix} is of a newer version: {error} (use an \
+                     `eventstore` command of that version)"
+                ))
+            }
             // What `schema apply` (Ensure) cannot repair: it changes no existing object.
             EventStorageError::Schema { .. } if mode == DatabaseInitMode::Ensure => {
                 Failure::check(format!(
@@ -139,8 +148,8 @@ impl PostgresTarget {
                      drop it by hand, then run `eventstore schema apply` again)"
                 ))
             }
-            EventStorageError::Schema { object, .. }
-                if *object == format!("table {prefix}events") =>
+            EventStorageError::Schema { object, problem }
+                if *object == format!("table {prefix}events") && problem == "is missing" =>
             {
                 Failure::check(format!(
                     "unknown prefix {prefix}: this database has no table {prefix}events \
@@ -152,7 +161,12 @@ impl PostgresTarget {
                  (`eventstore schema apply --prefix {prefix}` creates what is missing)"
             )),
             EventStorageError::InvalidInput { .. } => Failure::usage(error.report()),
-            _ => Failure::check(format!("cannot connect to PostgreSQL: {}", error.report())),
+            // The server answered a connection just before (`try_connection`): what failed
+            // came after, such as a read-only session refusing DDL or a lock timeout.
+            _ => Failure::check(format!(
+                "opening the store of prefix {prefix} failed: {}",
+                error.report()
+            )),
         }
     }
 }

@@ -921,3 +921,68 @@ async fn a_refusal_quotes_a_lease_name_exactly_as_given() {
     .assert_refused(1, &["no lease named", "\"order  projector\""]);
     storage.close().await.unwrap();
 }
+
+/// A prefix whose tables record a newer, incompatible schema version is not "unknown": its
+/// events table exists. The command must not say that the table is missing, nor advise
+/// `schema apply`, which refuses to touch a newer schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_not_reported_as_a_missing_table() {
+    let Some(pool) = try_pool().await else {
+        return;
+    };
+    let url = database_url();
+    let prefix = unique_prefix();
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    sqlx::query(&format!(
+        "COMMENT ON TABLE {prefix}events IS \
+         'eventstore-postgres schema_version=9 oldest_compatible=9'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    for command in [&["schema", "check"][..], &["leases"], &["bookmarks"]] {
+        let args = [command, &["--url", &url, "--prefix", &prefix]].concat();
+        let run = eventstore(&args).await;
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(
+            !run.stderr.contains(&format!("has no table {prefix}events")),
+            "{command:?}: the table exists, the message says it does not: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("schema version 9"),
+            "{command:?}: the reason (a newer schema) is lost: {}",
+            run.stderr
+        );
+    }
+    // `schema apply` refuses, and does not advise dropping the newer tables by hand.
+    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        !run.stderr.contains("drop it by hand"),
+        "advises dropping the tables of a newer version: {}",
+        run.stderr
+    );
+}
+
+/// A command that connected and then failed (here: DDL refused in a read-only session) does
+/// not say it could not connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_after_connecting_is_not_called_a_connection_failure() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let url = database_url();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let read_only = format!("{url}{separator}options=-c%20default_transaction_read_only%3Don");
+    let prefix = unique_prefix();
+    let run = eventstore(&["schema", "apply", "--url", &read_only, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("read-only transaction"), "{run:?}");
+    assert!(
+        !run.stderr.contains("cannot connect"),
+        "connected, yet reported as a connection failure: {}",
+        run.stderr
+    );
+}
