@@ -109,6 +109,9 @@ pub(crate) enum Command {
         /// What to do with it.
         #[command(subcommand)]
         action: SchemaAction,
+        /// One JSON document: the prefix and what the action found or did
+        #[arg(long, global = true)]
+        json: bool,
     },
 }
 

@@ -7,7 +7,8 @@
 //! eventstore partitions GROUP [--json]               a partition group's members and holdings
 //! eventstore bookmarks [--json]                      every reader's bookmark
 //! eventstore events --stream CONTEXT/PURPOSE [--limit N] [--json]
-//! eventstore schema print|check|apply|drop [--yes]   the PostgreSQL schema of a prefix
+//! eventstore schema print|check|apply|drop [--yes] [--json]
+//!                                                    the PostgreSQL schema of a prefix
 //! ```
 //!
 //! A PostgreSQL store is named by `--url` (or the `DATABASE_URL` environment variable) and
@@ -124,6 +125,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             limit,
             json,
         } => events::run(&cli.store, &stream, limit, json).await,
-        Command::Schema { action } => schema::run(&cli.store, action).await,
+        Command::Schema { action, json } => schema::run(&cli.store, action, json).await,
     }
 }

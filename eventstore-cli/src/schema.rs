@@ -2,15 +2,66 @@
 
 use eventstore_api::EventStorage;
 use eventstore_postgres::DatabaseInitMode;
+use serde::Serialize;
 use sqlx::Executor;
 
 use crate::cli::{SchemaAction, StoreArgs};
 use crate::failure::Failure;
-use crate::output::print_text;
-use crate::store::{postgres_prefix, PostgresTarget, Target};
+use crate::output::{print_json, print_text};
+use crate::store::{postgres_prefix, PostgresTarget, StoreDescription, Target};
 
 /// The tables of one prefix, by suffix.
 const TABLES: [&str; 4] = ["events", "bookmarks", "leases", "lease_contenders"];
+
+/// The JSON document of `eventstore schema ACTION --json`: the prefix, and what the action
+/// found or did. A failure is a line on standard error, as for every command.
+#[derive(Debug, Serialize)]
+struct SchemaDocument {
+    #[serde(flatten)]
+    store: StoreDescription,
+    /// `print`: the DDL with the prefix applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sql: Option<String>,
+    /// `check`, `apply`: whether every table, index and function is in place (after `apply`,
+    /// always).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    complete: Option<bool>,
+    /// `apply`: the tables it created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    created: Option<Vec<String>>,
+    /// `apply`: the tables that were in place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_place: Option<Vec<String>>,
+    /// `drop`: the tables it dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dropped: Option<Vec<String>>,
+}
+
+impl SchemaDocument {
+    fn of(prefix: &str) -> Self {
+        SchemaDocument {
+            store: StoreDescription {
+                backend: "postgres",
+                prefix: Some(prefix.to_owned()),
+                dir: None,
+            },
+            sql: None,
+            complete: None,
+            created: None,
+            in_place: None,
+            dropped: None,
+        }
+    }
+}
+
+/// Prints `text`, or `document` with `--json`.
+fn report(json: bool, text: &str, document: &SchemaDocument) -> Result<(), Failure> {
+    if json {
+        print_json(document)
+    } else {
+        print_text(text)
+    }
+}
 
 /// Runs `eventstore schema ACTION`.
 ///
@@ -18,7 +69,7 @@ const TABLES: [&str; 4] = ["events", "bookmarks", "leases", "lease_contenders"];
 /// Usage for a file store, a bad prefix or a drop without `--yes`; a failed check when the
 /// schema is incomplete (`check`), the prefix has none (`drop`) or the server cannot be
 /// reached.
-pub(crate) async fn run(args: &StoreArgs, action: SchemaAction) -> Result<(), Failure> {
+pub(crate) async fn run(args: &StoreArgs, action: SchemaAction, json: bool) -> Result<(), Failure> {
     if let Some(dir) = &args.dir {
         return Err(Failure::usage(format!(
             "schema commands are for PostgreSQL; {} is a file store, which needs no schema: \
@@ -31,29 +82,38 @@ pub(crate) async fn run(args: &StoreArgs, action: SchemaAction) -> Result<(), Fa
         let prefix = postgres_prefix(args)?;
         let sql = eventstore_postgres::schema_sql(&prefix)
             .map_err(|error| Failure::usage(error.report()))?;
-        return print_text(&sql);
+        let document = SchemaDocument {
+            sql: Some(sql.clone()),
+            ..SchemaDocument::of(&prefix)
+        };
+        return report(json, &sql, &document);
     }
     let Target::Postgres(target) = Target::from_args(args)? else {
         unreachable!("a file store was refused above");
     };
     match action {
         SchemaAction::Print => unreachable!("printed above"),
-        SchemaAction::Check => check(&target).await,
-        SchemaAction::Apply => apply(&target).await,
-        SchemaAction::Drop { yes } => drop_schema(&target, yes).await,
+        SchemaAction::Check => check(&target, json).await,
+        SchemaAction::Apply => apply(&target, json).await,
+        SchemaAction::Drop { yes } => drop_schema(&target, yes, json).await,
     }
 }
 
-async fn check(target: &PostgresTarget) -> Result<(), Failure> {
+async fn check(target: &PostgresTarget, json: bool) -> Result<(), Failure> {
     let storage = target.open(DatabaseInitMode::Validate).await?;
     let _ = storage.close().await;
-    print_text(&format!(
+    let text = format!(
         "schema of prefix {} is complete: every table, index and function is in place\n",
         target.prefix
-    ))
+    );
+    let document = SchemaDocument {
+        complete: Some(true),
+        ..SchemaDocument::of(&target.prefix)
+    };
+    report(json, &text, &document)
 }
 
-async fn apply(target: &PostgresTarget) -> Result<(), Failure> {
+async fn apply(target: &PostgresTarget, json: bool) -> Result<(), Failure> {
     let storage = target.open(DatabaseInitMode::None).await?;
     let existing = existing_tables(&storage, &target.prefix).await?;
     let _ = storage.close().await;
@@ -84,10 +144,16 @@ async fn apply(target: &PostgresTarget) -> Result<(), Failure> {
             existing.join(", ")
         )
     };
-    print_text(&message)
+    let document = SchemaDocument {
+        complete: Some(true),
+        created: Some(created),
+        in_place: Some(existing),
+        ..SchemaDocument::of(&target.prefix)
+    };
+    report(json, &message, &document)
 }
 
-async fn drop_schema(target: &PostgresTarget, yes: bool) -> Result<(), Failure> {
+async fn drop_schema(target: &PostgresTarget, yes: bool, json: bool) -> Result<(), Failure> {
     let prefix = &target.prefix;
     if !yes {
         return Err(Failure::usage(format!(
@@ -99,10 +165,15 @@ async fn drop_schema(target: &PostgresTarget, yes: bool) -> Result<(), Failure> 
     let outcome = drop_existing(&storage, prefix).await;
     let _ = storage.close().await;
     let dropped = outcome?;
-    print_text(&format!(
+    let text = format!(
         "dropped the schema of prefix {prefix}: tables {}\n",
         dropped.join(", ")
-    ))
+    );
+    let document = SchemaDocument {
+        dropped: Some(dropped),
+        ..SchemaDocument::of(prefix)
+    };
+    report(json, &text, &document)
 }
 
 async fn drop_existing(

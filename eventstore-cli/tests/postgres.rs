@@ -986,3 +986,47 @@ async fn a_failure_after_connecting_is_not_called_a_connection_failure() {
         run.stderr
     );
 }
+
+/// Each schema action answers `--json` with one document: the prefix and what the action
+/// found or did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_actions_answer_one_json_document_each() {
+    let Some(_pool) = try_pool().await else {
+        return;
+    };
+    let url = database_url();
+    let prefix = unique_prefix();
+    let tables: Vec<String> = ["events", "bookmarks", "leases", "lease_contenders"]
+        .iter()
+        .map(|table| format!("{prefix}{table}"))
+        .collect();
+    let schema = |action: &[&str]| {
+        let args: Vec<String> = ["schema"]
+            .iter()
+            .chain(action)
+            .chain(&["--json", "--url", url.as_str(), "--prefix", prefix.as_str()])
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let run = eventstore(&args).await;
+            assert_eq!(run.code, 0, "{args:?}: {run:?}");
+            run.json()
+        }
+    };
+    let print = schema(&["print"]).await;
+    assert_eq!(print["prefix"], json!(prefix));
+    assert_eq!(print["backend"], json!("postgres"));
+    let sql = print["sql"].as_str().expect("the DDL");
+    assert!(sql.contains(&format!("CREATE TABLE IF NOT EXISTS {prefix}events")));
+
+    let created = schema(&["apply"]).await;
+    assert_eq!(created["created"], json!(tables));
+    assert_eq!(created["in_place"], json!([]));
+    assert_eq!(created["complete"], json!(true));
+    let again = schema(&["apply"]).await;
+    assert_eq!(again["created"], json!([]));
+    assert_eq!(again["in_place"], json!(tables));
+    assert_eq!(schema(&["check"]).await["complete"], json!(true));
+    assert_eq!(schema(&["drop", "--yes"]).await["dropped"], json!(tables));
+}
