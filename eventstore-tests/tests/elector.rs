@@ -69,6 +69,14 @@ async fn settings_that_would_lose_a_healthy_lease_are_refused() {
     let error = build(ms(2000), ms(1000)).unwrap_err();
     assert!(error.to_string().contains("safety margin"), "{error}");
     assert!(build(ms(1000), ms(150)).is_ok());
+    let error = build(ms(1000), ms(29)).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("at least a hundredth of the ttl (30ms)"),
+        "{error}"
+    );
+    assert!(build(ms(1000), ms(30)).is_ok());
 
     let error = LeaderElector::builder(storage.clone(), " ")
         .start()

@@ -100,7 +100,8 @@ impl ElectorBuilder {
     }
 
     /// How much earlier than the storage this instance gives up leadership, to absorb clock
-    /// rate differences and scheduling delay (a twentieth of the ttl by default).
+    /// rate differences and scheduling delay (a twentieth of the ttl by default, at least a
+    /// hundredth).
     pub fn safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = Some(margin);
         self

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::in_process::clock::MAX_RATE_DIFFERENCE;
 use crate::{validate, EventStorageError};
 
 /// The least grace chosen by default, unless the ttl is shorter than twice that.
@@ -30,8 +31,8 @@ impl Timings {
     ///
     /// # Errors
     /// [`EventStorageError::InvalidInput`] for a ttl out of range, a request interval that is
-    /// zero or not shorter than the ttl, a safety margin that leaves no time between
-    /// requests, or a handover grace not shorter than the ttl.
+    /// zero or not shorter than the ttl, a safety margin below a hundredth of the ttl or that
+    /// leaves no time between requests, or a handover grace not shorter than the ttl.
     pub(crate) fn check(
         ttl: Duration,
         request_interval: Option<Duration>,
@@ -51,6 +52,20 @@ impl Timings {
             ));
         }
         let safety_margin = safety_margin.unwrap_or(ttl / 20);
+        // An in-process storage's clock may run this much fast while it catches up with a
+        // system clock stepped forward, expiring a lease that much early in real time.
+        let least_margin = ttl / MAX_RATE_DIFFERENCE.unsigned_abs();
+        if safety_margin < least_margin {
+            return Err(EventStorageError::invalid(
+                "safety margin",
+                format!("{safety_margin:?}"),
+                format!(
+                    "must be at least a hundredth of the ttl ({least_margin:?}): a storage's \
+                     clock may run that much fast, and a lease could lapse in the storage \
+                     before this instance stops counting on it"
+                ),
+            ));
+        }
         // Not `request_interval + safety_margin`, which overflows for a margin near
         // `Duration::MAX`; the interval is below the ttl by now.
         if safety_margin >= ttl - request_interval {

@@ -23,7 +23,7 @@
 //! assert_eq!((a.status, b.status), (LeaseStatus::Leader, LeaseStatus::Standby));
 //! ```
 
-mod clock;
+pub(crate) mod clock;
 mod lease_table;
 
 pub use clock::StorageClock;

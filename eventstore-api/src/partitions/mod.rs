@@ -149,7 +149,7 @@ impl PartitionElectorBuilder {
     }
 
     /// How much earlier than the storage this instance gives its partitions up (a twentieth
-    /// of the ttl by default).
+    /// of the ttl by default, at least a hundredth).
     pub fn safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = Some(margin);
         self
