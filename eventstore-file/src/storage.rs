@@ -338,12 +338,10 @@ fn open_read_only_blocking(dir: PathBuf) -> StorageResult<FileEventStorage> {
     }
     let mut attempt = 1;
     let (index, bookmarks) = loop {
-        let read = crate::recovery::read_log(&dir).and_then(|index| {
-            Ok((
-                index,
-                crate::bookmark_journal::BookmarkJournal::read_only(&dir)?,
-            ))
-        });
+        // The bookmarks first: the writer journals a bookmark only once its event is synced
+        // into the log, so a log read after them holds every event they name.
+        let read = crate::bookmark_journal::BookmarkJournal::read_only(&dir)
+            .and_then(|bookmarks| Ok((crate::recovery::read_log(&dir)?, bookmarks)));
         match read {
             Ok(read) => break read,
             Err(OpenFailure::Io { .. } | OpenFailure::Corrupt(_))

@@ -441,3 +441,56 @@ async fn damage_that_stays_is_reported_after_the_attempts() {
         "{report}"
     );
 }
+
+/// A writer appends an event and bookmarks it, again and again, while read-only opens run
+/// beside it: a bookmark a handle lists names an event that handle holds, never one past the
+/// log it read (on tmpfs where there is one, so that appends come fast).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_open_never_lists_a_bookmark_past_the_log_it_read() {
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        tempfile::Builder::new().tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let writer = FileEventStorage::open(dir.path()).await.unwrap();
+    let counter = EventStreamId::for_context("counter");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let appender = {
+        let (writer, counter) = (writer.clone(), counter.clone());
+        tokio::spawn(async move {
+            for n in 0.. {
+                if *stopped.borrow() {
+                    return;
+                }
+                let stored = writer
+                    .append(AppendCriteria::none(), &counter, vec![event(n)])
+                    .await
+                    .unwrap();
+                writer
+                    .bookmark("projector", &stored[0].reference, Tags::none())
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let mut opens = 0;
+    while opens < 50 || started.elapsed() < Duration::from_secs(3) {
+        let reader = FileEventStorage::open_read_only(dir.path()).await.unwrap();
+        opens += 1;
+        if let Some(bookmark) = reader.get_bookmark("projector").await.unwrap() {
+            let head = reader.head(&counter).await.unwrap();
+            assert!(
+                reader.get_event_by_id(bookmark.id).await.unwrap().is_some(),
+                "open {opens}: the bookmark stands at position {}, the log read ends at {:?}",
+                bookmark.position,
+                head.map(|head| head.position)
+            );
+        }
+        reader.close().await.unwrap();
+    }
+    stop.send_replace(true);
+    appender.await.unwrap();
+    writer.close().await.unwrap();
+}
