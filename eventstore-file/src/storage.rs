@@ -98,7 +98,9 @@ impl FileEventStorage {
     /// torn tail) is not an error but the end of what is read. What looks like damage is read
     /// again after a pause, up to three times within about a third of a second: a frame that
     /// the writer is copying into the segment can be seen with its later bytes before its
-    /// header. Open again to see later events.
+    /// header. Open again to see later events. It reads what the writer has written, synced or
+    /// not yet: an event it shows may still be one the writer has not acknowledged, which a
+    /// power loss before the writer's sync would take away.
     ///
     /// Every change is refused with [`EventStorageError::Unsupported`] naming the read-only
     /// storage: appends, bookmark changes and all lease operations (the leases of a file
