@@ -17,8 +17,8 @@
 //! corruption; so is damage followed by a frame from before batches recorded their group,
 //! which cannot tell, and damage that shows no lost sector (a flipped byte).
 //!
-//! The journals (`journal`) write each append as one frame, so only the last verdict there
-//! tells a torn append from damage: a lost sector and no whole frame after it.
+//! The journals (`journal`) sync each frame before they write the next, so only the last
+//! verdict there tells a torn append from damage: a lost sector and no whole frame after it.
 
 use std::fs::File;
 use std::io;
@@ -136,7 +136,7 @@ pub(crate) fn after_damage(file: &File, damaged: u64, end: u64) -> io::Result<Af
 /// payloads are JSON text.
 fn lost_sector(file: &File, damaged: u64, until: u64) -> io::Result<bool> {
     let boundary = (damaged / SECTOR + 1) * SECTOR;
-    if boundary <= until && lost_header_start(file, damaged, boundary)? {
+    if boundary <= until && lost_header_start(file, damaged, boundary, until)? {
         return Ok(true);
     }
     let mut sector = [0u8; SECTOR as usize];
@@ -155,9 +155,11 @@ fn lost_sector(file: &File, damaged: u64, until: u64) -> io::Result<bool> {
 /// after it, to a sector the disk never wrote: those bytes read as zeros, and a header never
 /// starts with them. Four zeros or more are a payload length of 0, which no frame has. Fewer
 /// are the low bytes of a length that may well be there, so they count as lost only when the
-/// rest of the header restores them: some low bytes make its checksum hold, and the payload
-/// after it then has the checksum it records.
-fn lost_header_start(file: &File, damaged: u64, boundary: u64) -> io::Result<bool> {
+/// rest of the header restores them: some low bytes make its checksum hold, and the frame
+/// they give is whole (its payload has the checksum it records), or runs on past `until`,
+/// where the data ends, from a sector boundary or by a header's worth or more: its last
+/// sectors never reached the disk either (a whole frame ends in fewer zeros, if any).
+fn lost_header_start(file: &File, damaged: u64, boundary: u64, until: u64) -> io::Result<bool> {
     let lost = (boundary - damaged) as usize;
     let mut start = vec![0u8; lost];
     read_exact_at(file, &mut start, damaged)?;
@@ -185,7 +187,16 @@ fn lost_header_start(file: &File, damaged: u64, boundary: u64) -> io::Result<boo
             continue;
         };
         let payload_at = damaged + HEADER_LEN as u64;
-        if FrameHeader::is_possible(length) && payload_at + length as u64 <= end {
+        if !FrameHeader::is_possible(length) {
+            continue;
+        }
+        let frame_end = payload_at + length as u64;
+        if frame_end >= until + HEADER_LEN as u64
+            || frame_end > until && until.is_multiple_of(SECTOR)
+        {
+            return Ok(true);
+        }
+        if frame_end <= end {
             let mut payload = vec![0u8; length];
             read_exact_at(file, &mut payload, payload_at)?;
             if crc32c::crc32c(&payload) == payload_crc {

@@ -1,11 +1,12 @@
 //! A small append-only file of framed records, for state that is replaced rather than
 //! accumulated (bookmarks, lease token ceilings).
 //!
-//! Every change appends one frame holding its records and syncs; opening replays the records
-//! (the last record for a key wins, which the owner of the journal decides). When most
-//! records are superseded, the journal is rewritten whole: into a temporary file, synced,
-//! renamed over the old one, and the directory synced, so a crash leaves either the old or the
-//! new file, never a torn one.
+//! Every change appends one frame holding its records and syncs (records that one frame of at
+//! most 1 GiB cannot hold go in several, each synced before the next is written); opening
+//! replays the records (the last record for a key wins, which the owner of the journal
+//! decides). When most records are superseded, the journal is rewritten whole: into a
+//! temporary file, synced, renamed over the old one, and the directory synced, so a crash
+//! leaves either the old or the new file, never a torn one.
 //!
 //! The file is zero-filled ahead of its last frame (as the event log's last segment is), so
 //! that an append overwrites blocks the file already has and its sync writes data only; an
@@ -14,8 +15,8 @@
 //! and then by zeros ahead again. Opening reads the zeros as the end of the records.
 //!
 //! Only the last append can be unsynced, and a crash (a power loss) can keep any of its
-//! sectors and lose others, which keep the zeros they held. One frame per append makes that
-//! append the last frame: a torn one is cut off, and so is damage that shows a lost sector and
+//! sectors and lose others, which keep the zeros they held. Only the last frame is ever
+//! unsynced: a torn one is cut off, and so is damage that shows a lost sector and
 //! has no whole frame after it (see `group_tail`); damage with a whole frame after it lies in
 //! a synced append, and is corruption. Files of the first format, a frame per record, are read
 //! too, and rewritten in this one when a writer opens them.
@@ -222,7 +223,8 @@ impl Journal {
         }
     }
 
-    /// Appends `records`, in one frame, and syncs them to disk.
+    /// Appends `records`, in one frame (or several, each synced before the next, when one
+    /// cannot hold them), and syncs them to disk.
     ///
     /// # Errors
     /// Writing or syncing failed, now or earlier (see the module documentation).

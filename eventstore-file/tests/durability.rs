@@ -744,7 +744,7 @@ async fn an_append_whose_first_sector_was_lost_is_cut_off_and_the_rest_kept() {
     append_with_text(&storage, 0).await;
     storage.close().await.unwrap();
     let unpadded = frames_of(&segment_files(probe.path())[0]).len();
-    for before_boundary in [1, 2, 3, 5, 11] {
+    for before_boundary in [1, 2, 3, 4, 5, 11] {
         let padding = (1024 - before_boundary - unpadded % 512) % 512;
         let dir = tempfile::tempdir().unwrap();
         let storage = FileEventStorage::open(dir.path()).await.unwrap();
@@ -758,15 +758,28 @@ async fn an_append_whose_first_sector_was_lost_is_cut_off_and_the_rest_kept() {
         );
         append_with_text(&storage, 2_000).await;
         storage.close().await.unwrap();
-        let mut crashed = std::fs::read(&segment).unwrap();
-        crashed[start..(start / 512 + 1) * 512].fill(0);
-        std::fs::write(&segment, &crashed).unwrap();
-
-        let reopened = FileEventStorage::open(dir.path())
-            .await
-            .unwrap_or_else(|error| panic!("append at {start}: {}", error.report()));
-        assert_eq!(all_events(&reopened).await, vec![first]);
-        reopened.close().await.unwrap();
+        let end = frames_of(&segment).len();
+        let written = std::fs::read(&segment).unwrap();
+        // Its first sector lost; then its first and its last (partial) sector, the ones
+        // between kept.
+        for last_lost_too in [false, true] {
+            let mut crashed = written.clone();
+            crashed[start..(start / 512 + 1) * 512].fill(0);
+            if last_lost_too {
+                crashed[(end - 1) / 512 * 512..end].fill(0);
+            }
+            std::fs::write(&segment, &crashed).unwrap();
+            let reopened = FileEventStorage::open(dir.path())
+                .await
+                .unwrap_or_else(|error| {
+                    panic!(
+                        "append at {start}, last sector lost too: {last_lost_too}: {}",
+                        error.report()
+                    )
+                });
+            assert_eq!(all_events(&reopened).await, vec![first.clone()]);
+            reopened.close().await.unwrap();
+        }
     }
 }
 
