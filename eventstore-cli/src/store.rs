@@ -132,9 +132,7 @@ impl PostgresTarget {
         let prefix = &self.prefix;
         match error {
             // Tables of a newer version: no command of this one may change them.
-            EventStorageError::Schema { problem, .. }
-                if problem.starts_with("records schema version") =>
-            {
+            EventStorageError::Schema { .. } if eventstore_postgres::is_newer_schema(error) => {
                 Failure::check(format!(
                     "the schema of prefix {prefix} is of a newer version: {error} (use an \
                      `eventstore` command of that version)"

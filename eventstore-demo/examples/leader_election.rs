@@ -171,7 +171,7 @@ impl Instance {
                 let _ = stopped.await;
             };
             if let Err(error) = elected.run_until(stop).await {
-                eprintln!("projection failed: {error}");
+                eprintln!("projection failed: {}", error.report());
             }
         });
         Instance {

@@ -165,7 +165,7 @@ impl Instance {
                 .run_until(async { stopped.await.unwrap_or(()) })
                 .await
             {
-                eprintln!("projector failed: {error}");
+                eprintln!("projector failed: {}", error.report());
             }
         });
         let narrator = tokio::spawn(narrate(name.to_owned(), watch.clone()));

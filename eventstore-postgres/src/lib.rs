@@ -85,5 +85,5 @@ pub use builder::{
     DEFAULT_MAX_LIFETIME, DEFAULT_PREFIX,
 };
 pub use init_mode::DatabaseInitMode;
-pub use schema::{drop_sql, schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
+pub use schema::{drop_sql, is_newer_schema, schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
 pub use storage::PostgresEventStorage;

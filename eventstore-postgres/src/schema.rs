@@ -484,6 +484,20 @@ fn check<'a>(
     Box::pin(check_catalog(connection, prefix, persistent))
 }
 
+/// How a refusal of a newer version's tables that this storage must not use begins.
+const NEWER_INCOMPATIBLE: &str = "records schema version";
+/// What a refusal of a newer version's tables that this storage may use, but not repair, says.
+const NEWER_COMPATIBLE: &str = "newer than this storage's";
+
+/// Whether `error` refuses tables that record a newer schema version than this storage's:
+/// no storage of this version changes them, so neither `DatabaseInitMode::Ensure` nor any
+/// other repair of this version can help; a storage (or an `eventstore` command) of the
+/// version the tables record can.
+pub fn is_newer_schema(error: &EventStorageError) -> bool {
+    matches!(error, EventStorageError::Schema { problem, .. }
+        if problem.starts_with(NEWER_INCOMPATIBLE) || problem.contains(NEWER_COMPATIBLE))
+}
+
 async fn check_catalog(
     connection: &mut PgConnection,
     prefix: &TablePrefix,
@@ -501,7 +515,7 @@ async fn check_catalog(
             error: schema_error(
                 events,
                 format!(
-                    "records schema version {}, which storages of version {} and later use; \
+                    "{NEWER_INCOMPATIBLE} {}, which storages of version {} and later use; \
                      this storage's is version {SCHEMA_VERSION}: upgrade it",
                     newer.version, newer.oldest_compatible
                 ),
@@ -515,8 +529,8 @@ async fn check_catalog(
                     EventStorageError::Schema { object, problem } => schema_error(
                         object,
                         format!(
-                            "{problem}; the tables record schema version {}, newer than this \
-                             storage's {SCHEMA_VERSION}, whose DDL it does not apply",
+                            "{problem}; the tables record schema version {}, {NEWER_COMPATIBLE} \
+                             {SCHEMA_VERSION}, whose DDL it does not apply",
                             newer.version
                         ),
                     ),
