@@ -15,8 +15,11 @@ use tokio::sync::broadcast;
 
 use crate::{EventReference, EventStreamId};
 
-/// How many hints a subscriber may fall behind before it loses the oldest ones.
-pub const HINT_BACKLOG: usize = 1024;
+/// How many hints of the streams it covers a subscriber may fall behind before it loses the
+/// oldest ones (and hears [`AppendNotice::Missed`]). Each scope subscribed to keeps this many
+/// slots; a reader that only wants to know how far appends went reads what piled up at once
+/// ([`AppendHints::try_next`]), so a few dozen cover a busy stream.
+pub const HINT_BACKLOG: usize = 64;
 
 /// Events were appended to `stream`, the last of them at `last`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +118,9 @@ impl AppendHintHub {
                 receiver: broadcast::Sender::new(1).subscribe(),
             };
         };
+        // The scopes whose subscribers are all gone go here too, not only when a hint is
+        // published: subscriptions come and go on a store nobody appends to as well.
+        channels.retain(|channel| channel.sender.receiver_count() > 0);
         let receiver = match channels.iter().find(|channel| channel.scope == *scope) {
             Some(channel) => channel.sender.subscribe(),
             None => {
@@ -204,6 +210,21 @@ mod tests {
         hub.publish(own.clone());
         assert_eq!(orders.try_next(), Some(AppendNotice::Appended(own)));
         assert_eq!(orders.try_next(), None, "nothing else reached it");
+    }
+
+    #[test]
+    fn the_scopes_of_subscriptions_that_are_gone_are_let_go() {
+        let hub = AppendHintHub::new();
+        let kept = hub.subscribe(&EventStreamId::for_context("kept"));
+        for n in 0..1_000 {
+            drop(hub.subscribe(&EventStreamId::for_context(&format!("s{n}"))));
+        }
+        let scopes = hub.channels().as_ref().map_or(0, Vec::len);
+        assert!(
+            scopes <= 2,
+            "{scopes} scopes kept for two subscriptions at most"
+        );
+        drop(kept);
     }
 
     #[tokio::test]
