@@ -217,7 +217,7 @@ mod tests {
         let hub = AppendHintHub::new();
         let kept = hub.subscribe(&EventStreamId::for_context("kept"));
         for n in 0..1_000 {
-            drop(hub.subscribe(&EventStreamId::for_context(&format!("s{n}"))));
+            drop(hub.subscribe(&EventStreamId::for_context(format!("s{n}"))));
         }
         let scopes = hub.channels().as_ref().map_or(0, Vec::len);
         assert!(
