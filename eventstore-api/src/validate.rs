@@ -269,14 +269,14 @@ pub fn validate_tags(tags: &Tags) -> Result {
 }
 
 /// Checks a bookmark's tags: each valid ([`validate_tags`]), and at most [`MAX_BATCH_BYTES`]
-/// of keys and values in all, as a batch's content, so that every backend keeps a bookmark
-/// in one piece.
+/// in all (keys, values and 8 bytes for each tag's lengths), as a batch's content, so that
+/// every backend keeps a bookmark in one piece.
 ///
 /// # Errors
 /// [`EventStorageError::InvalidInput`] for the first invalid tag, or naming the tags' size.
 pub fn validate_bookmark_tags(tags: &Tags) -> Result {
     validate_tags(tags)?;
-    let bytes: usize = tags.iter().map(|tag| tag.key.len() + tag.value.len()).sum();
+    let bytes = tags_bytes(tags);
     if bytes > MAX_BATCH_BYTES {
         return Err(EventStorageError::invalid(
             "bookmark tags",
@@ -286,6 +286,17 @@ pub fn validate_bookmark_tags(tags: &Tags) -> Result {
     }
     Ok(())
 }
+
+/// What `tags` take as [`MAX_BATCH_BYTES`] counts them: each key and value, and the lengths
+/// a storage keeps with them.
+fn tags_bytes(tags: &Tags) -> usize {
+    tags.iter()
+        .map(|tag| TAG_OVERHEAD_BYTES + tag.key.len() + tag.value.len())
+        .sum()
+}
+
+/// What [`MAX_BATCH_BYTES`] counts for each tag beside its key and value: the lengths of both.
+const TAG_OVERHEAD_BYTES: usize = 8;
 
 /// Checks a bookmark reader name.
 ///
@@ -333,9 +344,9 @@ pub fn validate_events(events: &[EventToStore]) -> Result {
     Ok(())
 }
 
-/// The most bytes one batch may take, counted as its content: its event types, tags and
-/// idempotency keys, its payloads' strings and keys, a few bytes for each other value, and
-/// [`EVENT_OVERHEAD_BYTES`] for each event. JSON text may write a string longer than it is
+/// The most bytes one batch may take, counted as its content: its event types, tags (with 8
+/// bytes each for their lengths) and idempotency keys, its payloads' strings and keys, a few
+/// bytes for each other value, and [`EVENT_OVERHEAD_BYTES`] for each event. JSON text may write a string longer than it is
 /// (escapes), at most six times; even so, a batch at the limit stays inside what every
 /// backend takes in one piece: PostgreSQL 1 GB in one message, the file store 1 GiB in one
 /// append.
@@ -363,11 +374,7 @@ fn validate_event(event: &EventToStore) -> Result<usize> {
         validate_name("idempotency key", key)?;
     }
     let payload_bytes = validated_payload(&event.payload)?;
-    let tags: usize = event
-        .tags
-        .iter()
-        .map(|tag| tag.key.len() + tag.value.len())
-        .sum();
+    let tags = tags_bytes(&event.tags);
     let key = event.idempotency_key.as_ref().map_or(0, String::len);
     Ok(EVENT_OVERHEAD_BYTES + event.event_type.as_str().len() + tags + key + payload_bytes)
 }
@@ -506,9 +513,9 @@ mod tests {
     #[test]
     fn a_bookmarks_tags_are_refused_above_the_size_limit_naming_it() {
         let tag = |n: usize| (format!("{n:0>512}"), "v".repeat(512));
-        let at_limit = Tags::from_pairs((0..MAX_BATCH_BYTES / 1024).map(tag));
+        let at_limit = Tags::from_pairs((0..MAX_BATCH_BYTES / 1032).map(tag));
         assert!(validate_bookmark_tags(&at_limit).is_ok());
-        let above = Tags::from_pairs((0..=MAX_BATCH_BYTES / 1024).map(tag));
+        let above = Tags::from_pairs((0..=MAX_BATCH_BYTES / 1032).map(tag));
         assert_invalid(validate_bookmark_tags(&above), "MAX_BATCH_BYTES");
         assert_invalid(
             validate_bookmark_tags(&Tags::from_pairs([("a:b", "c")])),
@@ -521,8 +528,9 @@ mod tests {
         let event = EventToStore::new("Placed", json!({"n": 1}))
             .with_tags(Tags::from_pairs([("order", "7")]))
             .with_idempotency_key("k1");
-        // 64 + "Placed" + "order" "7" + "k1" + the object's braces, the key and a number.
-        let bytes = EVENT_OVERHEAD_BYTES + 6 + 6 + 2 + (2 + 4 + 1 + 24);
+        // 64 + "Placed" + "order" "7" and their lengths + "k1" + the object's braces, the
+        // key and a number.
+        let bytes = EVENT_OVERHEAD_BYTES + 6 + (6 + 8) + 2 + (2 + 4 + 1 + 24);
         assert_eq!(validate_event(&event).unwrap(), bytes);
         let refusal = too_large(2, 2 * bytes, 2 * bytes - 1).to_string();
         assert!(
