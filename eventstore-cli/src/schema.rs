@@ -19,48 +19,41 @@ const TABLES: [&str; 4] = ["events", "bookmarks", "leases", "lease_contenders"];
 struct SchemaDocument {
     #[serde(flatten)]
     store: StoreDescription,
+    #[serde(flatten)]
+    outcome: Outcome,
+}
+
+/// What one action found or did, as its document's fields.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Outcome {
     /// `print`: the DDL with the prefix applied.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sql: Option<String>,
-    /// `check`, `apply`: whether every table, index and function is in place (after `apply`,
-    /// always).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    complete: Option<bool>,
-    /// `apply`: the tables it created.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    created: Option<Vec<String>>,
-    /// `apply`: the tables that were in place.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    in_place: Option<Vec<String>>,
+    Printed { sql: String },
+    /// `check`: every table, index and function is in place.
+    Checked { complete: bool },
+    /// `apply`: the schema is complete; the tables it created and those that were in place.
+    Applied {
+        complete: bool,
+        created: Vec<String>,
+        in_place: Vec<String>,
+    },
     /// `drop`: the tables it dropped.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    dropped: Option<Vec<String>>,
+    Dropped { dropped: Vec<String> },
 }
 
-impl SchemaDocument {
-    fn of(prefix: &str) -> Self {
-        SchemaDocument {
-            store: StoreDescription {
-                backend: "postgres",
-                prefix: Some(prefix.to_owned()),
-                dir: None,
-            },
-            sql: None,
-            complete: None,
-            created: None,
-            in_place: None,
-            dropped: None,
-        }
+/// Prints `text`, or with `--json` the document of `prefix` and `outcome`.
+fn report(json: bool, text: &str, prefix: &str, outcome: Outcome) -> Result<(), Failure> {
+    if !json {
+        return print_text(text);
     }
-}
-
-/// Prints `text`, or `document` with `--json`.
-fn report(json: bool, text: &str, document: &SchemaDocument) -> Result<(), Failure> {
-    if json {
-        print_json(document)
-    } else {
-        print_text(text)
-    }
+    print_json(&SchemaDocument {
+        store: StoreDescription {
+            backend: "postgres",
+            prefix: Some(prefix.to_owned()),
+            dir: None,
+        },
+        outcome,
+    })
 }
 
 /// Runs `eventstore schema ACTION`.
@@ -82,11 +75,8 @@ pub(crate) async fn run(args: &StoreArgs, action: SchemaAction, json: bool) -> R
         let prefix = postgres_prefix(args)?;
         let sql = eventstore_postgres::schema_sql(&prefix)
             .map_err(|error| Failure::usage(error.report()))?;
-        let document = SchemaDocument {
-            sql: Some(sql.clone()),
-            ..SchemaDocument::of(&prefix)
-        };
-        return report(json, &sql, &document);
+        let outcome = Outcome::Printed { sql: sql.clone() };
+        return report(json, &sql, &prefix, outcome);
     }
     let Target::Postgres(target) = Target::from_args(args)? else {
         unreachable!("a file store was refused above");
@@ -106,11 +96,12 @@ async fn check(target: &PostgresTarget, json: bool) -> Result<(), Failure> {
         "schema of prefix {} is complete: every table, index and function is in place\n",
         target.prefix
     );
-    let document = SchemaDocument {
-        complete: Some(true),
-        ..SchemaDocument::of(&target.prefix)
-    };
-    report(json, &text, &document)
+    report(
+        json,
+        &text,
+        &target.prefix,
+        Outcome::Checked { complete: true },
+    )
 }
 
 async fn apply(target: &PostgresTarget, json: bool) -> Result<(), Failure> {
@@ -144,13 +135,12 @@ async fn apply(target: &PostgresTarget, json: bool) -> Result<(), Failure> {
             existing.join(", ")
         )
     };
-    let document = SchemaDocument {
-        complete: Some(true),
-        created: Some(created),
-        in_place: Some(existing),
-        ..SchemaDocument::of(&target.prefix)
+    let outcome = Outcome::Applied {
+        complete: true,
+        created,
+        in_place: existing,
     };
-    report(json, &message, &document)
+    report(json, &message, &target.prefix, outcome)
 }
 
 async fn drop_schema(target: &PostgresTarget, yes: bool, json: bool) -> Result<(), Failure> {
@@ -169,11 +159,7 @@ async fn drop_schema(target: &PostgresTarget, yes: bool, json: bool) -> Result<(
         "dropped the schema of prefix {prefix}: tables {}\n",
         dropped.join(", ")
     );
-    let document = SchemaDocument {
-        dropped: Some(dropped),
-        ..SchemaDocument::of(prefix)
-    };
-    report(json, &text, &document)
+    report(json, &text, prefix, Outcome::Dropped { dropped })
 }
 
 async fn drop_existing(

@@ -751,9 +751,7 @@ async fn the_commands_work_behind_pgbouncer_with_the_url_the_library_takes() {
 async fn a_failed_schema_apply_says_what_to_change_by_hand() {
     let Some(pool) = try_pool().await else { return };
     let url = database_url();
-    let prefix = unique_prefix();
-    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    let prefix = prefix_with_schema(&url).await;
     sqlx::query(&format!(
         "ALTER TABLE {prefix}leases ALTER COLUMN priority TYPE integer"
     ))
@@ -931,9 +929,7 @@ async fn a_newer_schema_is_not_reported_as_a_missing_table() {
         return;
     };
     let url = database_url();
-    let prefix = unique_prefix();
-    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    let prefix = prefix_with_schema(&url).await;
     sqlx::query(&format!(
         "COMMENT ON TABLE {prefix}events IS \
          'eventstore-postgres schema_version=9 oldest_compatible=9'"
@@ -1040,9 +1036,7 @@ async fn a_newer_compatible_schema_missing_an_object_is_not_sent_to_schema_apply
         return;
     };
     let url = database_url();
-    let prefix = unique_prefix();
-    let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    let prefix = prefix_with_schema(&url).await;
     for statement in [
         format!(
             "COMMENT ON TABLE {prefix}events IS \
@@ -1061,4 +1055,12 @@ async fn a_newer_compatible_schema_missing_an_object_is_not_sent_to_schema_apply
             run.stderr
         );
     }
+}
+
+/// A fresh prefix whose schema `eventstore schema apply` has created.
+async fn prefix_with_schema(url: &str) -> String {
+    let prefix = unique_prefix();
+    let run = eventstore(&["schema", "apply", "--url", url, "--prefix", &prefix]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    prefix
 }
