@@ -23,6 +23,7 @@ const MODULES: &[&str] = &[
     "handover",
     "partitions",
     "capabilities",
+    "decorators",
 ];
 
 fn main() {

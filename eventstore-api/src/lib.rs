@@ -46,6 +46,7 @@ mod capability;
 mod error;
 mod event;
 pub mod event_stream;
+mod fallback;
 mod filter;
 pub mod idempotency;
 pub mod in_process;

@@ -218,17 +218,9 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         let invalid = crate::validate::validate_lease_requests(&requests).err();
         if invalid.is_some() || requests.is_empty() {
             // The trait's order: a closed storage says `Closed` first, to a refused batch and to
-            // an empty one alike. Asking `request_lease` with a request invalid on its own (the
-            // first refused one, or a blank name for a batch refused as a whole or empty) gets
-            // exactly that from the backend, and changes nothing.
-            let probe = requests
-                .iter()
-                .find(|request| crate::validate::validate_lease_request(request).is_err())
-                .cloned()
-                .unwrap_or_else(|| LeaseRequest::new("", "", 0, crate::validate::MIN_TTL));
-            if let Err(EventStorageError::Closed) = self.request_lease(probe).await {
-                return Err(EventStorageError::Closed);
-            }
+            // an empty one alike. The storage's clock answers `Closed` once closed, and reading
+            // it changes nothing.
+            self.storage_time().await?;
             if let Some(invalid) = invalid {
                 return Err(invalid);
             }
@@ -274,15 +266,8 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         }
         let invalid = crate::validate::validate_releases(lease_names, owner).err();
         if invalid.is_some() || lease_names.is_empty() {
-            // As in `request_leases`: a closed storage says `Closed` first, which asking
-            // `release_lease` with the refused name (or a blank one) gets, changing nothing.
-            let refused = lease_names
-                .iter()
-                .find(|name| crate::validate::validate_release(name, owner).is_err());
-            let probe = refused.map_or("", String::as_str);
-            if let Err(EventStorageError::Closed) = self.release_lease(probe, owner).await {
-                return Err(EventStorageError::Closed);
-            }
+            // As in `request_leases`: a closed storage says `Closed` first.
+            self.storage_time().await?;
             if let Some(invalid) = invalid {
                 return Err(invalid);
             }

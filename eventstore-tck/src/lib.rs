@@ -23,6 +23,7 @@ pub mod applicability;
 pub mod append_hints;
 pub mod bookmarks;
 pub mod capabilities;
+pub mod decorators;
 pub mod election;
 pub mod events;
 pub mod handover;

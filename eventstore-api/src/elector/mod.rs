@@ -166,6 +166,7 @@ impl ElectorBuilder {
             },
             shutdown: shutdown_requested,
             handover: HandoverState::default(),
+            outcomes: Default::default(),
         };
         let storage = Arc::clone(&election.storage);
         let task = tokio::spawn(election.run(priority_changes));

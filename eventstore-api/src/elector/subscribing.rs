@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
+use crate::fallback::{is_unsupported, warn_fallback};
 use crate::{Capability, EventStorage, EventStorageError, LeaseChanges, LeaseScope};
 
 /// The subscription on its way, until it is ready. Dropped with its loop, it ends the task
@@ -28,7 +29,11 @@ impl Subscribing {
             match storage.subscribe_lease_changes(scope).await {
                 Ok(changes) => Some(changes),
                 Err(error) => {
-                    failed(&error);
+                    if is_unsupported(&error) {
+                        warn_fallback(storage.as_ref(), "subscribe_lease_changes", "polling only");
+                    } else {
+                        failed(&error);
+                    }
                     None
                 }
             }

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::leadership::{Leadership, Shared, Tenure};
+use crate::fallback::OptionalMethod;
 use crate::telemetry;
 use crate::{
     Capability, EventStorage, EventStorageError, FencingToken, LeaseChangeKind, LeaseChanges,
@@ -62,6 +63,8 @@ pub(super) struct ElectionLoop {
     pub(super) settings: LoopSettings,
     pub(super) shutdown: watch::Receiver<bool>,
     pub(super) handover: HandoverState,
+    /// `request_leases_with_outcome`, until the storage shows it lacks it after all.
+    pub(super) outcomes: Arc<OptionalMethod>,
 }
 
 impl Drop for ElectionLoop {
@@ -193,10 +196,11 @@ impl ElectionLoop {
         // confers nothing, so that is also how long it is worth waiting for.
         let valid_until = sent + self.settings.ttl - self.settings.safety_margin;
         let storage = Arc::clone(&self.storage);
+        let outcomes = Arc::clone(&self.outcomes);
         let sending = AtomicBool::new(false);
         let mut answer = pin!(timeout(valid_until - sent, async {
             sending.store(true, Ordering::Relaxed);
-            ask_with_outcome(storage.as_ref(), request).await
+            ask_with_outcome(storage.as_ref(), request, &outcomes).await
         }));
         let Some(answer) = self.while_waiting(answer.as_mut()).await else {
             // Shut down while the request is out: it reaches the storage whether or not
@@ -500,22 +504,43 @@ pub(super) async fn release_within(
 
 /// Asks for the lease, with the outcome where the storage says it
 /// ([`Capability::LeaseOutcomes`]); elsewhere no answer says it took over.
+///
+/// A storage that claims the capability but answers `Unsupported` (a decorator that forwards
+/// only the fixed methods) is asked with `request_lease` from then on: an `Unsupported`
+/// answer changed nothing, so asking again is safe.
 async fn ask_with_outcome(
     storage: &dyn EventStorage,
     request: LeaseRequest,
+    outcomes: &OptionalMethod,
 ) -> StorageResult<LeaseOutcome> {
-    if !storage.supports(Capability::LeaseOutcomes) {
-        let response = storage.request_lease(request).await?;
-        return Ok(LeaseOutcome {
-            response,
-            took_over: false,
-        });
+    if storage.supports(Capability::LeaseOutcomes) && outcomes.available() {
+        match storage
+            .request_leases_with_outcome(vec![request.clone()])
+            .await
+        {
+            Ok(mut answers) => {
+                return answers.pop().ok_or_else(|| {
+                    EventStorageError::backend(
+                        "request_leases_with_outcome answered no request",
+                        "one request sent, no answer",
+                    )
+                })
+            }
+            Err(error) => {
+                if !outcomes.falls_back(
+                    storage,
+                    "request_leases_with_outcome",
+                    "request_lease",
+                    &error,
+                ) {
+                    return Err(error);
+                }
+            }
+        }
     }
-    let mut outcomes = storage.request_leases_with_outcome(vec![request]).await?;
-    outcomes.pop().ok_or_else(|| {
-        EventStorageError::backend(
-            "request_leases_with_outcome answered no request",
-            "one request sent, no answer",
-        )
+    let response = storage.request_lease(request).await?;
+    Ok(LeaseOutcome {
+        response,
+        took_over: false,
     })
 }

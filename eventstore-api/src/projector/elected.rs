@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::failure_pause::FailurePause;
 use super::{unless_stopped, Projection, Projector, ProjectorError, ProjectorRun};
 use crate::elector::{Leadership, LeadershipWatch};
+use crate::fallback::OptionalMethod;
 use crate::{
     AppendHints, AppendNotice, Capability, EventReference, EventStorageError, Fence, FencingToken,
 };
@@ -66,6 +67,8 @@ pub struct ElectedProjector<P> {
     poll_interval: Duration,
     totals: ProjectorRun,
     failures: FailurePause,
+    /// `subscribe_appends`, until the storage shows it lacks it after all.
+    append_hints: OptionalMethod,
 }
 
 impl<P: Projection> ElectedProjector<P> {
@@ -77,6 +80,7 @@ impl<P: Projection> ElectedProjector<P> {
             poll_interval: DEFAULT_POLL_INTERVAL,
             totals: ProjectorRun::default(),
             failures: FailurePause::default(),
+            append_hints: OptionalMethod::default(),
         }
     }
 
@@ -283,14 +287,22 @@ impl<P: Projection> ElectedProjector<P> {
     /// Append hints for the projector's stream, if the storage pushes any.
     async fn subscribe_to_appends(&self) -> Option<AppendHints> {
         let storage = &self.projector.storage;
-        if !storage.supports(Capability::AppendHints) {
+        if !storage.supports(Capability::AppendHints) || !self.append_hints.available() {
             return None;
         }
         match storage.subscribe_appends(&self.projector.stream).await {
             Ok(hints) => Some(hints),
             Err(error) => {
-                tracing::warn!(stream = %self.projector.stream, error = %error.report(),
-                    "cannot follow append hints; polling only");
+                let polling = "polling only";
+                if !self.append_hints.falls_back(
+                    storage.as_ref(),
+                    "subscribe_appends",
+                    polling,
+                    &error,
+                ) {
+                    tracing::warn!(stream = %self.projector.stream, error = %error.report(),
+                        "cannot follow append hints; {polling}");
+                }
                 None
             }
         }
