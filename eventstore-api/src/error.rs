@@ -196,7 +196,7 @@ fn display_token(token: &Option<FencingToken>) -> String {
 }
 
 /// `error`'s message followed by the message of each source in its chain, joined by `: `.
-pub(crate) fn report_chain(error: &dyn std::error::Error) -> String {
+pub fn report_chain(error: &dyn std::error::Error) -> String {
     let mut report = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

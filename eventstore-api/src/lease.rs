@@ -237,8 +237,6 @@ impl Fence {
         if live && current == Some(self.token) {
             Ok(())
         } else {
-            metrics::counter!(crate::telemetry::FENCED_REFUSALS, "lease" => self.lease_name.clone())
-                .increment(1);
             Err(crate::EventStorageError::Fenced {
                 lease_name: self.lease_name.clone(),
                 presented: self.token,

@@ -1,4 +1,4 @@
-//! The event model, the storage SPI with leases, and what is built on it.
+//! The event model and the storage SPI with leases: what every backend implements.
 //!
 //! - **Model**: [`EventToStore`], [`StoredEvent`], [`EventReference`], [`Tags`],
 //!   [`EventStreamId`], DCB queries ([`EventFilter`]) and conditional appends ([`AppendCriteria`]).
@@ -6,9 +6,8 @@
 //!   optional, and the one error type [`EventStorageError`].
 //! - **Leases**: [`LeaseRequest`], [`LeaseResponse`], [`Lease`], [`FencingToken`] and
 //!   [`Fence`], for leader election where exactly one instance processes a stream.
-//! - **Built on the SPI**: the typed [`EventStore`] facade, [`Projector`]s with bookmarks, the
-//!   [`LeaderElector`] (one instance processes, the others stand by) and the
-//!   [`PartitionElector`] (many partitions spread over the live instances, each fenced).
+//! - **Built on the SPI**, in the `eventstore` crate that applications depend on: the typed
+//!   facade, projectors with bookmarks, the leader and partition electors.
 //! - **For backend authors**: the input rules and the order calls are answered in
 //!   ([`admission`], [`validate`]), the idempotency rule ([`idempotency`]) and the lease rules
 //!   for in-process backends ([`in_process`]).
@@ -46,7 +45,6 @@ mod capability;
 mod error;
 mod event;
 pub mod event_stream;
-mod fallback;
 mod filter;
 pub mod idempotency;
 pub mod in_process;
@@ -62,7 +60,7 @@ pub mod validate;
 pub use append_hints::{AppendHint, AppendHints, AppendNotice};
 pub use bookmark::Bookmark;
 pub use capability::Capability;
-pub use error::EventStorageError;
+pub use error::{report_chain, EventStorageError};
 pub use event::{EventId, EventToStore, EventType, RawStoredEvent, StoredEvent};
 pub use event_stream::{EventStream, RawEventStream};
 pub use filter::{AppendCondition, AppendCriteria, Direction, EventFilter, FilterItem, Limit};
@@ -75,14 +73,3 @@ pub use reference::EventReference;
 pub use storage::{EventStorage, StorageResult};
 pub use stream::EventStreamId;
 pub use tag::{Tag, Tags};
-
-pub mod elector;
-pub mod guide;
-pub mod partitions;
-pub mod projector;
-pub mod store;
-
-pub use elector::{LeaderElector, Leadership, LeadershipWaitError, LeadershipWatch};
-pub use partitions::{PartitionElector, PartitionWatch};
-pub use projector::{Projection, Projector};
-pub use store::EventStore;

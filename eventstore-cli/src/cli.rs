@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use eventstore_api::EventStreamId;
+use eventstore::EventStreamId;
 
 use crate::stream_name;
 

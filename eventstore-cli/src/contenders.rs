@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use eventstore_api::LeaseContender;
+use eventstore::LeaseContender;
 use serde::Serialize;
 
 use crate::cli::StoreArgs;

@@ -1,7 +1,7 @@
 //! `eventstore events`: the last events of a stream.
 
 use chrono::{DateTime, Utc};
-use eventstore_api::{Direction, EventFilter, EventStreamId, Limit, StoredEvent};
+use eventstore::{Direction, EventFilter, EventStreamId, Limit, StoredEvent};
 use serde::Serialize;
 
 use crate::cli::StoreArgs;

@@ -1,6 +1,6 @@
 //! Why a command failed, and the exit code that says so.
 
-use eventstore_api::EventStorageError;
+use eventstore::EventStorageError;
 
 use crate::output::printable;
 

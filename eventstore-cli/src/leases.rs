@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use eventstore_api::{Lease, LeaseContender};
+use eventstore::{Lease, LeaseContender};
 use serde::Serialize;
 
 use crate::cli::StoreArgs;
@@ -241,7 +241,7 @@ fn render(document: &LeasesDocument) -> String {
 
 #[cfg(test)]
 mod tests {
-    use eventstore_api::FencingToken;
+    use eventstore::FencingToken;
 
     use super::*;
 

@@ -1,7 +1,7 @@
 //! `eventstore partitions GROUP`: a partition group as the storage shows it: its live
 //! members, what each holds, what nobody holds, and whether it has settled.
 
-use eventstore_api::partitions::GroupStatus;
+use eventstore::partitions::GroupStatus;
 use serde::Serialize;
 
 use crate::cli::StoreArgs;

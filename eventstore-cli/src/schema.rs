@@ -1,6 +1,6 @@
 //! `eventstore schema print|check|apply|drop`: the PostgreSQL schema of one prefix.
 
-use eventstore_api::EventStorage;
+use eventstore::EventStorage;
 use eventstore_postgres::DatabaseInitMode;
 use serde::Serialize;
 use sqlx::Executor;

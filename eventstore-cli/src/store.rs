@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use eventstore_api::{EventStorage, EventStorageError};
+use eventstore::{EventStorage, EventStorageError};
 use eventstore_file::FileEventStorage;
 use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage, DEFAULT_PREFIX};
 use serde::Serialize;

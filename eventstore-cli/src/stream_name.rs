@@ -4,7 +4,7 @@
 //! (`\t`, `\u{1b}`): every name printed can be given back to `--stream` and names that one
 //! stream.
 
-use eventstore_api::EventStreamId;
+use eventstore::EventStreamId;
 
 /// The name of `stream`, as [`parse`] reads it back.
 pub(crate) fn name(stream: &EventStreamId) -> String {

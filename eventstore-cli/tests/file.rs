@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::eventstore;
-use eventstore_api::{AppendCriteria, EventStorage, EventStreamId, EventToStore, Tags};
+use eventstore::{AppendCriteria, EventStorage, EventStreamId, EventToStore, Tags};
 use eventstore_file::FileEventStorage;
 use serde_json::json;
 

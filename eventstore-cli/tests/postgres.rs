@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use common::{
     database_url, eventstore, eventually, storage_on, tables_of, try_pool, unique_prefix, DEAD_URL,
 };
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventStorage, EventStreamId, EventToStore, LeaseRequest, PartitionElector, Tags,
 };
 use serde_json::{json, Value};
@@ -775,7 +775,7 @@ async fn a_partition_groups_members_and_holdings_are_shown() {
     let prefix = unique_prefix();
     let storage: std::sync::Arc<dyn EventStorage> = std::sync::Arc::new(storage_on(&prefix).await);
     let start = |owner: &str| {
-        eventstore_api::PartitionElector::builder(storage.clone(), "work", 6)
+        eventstore::PartitionElector::builder(storage.clone(), "work", 6)
             .owner(owner)
             .ttl(Duration::from_secs(10))
             .start()

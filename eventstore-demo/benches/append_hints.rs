@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use eventstore_api::elector::LeaderElector;
-use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
-use eventstore_api::{AppendCriteria, EventStorage, EventStreamId, EventToStore, StoredEvent};
+use eventstore::elector::LeaderElector;
+use eventstore::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+use eventstore::{AppendCriteria, EventStorage, EventStreamId, EventToStore, StoredEvent};
 use eventstore_file::FileEventStorage;
 use eventstore_memory::MemoryEventStorage;
 use tokio::sync::watch;
@@ -197,7 +197,7 @@ async fn append_round(storage: &Arc<dyn EventStorage>, context: &str) -> BenchRe
                     .append(AppendCriteria::none(), &stream, batch)
                     .await?;
             }
-            Ok::<_, eventstore_api::EventStorageError>(())
+            Ok::<_, eventstore::EventStorageError>(())
         }));
     }
     for client in clients {

@@ -20,9 +20,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWatch};
-use eventstore_api::validate::MAX_TTL;
-use eventstore_api::{EventStorage, FencingToken, StorageResult};
+use eventstore::elector::{LeaderElector, Leadership, LeadershipWatch};
+use eventstore::validate::MAX_TTL;
+use eventstore::{EventStorage, FencingToken, StorageResult};
 use eventstore_file::FileEventStorage;
 use eventstore_memory::MemoryEventStorage;
 

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use eventstore_api::{EventStorage, LeaseRequest, LeaseStatus};
+use eventstore::{EventStorage, LeaseRequest, LeaseStatus};
 use eventstore_file::FileEventStorage;
 use eventstore_memory::MemoryEventStorage;
 

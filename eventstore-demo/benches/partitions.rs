@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::partitions::{PartitionElector, PartitionWatch};
-use eventstore_api::{EventStorage, Fence};
+use eventstore::partitions::{PartitionElector, PartitionWatch};
+use eventstore::{EventStorage, Fence};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_postgres::PostgresEventStorage;
 use tokio::task::JoinHandle;

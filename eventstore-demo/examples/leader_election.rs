@@ -17,7 +17,7 @@
 //! recreated at start).
 //!
 //! It ends with the metrics the run recorded: the demo installs a recorder of its own, as an
-//! application installs its exporter (see `eventstore_api::telemetry`).
+//! application installs its exporter (see `eventstore::telemetry`).
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWatch};
-use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
-use eventstore_api::{
+use eventstore::elector::{LeaderElector, Leadership, LeadershipWatch};
+use eventstore::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+use eventstore::{
     AppendCriteria, EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore,
     Fence, Lease, StoredEvent, Tags,
 };

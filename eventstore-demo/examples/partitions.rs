@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use eventstore_api::partitions::{PartitionElector, PartitionWatch};
-use eventstore_api::projector::{PartitionedProjector, Projection, ProjectionError, Projector};
-use eventstore_api::{
+use eventstore::partitions::{PartitionElector, PartitionWatch};
+use eventstore::projector::{PartitionedProjector, Projection, ProjectionError, Projector};
+use eventstore::{
     AppendCriteria, EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore,
     Fence, StoredEvent,
 };

@@ -12,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::{Admission, Operation};
+use eventstore_api::telemetry::{APPEND_SECONDS, FENCED_REFUSALS};
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
@@ -480,7 +481,8 @@ impl EventStorage for FileEventStorage {
                 reply,
             })
             .await;
-        eventstore_api::telemetry::record_append(BACKEND_NAME, started.elapsed());
+        metrics::histogram!(APPEND_SECONDS, "backend" => BACKEND_NAME)
+            .record(started.elapsed().as_secs_f64());
         appended
     }
 
@@ -710,8 +712,9 @@ impl EventStorage for FileEventStorage {
                 reply,
             })
             .await;
-        eventstore_api::telemetry::record_append(BACKEND_NAME, started.elapsed());
-        appended
+        metrics::histogram!(APPEND_SECONDS, "backend" => BACKEND_NAME)
+            .record(started.elapsed().as_secs_f64());
+        counting_refusal(appended)
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", reader = reader, position = reference.position, lease = %fence.lease_name, token = fence.token.0))]
@@ -728,14 +731,16 @@ impl EventStorage for FileEventStorage {
             tags: &tags,
         })?;
         self.refuse_if_read_only("bookmark_fenced")?;
-        self.submit(|reply| Command::Bookmark {
-            fence: Some(fence.clone()),
-            reader: reader.to_owned(),
-            reference: *reference,
-            tags,
-            reply,
-        })
-        .await
+        counting_refusal(
+            self.submit(|reply| Command::Bookmark {
+                fence: Some(fence.clone()),
+                reader: reader.to_owned(),
+                reference: *reference,
+                tags,
+                reply,
+            })
+            .await,
+        )
     }
 
     async fn close(&self) -> StorageResult<()> {
@@ -787,4 +792,12 @@ impl EventStorage for FileEventStorage {
         }
         Ok(())
     }
+}
+
+/// `result`, counted under the name every backend counts a refused fence by when it is one.
+fn counting_refusal<T>(result: StorageResult<T>) -> StorageResult<T> {
+    if let Err(EventStorageError::Fenced { lease_name, .. }) = &result {
+        metrics::counter!(FENCED_REFUSALS, "lease" => lease_name.clone()).increment(1);
+    }
+    result
 }

@@ -16,6 +16,7 @@ use eventstore_api::{
 
 use crate::event_log::{Appended, EventLog};
 use eventstore_api::in_process::{LeaseTable, StorageClock};
+use eventstore_api::telemetry::{APPEND_SECONDS, FENCED_REFUSALS};
 
 /// An event storage held entirely in memory, leases included.
 ///
@@ -100,7 +101,8 @@ impl Shared {
         let now = self.clock.now();
         let stored = log.append(criteria, stream, events, now);
         drop(log);
-        eventstore_api::telemetry::record_append("memory", started.elapsed());
+        metrics::histogram!(APPEND_SECONDS, "backend" => "memory")
+            .record(started.elapsed().as_secs_f64());
         match stored? {
             Appended::Written(stored) => {
                 if let Some(last) = stored.last() {
@@ -340,7 +342,7 @@ impl EventStorage for MemoryEventStorage {
         // Holding the lease table across the write keeps the lease from changing hands between
         // the check and the append.
         let leases = lock(&shared.leases);
-        leases.check_fence(fence, shared.clock.now())?;
+        counting_refusal(leases.check_fence(fence, shared.clock.now()))?;
         shared.append(&criteria, stream, events)
     }
 
@@ -358,7 +360,7 @@ impl EventStorage for MemoryEventStorage {
             tags: &tags,
         })?;
         let leases = lock(&shared.leases);
-        leases.check_fence(fence, shared.clock.now())?;
+        counting_refusal(leases.check_fence(fence, shared.clock.now()))?;
         shared.bookmark(reader, reference, tags)
     }
 
@@ -369,4 +371,12 @@ impl EventStorage for MemoryEventStorage {
         }
         Ok(())
     }
+}
+
+/// `result`, counted under the name every backend counts a refused fence by when it is one.
+fn counting_refusal<T>(result: StorageResult<T>) -> StorageResult<T> {
+    if let Err(EventStorageError::Fenced { lease_name, .. }) = &result {
+        metrics::counter!(FENCED_REFUSALS, "lease" => lease_name.clone()).increment(1);
+    }
+    result
 }

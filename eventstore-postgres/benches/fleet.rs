@@ -16,7 +16,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use eventstore_api::{EventStorage, LeaseRequest, LeaseStatus};
+use eventstore::{EventStorage, LeaseRequest, LeaseStatus};
 use eventstore_postgres::PostgresEventStorage;
 use sqlx::postgres::types::PgInterval;
 use sqlx::PgPool;

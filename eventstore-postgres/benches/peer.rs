@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use disintegrate::{EventStore as _, StreamItem};
 use disintegrate_postgres::PgEventStore;
 use disintegrate_serde::serde::json::Json;
-use eventstore_api::store::NamedEvent;
-use eventstore_api::{
+use eventstore::store::NamedEvent;
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStore, EventStreamId, EventToStore,
     Limit, Tags,
 };

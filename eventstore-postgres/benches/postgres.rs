@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStreamId,
     EventToStore, LeaseRequest, LeaseStatus, Limit, Tags,
 };
@@ -646,7 +646,7 @@ where
     F: FnMut() -> FFut,
     FFut: std::future::Future<Output = ()>,
     O: FnMut() -> OFut,
-    OFut: std::future::Future<Output = Result<T, eventstore_api::EventStorageError>>,
+    OFut: std::future::Future<Output = Result<T, eventstore::EventStorageError>>,
 {
     for _ in 0..samples / 10 {
         floor().await;

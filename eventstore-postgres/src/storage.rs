@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::Operation;
 use eventstore_api::event_stream::Events;
+use eventstore_api::telemetry::FENCED_REFUSALS;
 use eventstore_api::{
     AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStream, EventStreamId, EventToStore,
@@ -480,19 +481,21 @@ impl EventStorage for PostgresEventStorage {
         stream: &EventStreamId,
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
-        events::append(
-            self.admit(Operation::AppendFenced {
-                criteria: &criteria,
-                fence,
+        counting_refusal(
+            events::append(
+                self.admit(Operation::AppendFenced {
+                    criteria: &criteria,
+                    fence,
+                    stream,
+                    events: &events,
+                })?,
+                Some(fence),
+                criteria,
                 stream,
-                events: &events,
-            })?,
-            Some(fence),
-            criteria,
-            stream,
-            events,
+                events,
+            )
+            .await,
         )
-        .await
     }
 
     async fn bookmark_fenced(
@@ -502,18 +505,20 @@ impl EventStorage for PostgresEventStorage {
         reference: &EventReference,
         tags: Tags,
     ) -> StorageResult<()> {
-        bookmarks::place(
-            self.admit(Operation::BookmarkFenced {
-                fence,
+        counting_refusal(
+            bookmarks::place(
+                self.admit(Operation::BookmarkFenced {
+                    fence,
+                    reader,
+                    tags: &tags,
+                })?,
+                Some(fence),
                 reader,
-                tags: &tags,
-            })?,
-            Some(fence),
-            reader,
-            reference,
-            tags,
+                reference,
+                tags,
+            )
+            .await,
         )
-        .await
     }
 
     async fn close(&self) -> StorageResult<()> {
@@ -550,4 +555,12 @@ fn not_in_a_usable_block(error: sqlx::Error) -> Result<EventStorageError, sqlx::
         value,
         problem,
     ))
+}
+
+/// `result`, counted under the name every backend counts a refused fence by when it is one.
+fn counting_refusal<T>(result: StorageResult<T>) -> StorageResult<T> {
+    if let Err(EventStorageError::Fenced { lease_name, .. }) = &result {
+        metrics::counter!(FENCED_REFUSALS, "lease" => lease_name.clone()).increment(1);
+    }
+    result
 }

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore,
     LeaseRequest, LeaseStatus, Limit,
 };

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventstore_api::elector::LeaderElector;
-use eventstore_api::projector::{
+use eventstore::elector::LeaderElector;
+use eventstore::projector::{
     ElectedProjector, Projection, ProjectionError, Projector, ProjectorError, ProjectorRun,
 };
 use eventstore_api::{

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use eventstore_api::elector::LeaderElector;
-use eventstore_api::partitions::PartitionElector;
+use eventstore::elector::LeaderElector;
+use eventstore::partitions::PartitionElector;
 use eventstore_api::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStreamId, EventToStore, Fence, FencingToken, Lease, LeaseRequest,

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWatch};
-use eventstore_api::projector::{
+use eventstore::elector::{LeaderElector, Leadership, LeadershipWatch};
+use eventstore::projector::{
     BookmarkReading, ElectedProjector, Projection, ProjectionError, Projector, ProjectorError,
     ProjectorRun,
 };

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWaitError, LeadershipWatch};
+use eventstore::elector::{LeaderElector, Leadership, LeadershipWaitError, LeadershipWatch};
 use eventstore_api::{
     Capability, EventStorage, FencingToken, LeaseRequest, LeaseScope, LeaseStatus,
 };

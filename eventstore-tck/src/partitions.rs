@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use eventstore_api::partitions::{
+use eventstore::partitions::{
     seat_lease_name, GroupStatus, PartitionElector, PartitionWatch, FREE_SEATS, MAX_PARTITIONS,
 };
-use eventstore_api::projector::{PartitionedProjector, Projection, ProjectionError, Projector};
+use eventstore::projector::{PartitionedProjector, Projection, ProjectionError, Projector};
 use eventstore_api::{
     AppendCriteria, Capability, EventId, EventReference, EventStorage, EventStorageError,
     EventStreamId, EventToStore, Fence, StoredEvent,

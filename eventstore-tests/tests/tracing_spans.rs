@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore,
     LeaseRequest, Limit, Tags,
 };

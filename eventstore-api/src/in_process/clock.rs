@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 /// An NTP daemon slews the system clock by at most 500 parts per million, well inside it; a
 /// lease's real length changes by at most this part, far less than an elector's default
 /// safety margin (a twentieth of the ttl).
-pub(crate) const MAX_RATE_DIFFERENCE: i32 = 100;
+pub const MAX_RATE_DIFFERENCE: i32 = 100;
 
 /// The system's UTC clock, followed at the monotonic clock's pace.
 ///

@@ -26,5 +26,5 @@
 pub(crate) mod clock;
 mod lease_table;
 
-pub use clock::StorageClock;
+pub use clock::{StorageClock, MAX_RATE_DIFFERENCE};
 pub use lease_table::LeaseTable;

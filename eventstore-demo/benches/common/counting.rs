@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStreamId, EventToStore, Lease, LeaseChanges, LeaseContender, LeaseOutcome,
     LeaseRequest, LeaseResponse, LeaseScope, Limit, ReleaseOutcome, StorageResult, StoredEvent,

@@ -7,7 +7,7 @@ mod counting;
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::EventStorage;
+use eventstore::EventStorage;
 use eventstore_postgres::PostgresEventStorage;
 
 #[allow(unused_imports)] // not every bench counts

@@ -40,7 +40,8 @@ pub(crate) async fn append(
 ) -> StorageResult<Vec<StoredEvent>> {
     let started = std::time::Instant::now();
     let appended = append_unmeasured(shared, fence, criteria, stream, events).await;
-    eventstore_api::telemetry::record_append("postgres", started.elapsed());
+    metrics::histogram!(eventstore_api::telemetry::APPEND_SECONDS, "backend" => "postgres")
+        .record(started.elapsed().as_secs_f64());
     appended
 }
 

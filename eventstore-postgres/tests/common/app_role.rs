@@ -1,7 +1,7 @@
 //! A login role of a test's own, with the shipped grants on the test's prefix: for tests
 //! that connect as an application would, not as the superuser.
 
-use eventstore_api::EventStorage;
+use eventstore::EventStorage;
 use eventstore_postgres::GRANTS_SQL;
 use sqlx::{Executor, PgPool};
 

@@ -247,12 +247,12 @@ pub fn skip(why: &str) {
 
 /// Asserts that `result` is a `Schema` error about `object` whose problem says `problem`.
 pub fn assert_schema_error<T: std::fmt::Debug>(
-    result: Result<T, eventstore_api::EventStorageError>,
+    result: Result<T, eventstore::EventStorageError>,
     object: &str,
     problem: &str,
 ) {
     match result {
-        Err(eventstore_api::EventStorageError::Schema {
+        Err(eventstore::EventStorageError::Schema {
             object: o,
             problem: p,
         }) => {

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Fence,
     LeaseRequest, Limit, Tags,
 };

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, AppendHint, AppendHints, AppendNotice, Capability, EventFilter, EventStorage,
     EventStorageError, EventStreamId, EventToStore, LeaseNotice, LeaseScope, StoredEvent,
 };
@@ -91,8 +91,8 @@ async fn without_the_option_a_storage_offers_no_hints_and_its_appends_notify_not
             &EventFilter::match_all(),
             &orders(),
             None,
-            eventstore_api::Limit::none(),
-            eventstore_api::Direction::Forward,
+            eventstore::Limit::none(),
+            eventstore::Direction::Forward,
         )
         .await
         .unwrap();

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use eventstore_api::EventStorage;
+use eventstore::EventStorage;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sqlx::postgres::types::PgInterval;

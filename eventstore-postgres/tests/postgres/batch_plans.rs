@@ -2,7 +2,7 @@
 //! statistics: with `ANALYZE` done on a large table, the planner would cost a scan of the
 //! whole table into a hash below a thousand lookups by key, and take it.
 
-use eventstore_api::EventStorage;
+use eventstore::EventStorage;
 use sqlx::Row;
 use std::time::Duration;
 

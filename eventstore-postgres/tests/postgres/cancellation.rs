@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, LeaseScope};
+use eventstore::{EventStorage, LeaseScope};
 use sqlx::PgPool;
 use tokio::time::timeout;
 

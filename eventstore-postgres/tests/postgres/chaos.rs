@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::elector::{LeaderElector, Leadership};
-use eventstore_api::{
+use eventstore::elector::{LeaderElector, Leadership};
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Limit,
 };
 use eventstore_postgres::PostgresEventStorage;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
     FencingToken, LeaseRequest, LeaseStatus,
 };
@@ -321,8 +321,8 @@ async fn a_conditional_append_never_misses_a_racing_unconditional_one() {
             &EventFilter::match_all(),
             &stream,
             None,
-            eventstore_api::Limit::none(),
-            eventstore_api::Direction::Forward,
+            eventstore::Limit::none(),
+            eventstore::Direction::Forward,
         )
         .await
         .unwrap();

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::elector::{LeaderElector, Leadership, LeadershipWatch};
-use eventstore_api::{
+use eventstore::elector::{LeaderElector, Leadership, LeadershipWatch};
+use eventstore::{
     EventStorage, FencingToken, LeaseChange, LeaseChangeKind, LeaseNotice, LeaseScope,
 };
 use eventstore_postgres::PostgresEventStorage;

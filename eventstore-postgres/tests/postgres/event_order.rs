@@ -2,7 +2,7 @@
 //! later, although its text sorts first (`"10" < "9"`). Real servers cross such a boundary
 //! (transaction 9,999,999 to 10,000,000) in their first weeks.
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventId, EventStorage, EventStorageError,
     EventStreamId, EventToStore, Limit, StoredEvent,
 };

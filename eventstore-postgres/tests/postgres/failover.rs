@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use eventstore_api::elector::LeaderElector;
-use eventstore_api::{
+use eventstore::elector::LeaderElector;
+use eventstore::{
     AppendCriteria, EventId, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence,
     FencingToken, LeaseRequest, LeaseStatus,
 };

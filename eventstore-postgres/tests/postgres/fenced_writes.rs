@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence,
     FencingToken, LeaseRequest, LeaseStatus,
 };

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use eventstore_api::projector::DEFAULT_BATCH_SIZE;
-use eventstore_api::{
+use eventstore::projector::DEFAULT_BATCH_SIZE;
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
     EventStreamId, EventToStore, Limit, Tags,
 };

@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStorageError, EventStreamId,
     EventToStore, LeaseRequest, Limit, Tags,
 };
@@ -242,7 +242,7 @@ async fn ensure_upgrades_a_leases_table_of_an_earlier_version() {
         .request_lease(LeaseRequest::new("orders", "b", 0, ttl))
         .await
         .unwrap();
-    assert_eq!(next.fencing_token, eventstore_api::FencingToken(2));
+    assert_eq!(next.fencing_token, eventstore::FencingToken(2));
     // The new holder's row knows its ceiling: no contender at all.
     let ceiling: Option<i64> = sqlx::query_scalar(&format!(
         "SELECT contender_priority_ceiling FROM {prefix}leases WHERE lease_name = 'orders'"
@@ -728,7 +728,7 @@ async fn ensure_child_process() {
 /// so both go through, one after the other, instead of one failing with a deadlock.
 #[tokio::test]
 async fn ensure_repairing_the_schema_beside_a_fenced_append_does_not_deadlock() {
-    use eventstore_api::Fence;
+    use eventstore::Fence;
     let Some(admin) = common::try_pool().await else {
         return;
     };

@@ -6,7 +6,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
     FencingToken, LeaseRequest, LeaseStatus,
 };

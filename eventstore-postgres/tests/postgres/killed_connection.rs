@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, FencingToken,
     LeaseRequest, LeaseStatus,
 };

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, FencingToken, LeaseRequest, LeaseStatus};
+use eventstore::{EventStorage, FencingToken, LeaseRequest, LeaseStatus};
 
 use crate::common;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     Capability, EventStorage, EventStorageError, FencingToken, LeaseChange, LeaseChangeKind,
     LeaseChanges, LeaseNotice, LeaseRequest, LeaseScope, LeaseStatus,
 };

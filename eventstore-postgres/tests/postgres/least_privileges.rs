@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Fence,
     LeaseRequest, LeaseStatus, Limit, Tags,
 };
@@ -136,7 +136,7 @@ async fn exercise(prefix: &str, role: &str) -> Result<(), String> {
 /// could not apply the DDL, instead of a privilege error about some statement of the script.
 #[tokio::test]
 async fn ensure_by_a_role_that_cannot_repair_the_schema_names_what_is_stale() {
-    use eventstore_api::EventStorageError;
+    use eventstore::EventStorageError;
     use sqlx::Executor;
     if common::needs_direct_connection(app_role::WHY_DIRECT) {
         return;

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
     LeaseRequest, StoredEvent,
 };
@@ -47,8 +47,8 @@ async fn read_all(
             &EventFilter::match_all(),
             stream,
             None,
-            eventstore_api::Limit::none(),
-            eventstore_api::Direction::Forward,
+            eventstore::Limit::none(),
+            eventstore::Direction::Forward,
         )
         .await
 }

@@ -6,9 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::{
-    EventStorage, EventStorageError, Fence, FencingToken, LeaseRequest, LeaseStatus,
-};
+use eventstore::{EventStorage, EventStorageError, Fence, FencingToken, LeaseRequest, LeaseStatus};
 use eventstore_postgres::PostgresEventStorage;
 use sqlx::PgPool;
 

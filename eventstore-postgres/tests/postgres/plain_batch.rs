@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     EventStorage, FencingToken, LeaseChangeKind, LeaseRequest, LeaseResponse, LeaseScope,
     LeaseStatus,
 };

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     EventStorage, EventStorageError, FencingToken, LeaseChangeKind, LeaseRequest, LeaseResponse,
     LeaseScope, LeaseStatus,
 };

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     Capability, EventStorage, EventStorageError, EventStreamId, LeaseRequest, LeaseScope,
 };
 use eventstore_postgres::PostgresEventStorage;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStorageError, EventStreamId,
     EventToStore, LeaseRequest, Limit,
 };

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use eventstore_api::elector::LeaderElector;
-use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
-use eventstore_api::{
+use eventstore::elector::LeaderElector;
+use eventstore::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+use eventstore::{
     AppendCriteria, EventStorage, EventStreamId, EventToStore, StorageResult, StoredEvent,
 };
 use eventstore_postgres::PostgresEventStorage;
@@ -79,7 +79,7 @@ impl Projection for Recorder {
 
     async fn after_batch(
         &mut self,
-        _last: &eventstore_api::EventReference,
+        _last: &eventstore::EventReference,
     ) -> Result<(), ProjectionError> {
         self.projected.0.lock().unwrap().append(&mut self.pending);
         Ok(())

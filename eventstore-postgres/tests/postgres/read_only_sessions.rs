@@ -11,7 +11,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, EventStorageError, LeaseRequest, LeaseStatus};
+use eventstore::{EventStorage, EventStorageError, LeaseRequest, LeaseStatus};
 use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Executor};

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eventstore_api::Direction;
-use eventstore_api::{
+use eventstore::Direction;
+use eventstore::{
     AppendCriteria, EventFilter, EventStorage, EventStorageError, EventStreamId, EventToStore,
     Limit, Tags,
 };

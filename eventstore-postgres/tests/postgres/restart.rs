@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore,
     FencingToken, LeaseRequest, LeaseStatus, Limit,
 };

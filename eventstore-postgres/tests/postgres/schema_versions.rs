@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, LeaseRequest,
 };
 use eventstore_postgres::{schema_sql, DatabaseInitMode, PostgresEventStorage};

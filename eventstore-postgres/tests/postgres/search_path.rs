@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, EventStorageError};
+use eventstore::{EventStorage, EventStorageError};
 use eventstore_postgres::{DatabaseInitMode, PostgresEventStorage};
 use sqlx::{Connection, PgConnection, Row};
 
@@ -162,7 +162,7 @@ async fn a_function_without_its_pinned_path_is_refused_by_validate_and_repaired_
 /// of tables in front of the log. It refuses instead, naming both schemas, and creates nothing.
 #[tokio::test]
 async fn ensure_refuses_to_create_tables_in_front_of_the_log() {
-    use eventstore_api::{AppendCriteria, EventStreamId, EventToStore};
+    use eventstore::{AppendCriteria, EventStreamId, EventToStore};
     use sqlx::Executor;
     if common::needs_direct_connection("its url sets a search_path through startup options") {
         return;

@@ -3,7 +3,7 @@
 //! silently stop working behind a transaction-mode pooler that hands the connection to
 //! someone else.
 
-use eventstore_api::EventStorage;
+use eventstore::EventStorage;
 
 use crate::common;
 

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventStorage, EventStreamId, EventToStore, LeaseRequest, LeaseStatus,
 };
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, LeaseRequest, LeaseStatus};
+use eventstore::{EventStorage, LeaseRequest, LeaseStatus};
 use sqlx::{PgConnection, PgPool};
 
 use crate::common;

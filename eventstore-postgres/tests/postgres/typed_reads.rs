@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use eventstore_api::store::{DomainEvent, EventStoreError, NamedEvent};
-use eventstore_api::{
+use eventstore::store::{DomainEvent, EventStoreError, NamedEvent};
+use eventstore::{
     AppendCriteria, Capability, EventFilter, EventStorage, EventStore, EventStreamId, EventToStore,
     Limit, Tags,
 };

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use eventstore_api::admission::{Admission, Operation};
-use eventstore_api::idempotency::{self, Idempotency};
-use eventstore_api::in_process::StorageClock;
-use eventstore_api::{
+use eventstore::admission::{Admission, Operation};
+use eventstore::idempotency::{self, Idempotency};
+use eventstore::in_process::StorageClock;
+use eventstore::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStorageError, EventStreamId, EventToStore, FilterItem, Lease, Limit,
     RawStoredEvent, StorageResult, StoredEvent, Tags,

@@ -5,7 +5,7 @@
 //! too. This is how capability gating is proven.
 
 use async_trait::async_trait;
-use eventstore_api::{Capability, EventStorage};
+use eventstore::{Capability, EventStorage};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::wrappers::EventsOnly;
 use eventstore_tck::StorageFactory;

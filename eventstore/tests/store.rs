@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use eventstore_api::store::{EventStore, EventStoreError, NamedEvent, TypedStream};
-use eventstore_api::{
+use eventstore::store::{EventStore, EventStoreError, NamedEvent, TypedStream};
+use eventstore::{
     AppendCriteria, Capability, Direction, EventFilter, EventStorage, EventStorageError,
     EventStreamId, EventToStore, Limit, Tags,
 };
@@ -170,7 +170,7 @@ async fn a_typed_query_refuses_an_invalid_type_in_its_filter() {
 async fn append_wrong_shape(
     store: &EventStore,
     stream: &TypedStream<Deposited>,
-) -> Vec<eventstore_api::StoredEvent> {
+) -> Vec<eventstore::StoredEvent> {
     let wrong = EventToStore::new("Deposited", serde_json::json!({"wrong": 1}));
     store
         .storage()
@@ -212,7 +212,7 @@ async fn a_decision_keeps_the_bound_of_its_filter() {
         let amounts = |events: &[_]| -> Vec<u64> {
             events
                 .iter()
-                .map(|e: &eventstore_api::store::Envelope<Deposited>| e.event.amount)
+                .map(|e: &eventstore::store::Envelope<Deposited>| e.event.amount)
                 .collect()
         };
         assert_eq!(amounts(&queried), [1]);

@@ -1,14 +1,14 @@
-//! The complete example of the guide "Leader-elected projectors" (`eventstore_api::guide`),
+//! The complete example of the guide "Leader-elected projectors" (`eventstore::guide`),
 //! run on the in-memory backend: two instances of a revenue projection share one storage;
 //! one leads and projects, and when it shuts down the other takes over from its bookmark.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eventstore_api::elector::LeaderElector;
-use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
-use eventstore_api::store::{Envelope, EventStore, NamedEvent};
-use eventstore_api::{AppendCriteria, EventReference, EventStorage, EventStreamId, StoredEvent};
+use eventstore::elector::LeaderElector;
+use eventstore::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+use eventstore::store::{Envelope, EventStore, NamedEvent};
+use eventstore::{AppendCriteria, EventReference, EventStorage, EventStreamId, StoredEvent};
 use eventstore_memory::MemoryEventStorage;
 
 /// The event, stored under an explicit name that a Rust rename does not change.

@@ -22,8 +22,8 @@
 //!
 //! ```
 //! use std::sync::{Arc, Mutex};
-//! use eventstore_api::projector::{BookmarkReading, Projection, ProjectionError, Projector};
-//! use eventstore_api::{EventReference, EventStorage, EventStreamId, StoredEvent};
+//! use eventstore::projector::{BookmarkReading, Projection, ProjectionError, Projector};
+//! use eventstore::{EventReference, EventStorage, EventStreamId, StoredEvent};
 //!
 //! /// The projection's own store: its data and its position, committed together.
 //! #[derive(Default)]
@@ -164,7 +164,7 @@ impl ProjectorError {
     /// This error's message followed by the message of each source in its chain, joined by
     /// `: `, for a log line that tells the whole story.
     pub fn report(&self) -> String {
-        crate::error::report_chain(self)
+        crate::report_chain(self)
     }
 
     /// Whether running again later may succeed: the storage failed
@@ -301,8 +301,8 @@ impl<P: Projection> ProjectorBuilder<P> {
 /// # Examples
 /// ```
 /// # use std::sync::Arc;
-/// # use eventstore_api::*;
-/// # use eventstore_api::projector::*;
+/// # use eventstore::*;
+/// # use eventstore::projector::*;
 /// struct Count(u64);
 ///
 /// #[async_trait::async_trait]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::in_process::clock::MAX_RATE_DIFFERENCE;
+use crate::in_process::MAX_RATE_DIFFERENCE;
 use crate::{validate, EventStorageError};
 
 /// The least grace chosen by default, unless the ttl is shorter than twice that.

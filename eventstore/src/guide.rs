@@ -22,10 +22,10 @@
 //! use std::sync::{Arc, Mutex};
 //! use std::time::Duration;
 //!
-//! use eventstore_api::elector::LeaderElector;
-//! use eventstore_api::projector::{ElectedProjector, Projection, ProjectionError, Projector};
-//! use eventstore_api::store::{Envelope, NamedEvent};
-//! use eventstore_api::{EventReference, EventStorage, EventStreamId, StoredEvent};
+//! use eventstore::elector::LeaderElector;
+//! use eventstore::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+//! use eventstore::store::{Envelope, NamedEvent};
+//! use eventstore::{EventReference, EventStorage, EventStreamId, StoredEvent};
 //!
 //! /// The event, stored under an explicit name that a Rust rename does not change.
 //! #[derive(Debug, serde::Serialize, serde::Deserialize)]

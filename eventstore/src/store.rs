@@ -7,8 +7,8 @@
 //! # Examples
 //! ```
 //! # use std::sync::Arc;
-//! # use eventstore_api::*;
-//! # use eventstore_api::store::*;
+//! # use eventstore::*;
+//! # use eventstore::store::*;
 //! #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
 //! struct OrderPlaced { order: String, amount: u64 }
 //!
@@ -54,7 +54,7 @@ use crate::{
 ///
 /// # Examples
 /// ```
-/// use eventstore_api::store::DomainEvent;
+/// use eventstore::store::DomainEvent;
 /// use serde_json::{json, Value};
 ///
 /// enum Account { Opened { owner: String }, Closed }
@@ -188,7 +188,7 @@ impl EventStoreError {
     /// `: `, for a log line that tells the whole story (what serde said, say). Each text
     /// appears once: no message repeats its source.
     pub fn report(&self) -> String {
-        crate::error::report_chain(self)
+        crate::report_chain(self)
     }
 }
 

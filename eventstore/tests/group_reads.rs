@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::partitions::GroupStatus;
-use eventstore_api::{EventStorage, EventStorageError, LeaseRequest, PartitionElector};
+use eventstore::partitions::GroupStatus;
+use eventstore::{EventStorage, EventStorageError, LeaseRequest, PartitionElector};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, LONG_TTL};
 use eventstore_tck::wrappers::Unreliable;

@@ -47,7 +47,7 @@
 //! # Examples
 //! ```
 //! # use std::{sync::Arc, time::Duration};
-//! # use eventstore_api::{EventStorage, partitions::PartitionElector};
+//! # use eventstore::{EventStorage, partitions::PartitionElector};
 //! # async fn work(storage: Arc<dyn EventStorage>) -> Result<(), Box<dyn std::error::Error>> {
 //! let elector = PartitionElector::builder(storage, "orders", 12)
 //!     .owner("pod-a")

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::elector::{LeaderElector, Leadership};
-use eventstore_api::{EventStorage, EventStorageError, Fence, FencingToken, LeaseRequest};
+use eventstore::elector::{LeaderElector, Leadership};
+use eventstore::{EventStorage, EventStorageError, Fence, FencingToken, LeaseRequest};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
 use eventstore_tck::wrappers::{EventsOnly, Unreliable};

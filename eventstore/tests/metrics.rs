@@ -1,4 +1,4 @@
-//! Every metric of `eventstore_api::telemetry` (and the file backend's own) observed through a
+//! Every metric of `eventstore::telemetry` (and the file backend's own) observed through a
 //! recorder installed for this test binary: the elector's requests by outcome, acquisitions,
 //! takeovers, step-downs, releases and leader gauge, fenced refusals, append latency on the memory and
 //! file backends, and the file backend's group size and sync latency.
@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use eventstore_api::telemetry::{
+use eventstore::telemetry::{
     APPEND_SECONDS, ELECTOR_LEADER, FENCED_REFUSALS, LEASE_ACQUISITIONS, LEASE_RELEASES,
     LEASE_REQUESTS, LEASE_STEP_DOWNS, LEASE_TAKEOVERS, PARTITION_COUNT_MISMATCH,
 };
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence,
     LeaderElector, Leadership, LeaseRequest, PartitionElector,
 };
@@ -258,69 +258,69 @@ impl EventStorage for WithoutLeases {
     fn name(&self) -> &str {
         "without-leases"
     }
-    fn supports(&self, capability: eventstore_api::Capability) -> bool {
-        capability == eventstore_api::Capability::Lease
+    fn supports(&self, capability: eventstore::Capability) -> bool {
+        capability == eventstore::Capability::Lease
     }
     async fn append(
         &self,
         _: AppendCriteria,
         _: &EventStreamId,
         _: Vec<EventToStore>,
-    ) -> eventstore_api::StorageResult<Vec<eventstore_api::StoredEvent>> {
+    ) -> eventstore::StorageResult<Vec<eventstore::StoredEvent>> {
         Ok(Vec::new())
     }
     async fn query(
         &self,
-        _: &eventstore_api::EventFilter,
+        _: &eventstore::EventFilter,
         _: &EventStreamId,
-        _: Option<&eventstore_api::EventReference>,
-        _: eventstore_api::Limit,
-        _: eventstore_api::Direction,
-    ) -> eventstore_api::StorageResult<Vec<eventstore_api::StoredEvent>> {
+        _: Option<&eventstore::EventReference>,
+        _: eventstore::Limit,
+        _: eventstore::Direction,
+    ) -> eventstore::StorageResult<Vec<eventstore::StoredEvent>> {
         Ok(Vec::new())
     }
     async fn get_event_by_id(
         &self,
-        _: eventstore_api::EventId,
-    ) -> eventstore_api::StorageResult<Option<eventstore_api::StoredEvent>> {
+        _: eventstore::EventId,
+    ) -> eventstore::StorageResult<Option<eventstore::StoredEvent>> {
         Ok(None)
     }
     async fn head(
         &self,
         _: &EventStreamId,
-    ) -> eventstore_api::StorageResult<Option<eventstore_api::EventReference>> {
+    ) -> eventstore::StorageResult<Option<eventstore::EventReference>> {
         Ok(None)
     }
     async fn bookmark(
         &self,
         _: &str,
-        _: &eventstore_api::EventReference,
-        _: eventstore_api::Tags,
-    ) -> eventstore_api::StorageResult<()> {
+        _: &eventstore::EventReference,
+        _: eventstore::Tags,
+    ) -> eventstore::StorageResult<()> {
         Ok(())
     }
     async fn get_bookmark(
         &self,
         _: &str,
-    ) -> eventstore_api::StorageResult<Option<eventstore_api::EventReference>> {
+    ) -> eventstore::StorageResult<Option<eventstore::EventReference>> {
         Ok(None)
     }
-    async fn remove_bookmark(&self, _: &str) -> eventstore_api::StorageResult<()> {
+    async fn remove_bookmark(&self, _: &str) -> eventstore::StorageResult<()> {
         Ok(())
     }
-    async fn get_bookmarks(&self) -> eventstore_api::StorageResult<Vec<eventstore_api::Bookmark>> {
+    async fn get_bookmarks(&self) -> eventstore::StorageResult<Vec<eventstore::Bookmark>> {
         Ok(Vec::new())
     }
     async fn request_lease(
         &self,
         _: LeaseRequest,
-    ) -> eventstore_api::StorageResult<eventstore_api::LeaseResponse> {
+    ) -> eventstore::StorageResult<eventstore::LeaseResponse> {
         Err(EventStorageError::backend(
             "the lease table is unreachable",
             std::io::Error::other("injected"),
         ))
     }
-    async fn close(&self) -> eventstore_api::StorageResult<()> {
+    async fn close(&self) -> eventstore::StorageResult<()> {
         Ok(())
     }
 }

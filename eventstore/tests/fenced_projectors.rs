@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventstore_api::elector::{LeaderElector, LeadershipWatch};
-use eventstore_api::projector::{
+use eventstore::elector::{LeaderElector, LeadershipWatch};
+use eventstore::projector::{
     BookmarkReading, ElectedProjector, PartitionedProjector, Projection, ProjectionError,
     Projector, ProjectorError, ProjectorRun, DEFAULT_BATCH_SIZE,
 };
-use eventstore_api::store::{EventStore, EventStoreError, NamedEvent};
-use eventstore_api::{
+use eventstore::store::{EventStore, EventStoreError, NamedEvent};
+use eventstore::{
     AppendCriteria, EventReference, EventStorage, EventStreamId, EventToStore, Fence, LeaseRequest,
     LeaseStatus, PartitionElector, PartitionWatch, StoredEvent, Tags,
 };
@@ -153,7 +153,7 @@ impl Projection for Recorder {
 /// A projection's own error whose source is the storage's refusal, as a projection that
 /// wraps the errors it meets would return it.
 #[derive(Debug)]
-struct OutboxRefused(eventstore_api::EventStorageError);
+struct OutboxRefused(eventstore::EventStorageError);
 
 impl std::fmt::Display for OutboxRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -349,11 +349,11 @@ async fn an_elected_projector_whose_typed_fenced_append_is_refused_waits_for_the
 }
 
 /// A storage's refusal of a stale fence.
-fn stale_fence_refusal() -> eventstore_api::EventStorageError {
-    eventstore_api::EventStorageError::Fenced {
+fn stale_fence_refusal() -> eventstore::EventStorageError {
+    eventstore::EventStorageError::Fenced {
         lease_name: LEASE.to_owned(),
-        presented: eventstore_api::FencingToken(3),
-        current: Some(eventstore_api::FencingToken(4)),
+        presented: eventstore::FencingToken(3),
+        current: Some(eventstore::FencingToken(4)),
         live: true,
     }
 }
@@ -408,11 +408,11 @@ async fn a_new_tenure_starts_from_the_bookmark_whatever_the_bookmark_reading() {
         append(&inner, 4..=6).await;
         let sixth = inner
             .query(
-                &eventstore_api::EventFilter::match_all(),
+                &eventstore::EventFilter::match_all(),
                 &stream(),
                 None,
-                eventstore_api::Limit::none(),
-                eventstore_api::Direction::Forward,
+                eventstore::Limit::none(),
+                eventstore::Direction::Forward,
             )
             .await
             .unwrap()[5]
@@ -520,11 +520,11 @@ async fn a_partitions_first_tenure_starts_from_the_bookmark_whatever_the_bookmar
         append(&inner, 1..=3).await;
         let third = inner
             .query(
-                &eventstore_api::EventFilter::match_all(),
+                &eventstore::EventFilter::match_all(),
                 &stream(),
                 None,
-                eventstore_api::Limit::none(),
-                eventstore_api::Direction::Forward,
+                eventstore::Limit::none(),
+                eventstore::Direction::Forward,
             )
             .await
             .unwrap()[2]

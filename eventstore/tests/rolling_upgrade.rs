@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::partitions::member_lease_name;
-use eventstore_api::{EventStorage, Lease, LeaseRequest, PartitionElector};
+use eventstore::partitions::member_lease_name;
+use eventstore::{EventStorage, Lease, LeaseRequest, PartitionElector};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, LONG_TTL};
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Capability, EventStorage, EventStreamId, EventToStore, StorageResult,
 };
 use eventstore_memory::MemoryEventStorage;
@@ -117,10 +117,7 @@ async fn a_failing_storage_refuses_every_call_at_once_and_changes_nothing() {
     assert!(storage.is_failing());
     let refused = storage.request_lease(request("jobs", "node-a")).await;
     assert!(
-        matches!(
-            refused,
-            Err(eventstore_api::EventStorageError::Backend { .. })
-        ),
+        matches!(refused, Err(eventstore::EventStorageError::Backend { .. })),
         "a failing storage answers Backend, got {refused:?}"
     );
     let event = EventToStore::new("Noted", serde_json::json!({}));

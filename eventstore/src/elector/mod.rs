@@ -190,7 +190,7 @@ impl ElectorBuilder {
 /// # Examples
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use eventstore_api::{EventStorage, elector::*};
+/// # use eventstore::{EventStorage, elector::*};
 /// # async fn lead(storage: Arc<dyn EventStorage>) -> Result<(), Box<dyn std::error::Error>> {
 /// let elector = LeaderElector::builder(storage, "order-dispatcher")
 ///     .ttl(Duration::from_secs(15))

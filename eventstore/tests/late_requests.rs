@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use eventstore_api::elector::{LeaderElector, Leadership};
-use eventstore_api::partitions::PartitionElector;
-use eventstore_api::{
+use eventstore::elector::{LeaderElector, Leadership};
+use eventstore::partitions::PartitionElector;
+use eventstore::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStreamId, EventToStore, FencingToken, Lease, LeaseContender, LeaseRequest,
     LeaseResponse, Limit, StorageResult, StoredEvent, Tags,

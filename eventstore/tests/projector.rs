@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventstore_api::elector::{LeaderElector, Leadership};
-use eventstore_api::projector::{
+use eventstore::elector::{LeaderElector, Leadership};
+use eventstore::projector::{
     BookmarkReading, ElectedProjector, PartitionedProjector, Projection, ProjectionError,
     Projector, ProjectorError, ProjectorRun,
 };
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, FencingToken,
     LeaseRequest, LeaseStatus, Limit, PartitionElector, StorageResult, StoredEvent, Tags,

@@ -14,8 +14,8 @@ use crate::{EventStorage, EventStorageError, Lease};
 ///
 /// # Examples
 /// ```
-/// # use eventstore_api::{EventStorage, partitions::GroupStatus};
-/// # async fn check(storage: &dyn EventStorage) -> Result<(), eventstore_api::EventStorageError> {
+/// # use eventstore::{EventStorage, partitions::GroupStatus};
+/// # async fn check(storage: &dyn EventStorage) -> Result<(), eventstore::EventStorageError> {
 /// let status = GroupStatus::read(storage, "orders").await?;
 /// if !status.unheld().is_empty() {
 ///     eprintln!("partitions nobody holds: {:?}", status.unheld());

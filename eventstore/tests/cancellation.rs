@@ -3,8 +3,8 @@
 use futures_util::FutureExt;
 use std::sync::{Arc, Mutex};
 
-use eventstore_api::projector::{BookmarkReading, Projection, ProjectionError, Projector};
-use eventstore_api::{
+use eventstore::projector::{BookmarkReading, Projection, ProjectionError, Projector};
+use eventstore::{
     AppendCriteria, EventReference, EventStorage, EventStreamId, EventToStore, StoredEvent,
 };
 use eventstore_memory::MemoryEventStorage;

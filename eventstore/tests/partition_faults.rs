@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventstore_api::{EventStorage, PartitionElector};
+use eventstore::{EventStorage, PartitionElector};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
 use eventstore_tck::wrappers::Unreliable;

@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventstore_api::elector::LeaderElector;
-use eventstore_api::partitions::PartitionWatch;
-use eventstore_api::projector::{
+use eventstore::elector::LeaderElector;
+use eventstore::partitions::PartitionWatch;
+use eventstore::projector::{
     ElectedProjector, PartitionedProjector, Projection, ProjectionError, Projector, ProjectorError,
     ProjectorRun,
 };
-use eventstore_api::{
+use eventstore::{
     AppendCriteria, EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore,
     PartitionElector, StoredEvent,
 };
