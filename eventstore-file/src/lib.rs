@@ -81,28 +81,13 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-mod bookmark_journal;
-mod codec;
-mod command;
-mod corruption;
-mod directory;
-mod event_reader;
-mod event_record;
-mod file_failure;
-mod frame;
-mod gathering;
-mod group_tail;
-mod index;
-mod journal;
-mod lease_tokens;
-mod names;
+mod disk;
+mod journals;
+mod log;
 mod options;
-mod positioned_io;
-mod recovery;
-mod segments;
 mod storage;
 mod writer;
 
-pub use corruption::Corruption;
+pub use disk::corruption::Corruption;
 pub use options::FileStorageOptions;
 pub use storage::FileEventStorage;

@@ -21,14 +21,14 @@ use eventstore_api::{
 };
 use tokio::sync::oneshot;
 
-use crate::command::{Command, Reply};
-use crate::corruption::OpenFailure;
-use crate::directory::{create_dir_durably, DirectoryLock};
-use crate::event_reader::read_events;
-use crate::event_record::FromFields;
-use crate::index::Location;
-use crate::lease_tokens::LeaseState;
+use crate::disk::corruption::OpenFailure;
+use crate::disk::directory::{create_dir_durably, DirectoryLock};
+use crate::journals::lease_tokens::LeaseState;
+use crate::log::event_reader::read_events;
+use crate::log::event_record::FromFields;
+use crate::log::index::Location;
 use crate::options::FileStorageOptions;
+use crate::writer::command::{Command, Reply};
 use crate::writer::{SharedState, Writer};
 
 const BACKEND_NAME: &str = "file";
@@ -223,7 +223,7 @@ impl FileEventStorage {
             if backward {
                 events.reverse();
             }
-            Ok::<_, crate::event_reader::ReadFailure>(events)
+            Ok::<_, crate::log::event_reader::ReadFailure>(events)
         });
         match read.await {
             Ok(Ok(events)) => Ok(events),
@@ -235,7 +235,7 @@ impl FileEventStorage {
         }
     }
 
-    fn index(&self) -> std::sync::RwLockReadGuard<'_, crate::index::EventIndex> {
+    fn index(&self) -> std::sync::RwLockReadGuard<'_, crate::log::index::EventIndex> {
         self.inner
             .state
             .index
@@ -343,8 +343,8 @@ fn open_read_only_blocking(dir: PathBuf) -> StorageResult<FileEventStorage> {
     let (index, bookmarks) = loop {
         // The bookmarks first: the writer journals a bookmark only once its event is synced
         // into the log, so a log read after them holds every event they name.
-        let read = crate::bookmark_journal::BookmarkJournal::read_only(&dir)
-            .and_then(|bookmarks| Ok((crate::recovery::read_log(&dir)?, bookmarks)));
+        let read = crate::journals::bookmark_journal::BookmarkJournal::read_only(&dir)
+            .and_then(|bookmarks| Ok((crate::log::recovery::read_log(&dir)?, bookmarks)));
         match read {
             Ok(read) => break read,
             Err(OpenFailure::Io { .. } | OpenFailure::Corrupt(_))

@@ -9,12 +9,12 @@ use eventstore_api::EventStorageError;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 
-use crate::connection_health::{ConnectionHealth, Handling};
-use crate::init_mode::DatabaseInitMode;
-use crate::pooler_parameter;
-use crate::prefix::TablePrefix;
+use crate::connections::connection_health::{ConnectionHealth, Handling};
+use crate::connections::pooler_parameter;
+use crate::connections::settings::Settings;
 use crate::schema;
-use crate::settings::Settings;
+use crate::schema::prefix::TablePrefix;
+use crate::schema::DatabaseInitMode;
 use crate::storage::PostgresEventStorage;
 
 /// The prefix used when the builder is given none.

@@ -53,37 +53,19 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-mod append_notification;
-mod backoff;
-mod bookmarks;
 mod builder;
-mod connection_health;
-mod errors;
+mod connections;
 mod events;
-mod fencing;
-mod filter_sql;
-mod init_mode;
-mod isolation;
-mod lease_notification;
 mod leases;
-mod listener;
-mod own_appends;
-mod plain_batch;
-mod pooler_parameter;
-mod prefix;
-mod renewals;
+mod notifications;
 mod schema;
-mod schema_version;
-mod settings;
 mod shared;
-mod statements;
 mod storage;
-mod tags_column;
 
 pub use builder::{
     connect_options, is_postgres_url, PostgresEventStorageBuilder, DEFAULT_LISTENER_HEARTBEAT,
     DEFAULT_MAX_LIFETIME, DEFAULT_PREFIX,
 };
-pub use init_mode::DatabaseInitMode;
+pub use schema::DatabaseInitMode;
 pub use schema::{drop_sql, is_newer_schema, schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
 pub use storage::PostgresEventStorage;

@@ -7,14 +7,14 @@ use eventstore_api::StorageResult;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 
-use crate::listener::Listener;
-use crate::own_appends::OwnAppends;
-use crate::plain_batch;
-use crate::prefix::TablePrefix;
-use crate::renewals::ExpectedRenewals;
-use crate::settings::Settings;
-use crate::statements::{CallConnection, CallTransaction};
-use crate::{append_notification, lease_notification};
+use crate::connections::settings::Settings;
+use crate::connections::statements::{CallConnection, CallTransaction};
+use crate::events::own_appends::OwnAppends;
+use crate::leases::plain_batch;
+use crate::leases::renewals::ExpectedRenewals;
+use crate::notifications::listener::Listener;
+use crate::notifications::{append_notification, lease_notification};
+use crate::schema::prefix::TablePrefix;
 
 /// What every handle of one storage shares.
 pub(crate) struct Shared {

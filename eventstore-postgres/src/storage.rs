@@ -18,10 +18,11 @@ use eventstore_api::{
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 
-use crate::prefix::TablePrefix;
-use crate::settings::Settings;
+use crate::connections::settings::Settings;
+use crate::events::bookmarks;
+use crate::schema::prefix::TablePrefix;
 use crate::shared::Shared;
-use crate::{bookmarks, events, leases};
+use crate::{events, leases};
 
 /// Events, bookmarks and leases in PostgreSQL, in tables whose names start with a prefix.
 ///
@@ -163,7 +164,7 @@ impl PostgresEventStorage {
                  lock was awaited",
             ));
         }
-        crate::fencing::hold(shared, transaction, fence, operation, &lock_timeout).await
+        crate::leases::fencing::hold(shared, transaction, fence, operation, &lock_timeout).await
     }
 
     /// How PostgreSQL runs a statement of a [`query`](EventStorage::query) with these

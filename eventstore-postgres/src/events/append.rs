@@ -17,15 +17,15 @@ use sqlx::query::Query;
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
-use super::rows::{concrete, decode_event, decode_reference, EVENT_COLUMNS};
-use super::visibility;
-use crate::append_notification;
-use crate::fencing;
-use crate::filter_sql::{
+use super::filter_sql::{
     push_filter, push_order, push_stream_between, push_stream_plainly, VISIBILITY_BARRIER,
 };
+use super::rows::{concrete, decode_event, decode_reference, EVENT_COLUMNS};
+use super::tags_column;
+use super::visibility;
+use crate::leases::fencing;
+use crate::notifications::append_notification;
 use crate::shared::Shared;
-use crate::tags_column;
 
 /// Appends `events` to `stream` if `criteria` (and `fence`, when given) hold, all or nothing,
 /// and records how long it took.

@@ -14,12 +14,12 @@ use futures_util::TryStreamExt;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::rows::{decode_reference, read_columns, ReadEvent};
-use crate::filter_sql::{
+use super::filter_sql::{
     descending, push_filter, push_order, push_stream_between, VISIBILITY_BARRIER,
 };
+use super::rows::{decode_reference, read_columns, ReadEvent};
+use super::tags_column::RepeatedTags;
 use crate::shared::Shared;
-use crate::tags_column::RepeatedTags;
 
 /// The events one statement of a streamed read asks for, and the first page of any read:
 /// a page is held in memory whole.

@@ -13,12 +13,12 @@ use sqlx::{Postgres, QueryBuilder};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use super::filter_sql::{push_order, push_stream_between, VISIBILITY_BARRIER};
 use super::pages::decode_rows;
 pub(crate) use super::pages::Pages;
 use super::rows::{decode_event, decode_reference, ReadEvent, EVENT_COLUMNS};
-use crate::filter_sql::{push_order, push_stream_between, VISIBILITY_BARRIER};
+use super::tags_column::RepeatedTags;
 use crate::shared::Shared;
-use crate::tags_column::RepeatedTags;
 
 /// The matching events of the streams `stream` covers, strictly after `after`, below the
 /// visibility barrier: page after page on one connection (see [`Pages`]).

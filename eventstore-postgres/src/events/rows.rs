@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use sqlx::postgres::{PgRow, PgValueFormat};
 use sqlx::{Row, TypeInfo, ValueRef};
 
-use crate::tags_column::RepeatedTags;
+use super::tags_column::RepeatedTags;
 
 /// The columns [`decode_event`] reads, in the order it reads them by index.
 ///

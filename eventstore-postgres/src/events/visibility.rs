@@ -5,7 +5,7 @@
 //! cluster. An append's insert reports which older transactions may have been running when
 //! it wrote (see `append`): with none, the append is readable the moment it commits and asks
 //! nothing more; when all of them are the storage's own appends, it waits for those to end
-//! ([`OwnAppends`](crate::own_appends::OwnAppends)). Only otherwise does it poll the server,
+//! ([`OwnAppends`](super::own_appends::OwnAppends)). Only otherwise does it poll the server,
 //! which costs one more round trip when the older writers have finished by then, and a
 //! bounded wait when one is still open.
 

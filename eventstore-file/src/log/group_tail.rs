@@ -23,9 +23,9 @@
 use std::fs::File;
 use std::io;
 
-use crate::event_record::group_start;
-use crate::frame::{FrameHeader, HEADER_LEN};
-use crate::positioned_io::read_exact_at;
+use crate::disk::positioned_io::read_exact_at;
+use crate::log::event_record::group_start;
+use crate::log::frame::{FrameHeader, HEADER_LEN};
 
 /// Bytes read at a time while looking for frames after damage.
 const CHUNK: usize = 1 << 20;
@@ -227,7 +227,7 @@ fn data_end(file: &File, damaged: u64, end: u64) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event_record::{stamp_group_start, test_frame};
+    use crate::log::event_record::{stamp_group_start, test_frame};
 
     /// A file of `filler` bytes up to `at`, then a batch frame stamped with `group`.
     fn file_with_frame_at(at: usize, filler: u8, group: u64) -> File {
@@ -308,7 +308,7 @@ mod tests {
         let file = file_with_frame_at(3_000, 0xAA, 2_000);
         let cut = tempfile::tempfile().unwrap();
         let mut bytes = vec![0u8; 3_020];
-        crate::positioned_io::read_exact_at(&file, &mut bytes, 0).unwrap();
+        crate::disk::positioned_io::read_exact_at(&file, &mut bytes, 0).unwrap();
         std::io::Write::write_all(&mut &cut, &bytes).unwrap();
         // The frame's header is there, its payload cut short.
         assert_eq!(

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::dispatch::Hubs;
-use crate::backoff::Backoff;
+use crate::connections::backoff::Backoff;
 
 /// The longest one attempt to connect and `LISTEN` may take. The pool retries a refused
 /// connection until then, so this is also how long an unreachable server delays the first

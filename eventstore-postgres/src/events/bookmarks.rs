@@ -4,10 +4,10 @@ use eventstore_api::{Bookmark, EventReference, EventStorageError, Fence, Storage
 use sqlx::PgConnection;
 use sqlx::Row;
 
-use crate::events::decode_reference;
-use crate::fencing;
+use super::rows::decode_reference;
+use super::tags_column;
+use crate::leases::fencing;
 use crate::shared::Shared;
-use crate::tags_column;
 
 /// Places `reader`'s bookmark at the event `reference` names, if this storage holds it and
 /// `fence` (when given) holds.

@@ -5,10 +5,10 @@ use std::fs::File;
 use std::io;
 use std::sync::Arc;
 
-use crate::codec::DecodeError;
-use crate::event_record::{EventFields, FromFields};
-use crate::index::Location;
-use crate::positioned_io::read_exact_at;
+use crate::disk::positioned_io::read_exact_at;
+use crate::log::codec::DecodeError;
+use crate::log::event_record::{EventFields, FromFields};
+use crate::log::index::Location;
 
 /// Events this close together are fetched with one read (the bytes between are frame and
 /// length headers).

@@ -18,8 +18,8 @@ use eventstore_api::StorageResult;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
-use crate::connection_health::CallInProgress;
-use crate::settings::Settings;
+use super::connection_health::CallInProgress;
+use super::settings::Settings;
 
 /// A connection for one call's statements: a pooled connection as it is when statements are
 /// prepared, else a `READ COMMITTED` transaction that [`CallConnection::end`] commits.

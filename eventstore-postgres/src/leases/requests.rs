@@ -19,9 +19,8 @@ use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Postgres, Row};
 
-use crate::errors;
-use crate::plain_batch;
-use crate::renewals;
+use super::{plain_batch, renewals};
+use crate::connections::errors;
 use crate::shared::Shared;
 
 /// The most leases one call of `request_leases` or `release_leases` decides. Each holds one

@@ -4,9 +4,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::connection_health::ConnectionHealth;
-use crate::errors::Failing;
-use crate::isolation::BEGIN_READ_COMMITTED;
+use super::connection_health::ConnectionHealth;
+use super::errors::Failing;
+use super::isolation::BEGIN_READ_COMMITTED;
 
 /// Settings every operation consults.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, FilterItem};
 use sqlx::{Postgres, QueryBuilder};
 
-use crate::tags_column;
+use super::tags_column;
 
 /// Only events whose transaction is below the oldest one still running: every event a reader
 /// could later see below this line has committed, so moving a bookmark past what a read

@@ -4,8 +4,8 @@
 use eventstore_api::append_hints::AppendHintHub;
 use eventstore_api::lease_changes::LeaseChangeHub;
 
-use crate::append_notification;
-use crate::lease_notification::{self, LeaseNotification};
+use crate::notifications::append_notification;
+use crate::notifications::lease_notification::{self, LeaseNotification};
 
 /// The channels the listener listens on, each with the hub its notifications go to.
 pub(super) struct Hubs {

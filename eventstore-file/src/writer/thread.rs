@@ -24,19 +24,21 @@ use eventstore_api::{
     EventStreamId, EventToStore, StoredEvent,
 };
 
-use crate::bookmark_journal::{BookmarkChange, BookmarkJournal, Bookmarks, BOOKMARKS_FILE};
-use crate::command::{Command, HeldAnswer, Reply};
-use crate::corruption::OpenFailure;
-use crate::directory::{sync_dir, DirectoryLock};
-use crate::event_reader::read_events;
-use crate::event_record::{encode_batch, EncodedBatch};
-use crate::file_failure::FileFailure;
-use crate::gathering::GroupGathering;
-use crate::index::{EventIndex, IndexedEvent, Location};
-use crate::lease_tokens::LeaseState;
+use crate::disk::corruption::OpenFailure;
+use crate::disk::directory::{sync_dir, DirectoryLock};
+use crate::disk::file_failure::FileFailure;
+use crate::journals::bookmark_journal::{
+    BookmarkChange, BookmarkJournal, Bookmarks, BOOKMARKS_FILE,
+};
+use crate::journals::lease_tokens::LeaseState;
+use crate::log::event_reader::read_events;
+use crate::log::event_record::{encode_batch, EncodedBatch};
+use crate::log::index::{EventIndex, IndexedEvent, Location};
+use crate::log::recovery::recover_log;
+use crate::log::segments::SegmentWriter;
 use crate::options::FileStorageOptions;
-use crate::recovery::recover_log;
-use crate::segments::SegmentWriter;
+use crate::writer::command::{Command, HeldAnswer, Reply};
+use crate::writer::gathering::GroupGathering;
 
 /// Histogram: how many commands (appends and bookmark changes) one group commit took.
 pub(crate) const GROUP_SIZE: &str = "eventstore_file_group_size";
@@ -552,7 +554,7 @@ mod tests {
 
     /// Makes the active segment's writes fail; returns the writable handle.
     fn break_writes(writer: &mut Writer, dir: &Path) -> File {
-        let segment = crate::segments::list_segments(dir)
+        let segment = crate::log::segments::list_segments(dir)
             .unwrap()
             .pop()
             .unwrap()

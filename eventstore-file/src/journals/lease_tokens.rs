@@ -24,10 +24,10 @@ use eventstore_api::{
 };
 use hashbrown::HashMap;
 
-use crate::codec::{put_str, put_u64, Decoder};
-use crate::corruption::{Corruption, OpenFailure};
-use crate::file_failure::FileFailure;
-use crate::journal::{Journal, Kind};
+use crate::disk::corruption::{Corruption, OpenFailure};
+use crate::disk::file_failure::FileFailure;
+use crate::journals::journal::{Journal, Kind};
+use crate::log::codec::{put_str, put_u64, Decoder};
 
 /// The journal's file name inside the store's directory.
 pub(crate) const TOKENS_FILE: &str = "lease-tokens.log";

@@ -7,9 +7,9 @@ use std::path::Path;
 use eventstore_api::{Bookmark, EventId, EventReference, Tag, Tags};
 use uuid::Uuid;
 
-use crate::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
-use crate::corruption::{Corruption, OpenFailure};
-use crate::journal::{Journal, Kind, Record};
+use crate::disk::corruption::{Corruption, OpenFailure};
+use crate::journals::journal::{Journal, Kind, Record};
+use crate::log::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
 
 /// The journal's file name inside the store's directory.
 pub(crate) const BOOKMARKS_FILE: &str = "bookmarks.log";

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use eventstore_api::EventStorageError;
 
-use crate::connection_health::ConnectionHealth;
+use super::connection_health::ConnectionHealth;
 
 /// SQLSTATE `lock_not_available`: `lock_timeout` ran out.
 const LOCK_NOT_AVAILABLE: &str = "55P03";

@@ -9,7 +9,7 @@
 
 use sqlx::PgConnection;
 
-use crate::prefix::TablePrefix;
+use super::prefix::TablePrefix;
 
 /// The version of the schema `sql/schema.sql` creates. Raise it with every change of the
 /// script that an earlier version would take for drift (a function's body, a column, an

@@ -11,7 +11,7 @@ use eventstore_api::{
 };
 use uuid::Uuid;
 
-use crate::names::{stream_name, tag_name, Names};
+use crate::log::names::{stream_name, tag_name, Names};
 
 /// Where one event's bytes lie: segment number, offset in it, and length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

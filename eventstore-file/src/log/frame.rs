@@ -12,7 +12,7 @@
 
 use std::io::{self, Read};
 
-use crate::codec::u32_length;
+use crate::log::codec::u32_length;
 
 /// Bytes of a frame header.
 pub(crate) const HEADER_LEN: usize = 12;

@@ -14,11 +14,11 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::codec::{DecodeError, Decoder};
-use crate::directory::sync_dir;
-use crate::event_record::stamp_group_start;
-use crate::file_failure::FileFailure;
-use crate::positioned_io::write_all_at;
+use crate::disk::directory::sync_dir;
+use crate::disk::file_failure::FileFailure;
+use crate::disk::positioned_io::write_all_at;
+use crate::log::codec::{DecodeError, Decoder};
+use crate::log::event_record::stamp_group_start;
 
 /// Bytes of a segment header: magic, first position, checksum of both.
 pub(crate) const SEGMENT_HEADER_LEN: u64 = 20;

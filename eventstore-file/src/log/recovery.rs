@@ -8,13 +8,13 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::corruption::{Corruption, OpenFailure};
-use crate::event_record::{decode_batch, group_start, EventFields};
-use crate::frame::{FrameScanner, Scanned, HEADER_LEN};
-use crate::group_tail::{after_damage, AfterDamage};
-use crate::index::{EventIndex, IndexedEvent, Location};
-use crate::positioned_io::{only_zeros, write_again};
-use crate::segments::{
+use crate::disk::corruption::{Corruption, OpenFailure};
+use crate::disk::positioned_io::{only_zeros, write_again};
+use crate::log::event_record::{decode_batch, group_start, EventFields};
+use crate::log::frame::{FrameScanner, Scanned, HEADER_LEN};
+use crate::log::group_tail::{after_damage, AfterDamage};
+use crate::log::index::{EventIndex, IndexedEvent, Location};
+use crate::log::segments::{
     create_segment, decode_header, encode_header, list_segments, SegmentWriter, SEGMENT_HEADER_LEN,
 };
 
@@ -34,7 +34,7 @@ pub(crate) fn recover_log(
         None => {
             create_segment(dir, 1)
                 .map_err(OpenFailure::io("cannot create the first segment in", dir))?;
-            (1, dir.join(crate::segments::segment_file_name(1)))
+            (1, dir.join(crate::log::segments::segment_file_name(1)))
         }
     };
     let mut index = EventIndex::default();
@@ -386,9 +386,9 @@ fn rewrite_header(file: &mut File, first_position: u64) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event_record::test_frame;
-    use crate::frame::write_frame;
-    use crate::segments::segment_file_name;
+    use crate::log::event_record::test_frame;
+    use crate::log::frame::write_frame;
+    use crate::log::segments::segment_file_name;
 
     /// A batch frame holding the event at `position`, over three sectors long.
     fn frame(position: u64) -> Vec<u8> {
@@ -424,7 +424,7 @@ mod tests {
     /// Zeros `length` bytes of the first segment from `offset`, as a write the disk lost.
     fn lose(dir: &Path, offset: u64, length: usize) {
         let file = OpenOptions::new().write(true).open(segment(dir)).unwrap();
-        crate::positioned_io::write_all_at(&file, &vec![0; length], offset).unwrap();
+        crate::disk::positioned_io::write_all_at(&file, &vec![0; length], offset).unwrap();
     }
 
     fn corruption(failure: OpenFailure) -> String {
@@ -518,8 +518,8 @@ mod tests {
             .unwrap();
         let mut byte = [0u8; 1];
         let at = damaged + 100;
-        crate::positioned_io::read_exact_at(&file, &mut byte, at).unwrap();
-        crate::positioned_io::write_all_at(&file, &[byte[0] ^ 1], at).unwrap();
+        crate::disk::positioned_io::read_exact_at(&file, &mut byte, at).unwrap();
+        crate::disk::positioned_io::write_all_at(&file, &[byte[0] ^ 1], at).unwrap();
 
         let report = corruption(recover_log(dir.path(), 1 << 30).unwrap_err());
         assert!(report.contains(&format!("offset {damaged}")), "{report}");
@@ -578,7 +578,8 @@ mod tests {
             .append(true)
             .open(segment(dir.path()))
             .unwrap();
-        crate::positioned_io::write_all_at(&file, &old, file.metadata().unwrap().len()).unwrap();
+        crate::disk::positioned_io::write_all_at(&file, &old, file.metadata().unwrap().len())
+            .unwrap();
 
         let report = corruption(recover_log(dir.path(), 1 << 30).unwrap_err());
         assert!(report.contains("does not record its group"), "{report}");
@@ -587,7 +588,7 @@ mod tests {
     #[test]
     fn batches_written_before_they_recorded_their_group_are_read() {
         let dir = tempfile::tempdir().unwrap();
-        let mut segment_bytes = crate::segments::encode_header(1).to_vec();
+        let mut segment_bytes = crate::log::segments::encode_header(1).to_vec();
         for position in 1..=3 {
             write_frame(&mut segment_bytes, &ungrouped(&frame(position))).unwrap();
         }

@@ -6,25 +6,25 @@ use std::pin::Pin;
 use eventstore_api::{EventStorageError, StorageResult};
 use sqlx::{Executor, PgConnection, PgPool};
 
-use crate::init_mode::DatabaseInitMode;
-use crate::isolation::BEGIN_READ_COMMITTED;
-use crate::prefix::TablePrefix;
-use crate::schema_version::{self, SchemaVersion, Standing, SCHEMA_VERSION};
-use crate::settings::Settings;
-use crate::statements::CallConnection;
+use super::init_mode::DatabaseInitMode;
+use super::prefix::TablePrefix;
+use super::schema_version::{self, SchemaVersion, Standing, SCHEMA_VERSION};
+use crate::connections::isolation::BEGIN_READ_COMMITTED;
+use crate::connections::settings::Settings;
+use crate::connections::statements::CallConnection;
 
 /// What preparing the schema is called in errors.
 const OPERATION: &str = "prepare the schema";
 
 /// The schema, with `__prefix__` where the prefix goes. Idempotent.
-pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
+pub const SCHEMA_SQL: &str = include_str!("../../sql/schema.sql");
 
 /// Drops every object of a prefix, with `__prefix__` where the prefix goes.
-pub const DROP_SQL: &str = include_str!("../sql/drop.sql");
+pub const DROP_SQL: &str = include_str!("../../sql/drop.sql");
 
 /// The least privileges an application role needs, with `__prefix__` where the prefix goes
 /// and `__app_role__` where the role goes: `SELECT, INSERT` on events, no `DELETE` on leases.
-pub const GRANTS_SQL: &str = include_str!("../sql/grants.sql");
+pub const GRANTS_SQL: &str = include_str!("../../sql/grants.sql");
 
 /// The schema script for `prefix`, ready to run by hand (in one transaction) for
 /// deployments that use [`DatabaseInitMode::Validate`] or [`DatabaseInitMode::None`].

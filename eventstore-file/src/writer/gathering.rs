@@ -3,7 +3,7 @@
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use crate::command::Command;
+use crate::writer::command::Command;
 
 /// The most commands one group takes, so that one group's write stays bounded.
 pub(crate) const MAX_GROUP: usize = 1024;

@@ -25,8 +25,8 @@ use eventstore_api::{
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use crate::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
-use crate::frame::{begin_frame, finish_frame, reseal_frame, HEADER_LEN, MAX_PAYLOAD};
+use crate::log::codec::{put_str, put_time, put_u32, put_u64, put_u8, DecodeError, Decoder};
+use crate::log::frame::{begin_frame, finish_frame, reseal_frame, HEADER_LEN, MAX_PAYLOAD};
 
 /// A batch without its group's start, as written before batches recorded it.
 const UNGROUPED_BATCH_KIND: u8 = 1;
@@ -296,8 +296,8 @@ fn not_json(error: serde_json::Error) -> DecodeError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::FrameScanner;
-    use crate::frame::Scanned;
+    use crate::log::frame::FrameScanner;
+    use crate::log::frame::Scanned;
 
     fn stored(position: u64, key: Option<&str>) -> StoredEvent {
         StoredEvent {

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use eventstore_api::{Fence, Lease, StorageResult};
 use sqlx::{PgConnection, Row};
 
-use crate::leases::decode_lease;
+use super::requests::decode_lease;
 use crate::shared::Shared;
 
 /// Checks `fence` inside the write's transaction, holding the lease's lock in shared mode

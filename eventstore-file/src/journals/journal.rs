@@ -30,12 +30,12 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use crate::codec::{put_u32, u32_length, Decoder};
-use crate::corruption::{Corruption, OpenFailure};
-use crate::directory::{parent_of, sync_dir};
-use crate::frame::{write_frame, FrameScanner, Scanned, MAX_PAYLOAD};
-use crate::group_tail::{after_damage, AfterDamage};
-use crate::positioned_io::{only_zeros, write_again, write_all_at};
+use crate::disk::corruption::{Corruption, OpenFailure};
+use crate::disk::directory::{parent_of, sync_dir};
+use crate::disk::positioned_io::{only_zeros, write_again, write_all_at};
+use crate::log::codec::{put_u32, u32_length, Decoder};
+use crate::log::frame::{write_frame, FrameScanner, Scanned, MAX_PAYLOAD};
+use crate::log::group_tail::{after_damage, AfterDamage};
 
 /// What kind of journal a file is: the first six bytes of its header, e.g. `ESFBMK`.
 pub(crate) type Kind = [u8; 6];
