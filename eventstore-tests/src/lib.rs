@@ -1,5 +1,5 @@
-//! Tests of `eventstore-api` and `eventstore-tck` that need a backend, and the README's
-//! examples.
+//! Tests of `eventstore-api` and `eventstore-tck` that need a backend, and the examples of
+//! the README and of `docs/LEASES.md`.
 //!
 //! Every backend depends on both crates, so neither can name one as a dev-dependency without
 //! a loop: on the registry each would wait for the other to be published first. Tests that
@@ -9,3 +9,8 @@
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of `docs/LEASES.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/LEASES.md")]
+pub struct LeasesDoctests;
