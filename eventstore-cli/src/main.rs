@@ -21,7 +21,8 @@
 //! directory that is no store), 2 bad usage. A failure is one line on standard error.
 //!
 //! With `--json` each call prints one JSON document (with `--watch`, one per refresh, one per
-//! line); the field names are stable and listed in the repository's README ("Operating it").
+//! line); the field names are stable and listed in this crate's manual,
+//! `eventstore-cli/README.md`.
 
 mod bookmarks;
 mod cli;
