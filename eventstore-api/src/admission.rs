@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::validate;
 use crate::{
     AppendCriteria, EventFilter, EventStorageError, EventStreamId, EventToStore, Fence,
-    LeaseRequest, Tags,
+    LeaseRequest, LeaseSelection, Tags,
 };
 
 /// One call of the [`EventStorage`](crate::EventStorage) SPI with the input the rules look at.
@@ -53,8 +53,7 @@ pub enum Operation<'a> {
         /// The batch.
         events: &'a [EventToStore],
     },
-    /// `query`, `query_raw` and `query_stream`: a valid filter and stream (wildcards
-    /// allowed).
+    /// `query` and `read`: a valid filter and stream (wildcards allowed).
     Query {
         /// The events selected.
         filter: &'a EventFilter,
@@ -66,7 +65,7 @@ pub enum Operation<'a> {
         /// The streams looked at.
         stream: &'a EventStreamId,
     },
-    /// `subscribe_appends`: a valid stream (wildcards allowed).
+    /// `subscribe` to appends: a valid stream (wildcards allowed).
     SubscribeAppends {
         /// The streams whose appends are hinted.
         stream: &'a EventStreamId,
@@ -109,15 +108,11 @@ pub enum Operation<'a> {
         /// Its owner.
         owner: &'a str,
     },
-    /// `get_contenders`: a valid lease name.
-    Contenders {
-        /// The lease whose contenders are listed.
-        lease_name: &'a str,
-    },
-    /// `get_leases_with_prefix`: a prefix that a name may start with (empty allowed).
-    LeasesWithPrefix {
-        /// The prefix of the leases listed.
-        prefix: &'a str,
+    /// `list_leases` and `list_contenders`: a valid name, or a prefix a name may start with
+    /// (empty allowed).
+    Leases {
+        /// The leases listed.
+        selection: &'a LeaseSelection,
     },
     /// `release_leases`: a valid owner and valid lease names.
     ReleaseLeases {
@@ -182,12 +177,7 @@ impl Operation<'_> {
             Operation::ReleaseLease { lease_name, owner } => {
                 validate::validate_release(lease_name, owner)
             }
-            Operation::Contenders { lease_name } => {
-                validate::validate_name("lease name", lease_name)
-            }
-            Operation::LeasesWithPrefix { prefix } => {
-                validate::validate_text("lease name prefix", prefix)
-            }
+            Operation::Leases { selection } => validate::validate_lease_selection(selection),
             Operation::ReleaseLeases { lease_names, owner } => {
                 validate::validate_releases(lease_names, owner)
             }

@@ -6,76 +6,98 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 
+use futures_util::TryStreamExt;
+
 use crate::{
-    Direction, EventFilter, EventReference, EventStorage, EventStorageError, EventStreamId, Limit,
-    RawStoredEvent, StorageResult, StoredEvent,
+    Delivery, Direction, EventReference, EventStorage, EventStorageError, Limit, RawStoredEvent,
+    ReadEvent, ReadRequest, StorageResult, StoredEvent,
 };
 
 /// Events of type `E` read as a stream, in the order of the read's direction. An error ends
 /// the stream; dropping it part-way holds nothing open.
 pub type Events<'a, E> = Pin<Box<dyn Stream<Item = StorageResult<E>> + Send + 'a>>;
 
-/// The events of a [`query_stream`](EventStorage::query_stream).
+/// The events of a [`read`](EventStorage::read), each in the form the read asked for.
+pub type ReadStream<'a> = Events<'a, ReadEvent>;
+
+/// The events of a decoded streamed read
+/// ([`EventStorageExt::query_stream`](crate::EventStorageExt::query_stream)).
 pub type EventStream<'a> = Events<'a, StoredEvent>;
 
-/// The events of a [`query_raw_stream`](EventStorage::query_raw_stream), each payload as
-/// JSON text.
+/// The events of a raw streamed read
+/// ([`EventStorageExt::query_raw_stream`](crate::EventStorageExt::query_raw_stream)), each
+/// payload as JSON text.
 pub type RawEventStream<'a> = Events<'a, RawStoredEvent>;
 
-/// How many events [`paged_query_stream`] asks `query` for at a time.
+/// How many events a streamed read asks for at a time by default.
 pub const STREAM_PAGE: u64 = 1_000;
 
-/// The default [`EventStorage::query_stream`]: `query` page after page, each asking for at
-/// most [`STREAM_PAGE`] events after the last one of the page before (reading backward,
-/// before it), each read while the caller takes the page before (see [`read_ahead`]), so
-/// that at most two pages are held at a time. Invalid input is the stream's first and only
-/// item.
-pub fn paged_query_stream<'a, S: EventStorage + ?Sized>(
+/// The default [`EventStorage::read`], for a backend to fall back on for the forms it does
+/// not read natively:
+/// - whole: [`EventStorage::query`], each payload written out as text where the request asks
+///   for text;
+/// - streamed: page after page of the storage's own whole [`read`](EventStorage::read) of
+///   the same form, each asking for at most [`STREAM_PAGE`] events after the last one of the
+///   page before (reading backward, before it), each read while the caller takes the page
+///   before (see [`read_ahead`]), so that at most two pages are held at a time. A backend
+///   that reads whole raw pages natively thus streams them natively too.
+///
+/// Invalid input is the stream's first and only item.
+pub fn default_read<'a, S: EventStorage + ?Sized>(
     storage: &'a S,
-    filter: &EventFilter,
-    stream: &EventStreamId,
-    after: Option<&EventReference>,
-    limit: Limit,
-    direction: Direction,
-) -> EventStream<'a> {
-    paged(
-        storage,
-        Cursor::new(filter, stream, after, limit, direction),
-    )
+    request: ReadRequest,
+) -> ReadStream<'a> {
+    match request.delivery {
+        Delivery::Whole => whole(async move {
+            let events = storage
+                .query(
+                    &request.filter,
+                    &request.stream,
+                    request.after.as_ref(),
+                    request.limit,
+                    request.direction,
+                )
+                .await?;
+            events
+                .into_iter()
+                .map(|event| ReadEvent::of(event, request.payloads))
+                .collect()
+        }),
+        Delivery::Streamed => paged(storage, Cursor::new(request)),
+    }
 }
 
-/// The default [`EventStorage::query_raw_stream`]: `query_raw` page after page, as
-/// [`paged_query_stream`] reads `query`.
-pub fn paged_query_raw_stream<'a, S: EventStorage + ?Sized>(
-    storage: &'a S,
-    filter: &EventFilter,
-    stream: &EventStreamId,
-    after: Option<&EventReference>,
-    limit: Limit,
-    direction: Direction,
-) -> RawEventStream<'a> {
-    paged(
-        storage,
-        Cursor::new(filter, stream, after, limit, direction),
-    )
+/// The events `read` gives, handed out once all have arrived: how a backend answers a whole
+/// [`read`](EventStorage::read) from one call that returns a list.
+pub fn whole<'a, E, Fut>(read: Fut) -> Events<'a, E>
+where
+    E: Send + 'a,
+    Fut: Future<Output = StorageResult<Vec<E>>> + Send + 'a,
+{
+    let mut read = Some(read);
+    read_ahead((), move |()| {
+        let read = read.take();
+        async move {
+            match read {
+                Some(read) => Ok((read.await?, None)),
+                None => Ok((Vec::new(), None)),
+            }
+        }
+    })
 }
 
-/// The events of `E` from where `cursor` stands, page after page (see [`read_ahead`]).
-fn paged<'a, E: Paged + 'a, S: EventStorage + ?Sized>(
-    storage: &'a S,
-    cursor: Cursor,
-) -> Events<'a, E> {
+/// Every event of `stream`, or its first error.
+///
+/// # Errors
+/// The first error the stream hands out.
+pub async fn collect<E>(stream: Events<'_, E>) -> StorageResult<Vec<E>> {
+    stream.try_collect().await
+}
+
+/// The events from where `cursor` stands, page after page (see [`read_ahead`]).
+fn paged<'a, S: EventStorage + ?Sized>(storage: &'a S, cursor: Cursor) -> ReadStream<'a> {
     let read_page = move |mut cursor: Cursor| async move {
-        let (filter, limit) = cursor.next_request();
-        let page = E::read(
-            storage,
-            &filter,
-            &cursor.stream,
-            cursor.after.as_ref(),
-            limit,
-            cursor.direction,
-        )
-        .await?;
+        let page = collect(storage.read(cursor.next_request())).await?;
         let page = cursor.take_page(page)?;
         Ok((page, (!cursor.done).then_some(cursor)))
     };
@@ -175,33 +197,22 @@ where
 
 /// Where a paged read stands.
 struct Cursor {
-    filter: EventFilter,
-    stream: EventStreamId,
-    /// The caller's lower bound, then (reading forward) the last event returned.
-    after: Option<EventReference>,
+    /// The read as asked for; its `after` is the caller's lower bound, then (reading forward)
+    /// the last event returned.
+    request: ReadRequest,
     /// Reading backward: the last event returned, which the next page must precede.
     before: Option<EventReference>,
     remaining: Option<u64>,
-    direction: Direction,
     done: bool,
 }
 
 impl Cursor {
-    /// The start of a read of these arguments.
-    fn new(
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> Self {
+    /// The start of `request`.
+    fn new(request: ReadRequest) -> Self {
         Cursor {
-            filter: filter.clone(),
-            stream: stream.clone(),
-            after: after.copied(),
+            remaining: request.limit.0,
+            request,
             before: None,
-            remaining: limit.0,
-            direction,
             done: false,
         }
     }
@@ -217,30 +228,32 @@ impl Cursor {
         self.remaining.map_or(STREAM_PAGE, |n| n.min(STREAM_PAGE))
     }
 
-    /// The filter and limit to read the next page with, after the cursor's `after` in its
-    /// direction. Reading backward, the page is bounded by `until`, which is inclusive: it
-    /// may return the event it ends at once more, which is asked for on top and dropped.
-    fn next_request(&self) -> (EventFilter, Limit) {
-        let mut filter = self.filter.clone();
+    /// The whole read of the next page, after the cursor's `after` in its direction. Reading
+    /// backward, the page is bounded by `until`, which is inclusive: it may return the event
+    /// it ends at once more, which is asked for on top and dropped.
+    fn next_request(&self) -> ReadRequest {
+        let mut request = self.request.clone();
         if let Some(before) = self.before {
-            filter.until = Some(before);
+            request.filter.until = Some(before);
         }
-        (filter, Limit::to(self.page_rows() + self.asked_again()))
+        request.limit = Limit::to(self.page_rows() + self.asked_again());
+        request.delivery = Delivery::Whole;
+        request
     }
 
     /// The events of the page read as [`Cursor::next_request`] said, and the cursor moved past
     /// them; the read is over when the page came back short.
-    fn take_page<E: Paged>(&mut self, mut page: Vec<E>) -> StorageResult<Vec<E>> {
+    fn take_page(&mut self, mut page: Vec<ReadEvent>) -> StorageResult<Vec<ReadEvent>> {
         let (rows, again) = (self.page_rows(), self.asked_again());
         let exhausted = (page.len() as u64) < rows + again;
         // Reading forward, a page that does not move past the cursor would be read again
         // and again: a backend whose `query` ignores `after` gets an error, not a loop.
         if let (Direction::Forward, Some(after), Some(first)) =
-            (self.direction, self.after, page.first())
+            (self.request.direction, self.request.after, page.first())
         {
             if first.reference() <= after {
                 return Err(EventStorageError::backend(
-                    "query_stream cannot page: query returned an event that is not after \
+                    "a streamed read cannot page: a page returned an event that is not after \
                      the cursor",
                     format!(
                         "cursor {after:?}, first event returned {:?}",
@@ -256,65 +269,12 @@ impl Cursor {
         self.remaining = self.remaining.map(|n| n - page.len() as u64);
         self.done = exhausted || self.remaining == Some(0) || page.is_empty();
         if let Some(last) = page.last() {
-            match self.direction {
-                Direction::Forward => self.after = Some(last.reference()),
+            match self.request.direction {
+                Direction::Forward => self.request.after = Some(last.reference()),
                 Direction::Backward => self.before = Some(last.reference()),
             }
         }
         Ok(page)
-    }
-}
-
-/// The future of one page's read.
-type PageRead<'s, E> = Pin<Box<dyn Future<Output = StorageResult<Vec<E>>> + Send + 's>>;
-
-/// What a paged read hands out, and the storage call that reads a page of it.
-trait Paged: Sized + Send {
-    /// Where the event stands in the storage's order.
-    fn reference(&self) -> EventReference;
-
-    /// A page of these events: `query` or `query_raw` with these arguments.
-    fn read<'s, S: EventStorage + ?Sized>(
-        storage: &'s S,
-        filter: &'s EventFilter,
-        stream: &'s EventStreamId,
-        after: Option<&'s EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> PageRead<'s, Self>;
-}
-
-impl Paged for StoredEvent {
-    fn reference(&self) -> EventReference {
-        self.reference
-    }
-
-    fn read<'s, S: EventStorage + ?Sized>(
-        storage: &'s S,
-        filter: &'s EventFilter,
-        stream: &'s EventStreamId,
-        after: Option<&'s EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> PageRead<'s, Self> {
-        storage.query(filter, stream, after, limit, direction)
-    }
-}
-
-impl Paged for RawStoredEvent {
-    fn reference(&self) -> EventReference {
-        self.reference
-    }
-
-    fn read<'s, S: EventStorage + ?Sized>(
-        storage: &'s S,
-        filter: &'s EventFilter,
-        stream: &'s EventStreamId,
-        after: Option<&'s EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> PageRead<'s, Self> {
-        storage.query_raw(filter, stream, after, limit, direction)
     }
 }
 
@@ -326,7 +286,7 @@ mod tests {
     use futures_util::StreamExt;
 
     use super::*;
-    use crate::EventId;
+    use crate::{EventId, EventStreamId};
 
     const PAGES: u64 = 3;
     const PAGE_EVENTS: u64 = 4;

@@ -114,16 +114,20 @@ pub struct LeaseOutcome {
     pub took_over: bool,
 }
 
-/// What [`EventStorage::release_lease_with_outcome`] did.
+/// What [`EventStorage::release_leases`] did with one lease.
 ///
-/// [`EventStorage::release_lease_with_outcome`]: crate::EventStorage::release_lease_with_outcome
+/// [`EventStorage::release_leases`]: crate::EventStorage::release_leases
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum ReleaseOutcome {
     /// The caller held the lease live: it is acquirable at once.
     Released,
     /// The caller did not hold the lease (another owner does, it had expired, it was released
     /// before, or it never existed); only the caller's registration as contender was withdrawn.
     NotHeld,
+    /// Released as asked, whether or not the caller held it, by a storage that does not say
+    /// which (one without [`Capability::LeaseOutcomes`](crate::Capability::LeaseOutcomes)).
+    Unreported,
 }
 
 /// A lease as the storage records it. Expired and released leases keep their last owner.

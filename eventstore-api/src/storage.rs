@@ -4,16 +4,42 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::{
-    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
-    EventReference, EventStorageError, EventStream, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
-    RawEventStream, RawStoredEvent, ReleaseOutcome, StoredEvent, Tags,
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseContender, LeaseOutcome,
+    LeaseRequest, LeaseResponse, LeaseSelection, Limit, ReadRequest, ReadStream, ReleaseOutcome,
+    StoredEvent, Subscribed, Subscription, Tags,
 };
 
 /// Shorthand for the result every storage operation returns.
 pub type StorageResult<T> = Result<T, EventStorageError>;
 
 /// A storage of events, bookmarks and (optionally) leases.
+///
+/// # What a backend writes
+///
+/// | family | methods a backend writes | with a default body |
+/// |---|---|---|
+/// | identity | `name`, `supports` | |
+/// | events | `append`, `query`, `get_event_by_id` | `head`, `read` |
+/// | bookmarks | `bookmark`, `remove_bookmark`, `get_bookmarks` | `get_bookmark` |
+/// | [`Capability::Lease`] | `request_lease`, `release_lease`, `get_leases`, `storage_time`, `list_contenders` | `request_leases`, `list_leases`, `release_leases` |
+/// | [`Capability::FencedWrites`] | `append_fenced`, `bookmark_fenced` | |
+/// | [`Capability::LeaseOutcomes`] | `request_leases_with_outcome`, `release_leases` | |
+/// | [`Capability::LeaseChanges`], [`Capability::AppendHints`] | `subscribe` | |
+/// | lifecycle | `close` | |
+///
+/// A default body is built on the methods a backend writes, and a backend may override it to
+/// do the same work in fewer steps (a whole batch in one round trip, a native stream). The
+/// methods of a capability a backend does not offer answer [`EventStorageError::Unsupported`]
+/// from their default bodies. Conveniences that are not part of what a backend writes
+/// (`query_raw`, `query_stream`, `get_contenders`, `subscribe_appends`, …) are in
+/// [`EventStorageExt`](crate::EventStorageExt), built on these methods.
+///
+/// Every method the contract fixes keeps its signature, and every method added later comes
+/// with a default body: a storage, or a decorator of one, written against the fixed methods
+/// compiles against every later version. To wrap a storage, implement
+/// [`Decorator`](crate::decorator::Decorator), which forwards every method you do not
+/// override, capabilities included.
 ///
 /// Callers usually hold an `Arc<dyn EventStorage>`. Every backend behaves alike where this
 /// trait says so; the conformance kit (`eventstore-tck`) proves it. Methods of a
@@ -89,62 +115,18 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>>;
 
-    /// The events [`query`](EventStorage::query) returns for the same arguments, each with its
-    /// payload as JSON text: for a caller that decodes payloads into its own types. With
-    /// [`Capability::RawPayloads`] the text is what the backend read, no
-    /// [`serde_json::Value`] built in between; the default writes `query`'s values out.
+    /// The events [`query`](EventStorage::query) returns for the request's arguments, in
+    /// the form it asks for: payloads decoded or as JSON text ([`ReadRequest::payloads`]),
+    /// handed out whole or streamed a page or two at a time ([`ReadRequest::delivery`]).
     ///
-    /// # Errors
-    /// As [`EventStorage::query`].
-    async fn query_raw(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<RawStoredEvent>> {
-        let events = self.query(filter, stream, after, limit, direction).await?;
-        RawStoredEvent::written_out(events)
-    }
-
-    /// The events [`query`](EventStorage::query) returns for the same arguments, as a
-    /// stream that holds a page or two of them in memory at a time (the page it hands out
-    /// and the next, read ahead): for replaying a long history.
-    ///
-    /// The default reads page after page through `query` (see
-    /// [`paged_query_stream`](crate::event_stream::paged_query_stream)); a backend may stream
-    /// natively. Either way, dropping the stream part-way leaves no transaction open and no
-    /// connection held. The errors of `query` come as items, invalid input as the first and
-    /// only one, before anything is read.
-    fn query_stream<'a>(
-        &'a self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> EventStream<'a> {
-        crate::event_stream::paged_query_stream(self, filter, stream, after, limit, direction)
-    }
-
-    /// The events [`query_raw`](EventStorage::query_raw) returns for the same arguments, as
-    /// a stream that holds a page or two of them at a time, as
-    /// [`query_stream`](EventStorage::query_stream) does: for replaying a long history into
-    /// the caller's own types.
-    ///
-    /// The default reads page after page through `query_raw` (see
-    /// [`paged_query_raw_stream`](crate::event_stream::paged_query_raw_stream)); a backend
-    /// with [`Capability::RawPayloads`] that streams natively should stream this too.
-    fn query_raw_stream<'a>(
-        &'a self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> RawEventStream<'a> {
-        crate::event_stream::paged_query_raw_stream(self, filter, stream, after, limit, direction)
+    /// The default ([`default_read`](crate::event_stream::default_read)) reads whole through
+    /// `query` and streams page after page of its own whole reads; a backend overrides the
+    /// forms it reads natively (raw payloads with [`Capability::RawPayloads`], a native
+    /// stream) and falls back on the default for the rest. Either way, dropping a stream
+    /// part-way leaves no transaction open and no connection held. The errors of `query` come
+    /// as items, invalid input as the first and only one, before anything is read.
+    fn read<'a>(&'a self, request: ReadRequest) -> ReadStream<'a> {
+        crate::event_stream::default_read(self, request)
     }
 
     /// The event with `id`, if this storage holds one.
@@ -155,9 +137,22 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
 
     /// The reference of the last event in the streams `stream` covers.
     ///
+    /// The default asks `query` for the last event, newest first.
+    ///
     /// # Errors
     /// `InvalidInput` (invalid stream), `Closed`, `Backend`.
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>>;
+    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
+        let last = self
+            .query(
+                &EventFilter::match_all(),
+                stream,
+                None,
+                Limit::to(1),
+                Direction::Backward,
+            )
+            .await?;
+        Ok(last.first().map(|event| event.reference))
+    }
 
     /// Places `reader`'s bookmark at `reference`, replacing any earlier one.
     ///
@@ -173,9 +168,19 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
 
     /// Where `reader`'s bookmark stands, in the storage's own coordinates.
     ///
+    /// The default finds it among [`get_bookmarks`](EventStorage::get_bookmarks).
+    ///
     /// # Errors
     /// `InvalidInput`, `Closed`, `Backend`.
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>>;
+    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
+        // `Closed` comes before the input is judged, as in every call.
+        let bookmarks = self.get_bookmarks().await?;
+        crate::validate::validate_reader(reader)?;
+        Ok(bookmarks
+            .into_iter()
+            .find(|bookmark| bookmark.reader == reader)
+            .map(|bookmark| bookmark.reference))
+    }
 
     /// Removes `reader`'s bookmark; removing none is fine.
     ///
@@ -250,14 +255,22 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     }
 
     /// Releases each of `lease_names` that `owner` holds and withdraws `owner` as their
-    /// contender, as [`EventStorage::release_lease`] would one by one; a backend may do it in
-    /// one round trip. An invalid owner or name refuses the whole call and changes nothing.
+    /// contender, as [`EventStorage::release_lease`] would one by one, and says for each
+    /// whether the caller held it; a backend may do it in one round trip. An invalid owner or
+    /// name refuses the whole call and changes nothing.
     ///
-    /// The default validates every name, then releases them one by one.
+    /// With [`Capability::LeaseOutcomes`] each answer is [`ReleaseOutcome::Released`] or
+    /// [`ReleaseOutcome::NotHeld`], decided in the same step as the release. The default
+    /// validates every name, then releases them one by one with `release_lease`, answering
+    /// [`ReleaseOutcome::Unreported`] for each.
     ///
     /// # Errors
     /// As [`EventStorage::release_lease`].
-    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
+    async fn release_leases(
+        &self,
+        lease_names: &[String],
+        owner: &str,
+    ) -> StorageResult<Vec<ReleaseOutcome>> {
         if !self.supports(Capability::Lease) {
             return Err(EventStorageError::unsupported(
                 "release_leases",
@@ -272,10 +285,12 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
                 return Err(invalid);
             }
         }
+        let mut outcomes = Vec::with_capacity(lease_names.len());
         for lease_name in lease_names {
             self.release_lease(lease_name, owner).await?;
+            outcomes.push(ReleaseOutcome::Unreported);
         }
-        Ok(())
+        Ok(outcomes)
     }
 
     /// As [`EventStorage::request_leases`], each answer saying also whether it took the lease
@@ -296,23 +311,6 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         ))
     }
 
-    /// As [`EventStorage::release_lease`], saying whether the caller held the lease
-    /// ([`Capability::LeaseOutcomes`]).
-    ///
-    /// # Errors
-    /// As [`EventStorage::release_lease`].
-    async fn release_lease_with_outcome(
-        &self,
-        lease_name: &str,
-        owner: &str,
-    ) -> StorageResult<ReleaseOutcome> {
-        let _ = (lease_name, owner);
-        Err(EventStorageError::unsupported(
-            "release_lease_with_outcome",
-            self.name(),
-        ))
-    }
-
     /// Every lease the storage records, expired and released ones included, by name.
     ///
     /// # Errors
@@ -321,59 +319,42 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         Err(EventStorageError::unsupported("get_leases", self.name()))
     }
 
-    /// The leases whose names start with `prefix`, as [`EventStorage::get_leases`] lists them
-    /// (by name, expired and released ones included): the leases of one partition group, say,
-    /// without reading every lease of the storage. The prefix is plain text, no pattern; an
-    /// empty one lists every lease.
+    /// The leases `selection` covers, as [`EventStorage::get_leases`] lists them (by name,
+    /// expired and released ones included): the leases of one partition group, say, without
+    /// reading every lease of the storage.
     ///
     /// The default filters [`EventStorage::get_leases`]; a backend that keeps many leases reads
-    /// only the prefix's.
+    /// only the selection's.
     ///
     /// # Errors
-    /// `InvalidInput` (a prefix with a NUL character or longer than a name may be),
-    /// `Unsupported`, `Closed`, `Backend`.
-    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+    /// `InvalidInput` (an invalid name, or a prefix with a NUL character or longer than a name
+    /// may be), `Unsupported`, `Closed`, `Backend`.
+    async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
         // `Closed` and `Unsupported` come before the input is judged, as in every call.
         let mut leases = self.get_leases().await?;
-        crate::validate::validate_text("lease name prefix", prefix)?;
-        leases.retain(|lease| lease.lease_name.starts_with(prefix));
+        crate::validate::validate_lease_selection(&selection)?;
+        leases.retain(|lease| selection.selects(&lease.lease_name));
         Ok(leases)
     }
 
-    /// The contenders registered for `lease_name` besides its holder of record, by priority
-    /// (highest first), then owner id; empty for a lease nobody contends for or that never
-    /// existed ([`Capability::Lease`]). Lapsed registrations may be listed until the storage
-    /// tidies the lease: judge them with [`LeaseContender::is_live_at`] and
+    /// The contenders registered for the leases `selection` covers besides each lease's
+    /// holder of record, lease by lease in byte order of their names, each lease's by
+    /// priority (highest first), then owner id; empty for leases nobody contends for or that
+    /// never existed ([`Capability::Lease`]). Lapsed registrations may be listed until the
+    /// storage tidies the lease: judge them with [`LeaseContender::is_live_at`] and
     /// [`EventStorage::storage_time`].
     ///
     /// # Errors
-    /// `InvalidInput` (invalid lease name), `Unsupported`, `Closed`, `Backend`.
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        let _ = lease_name;
+    /// As [`EventStorage::list_leases`].
+    async fn list_contenders(
+        &self,
+        selection: LeaseSelection,
+    ) -> StorageResult<Vec<LeaseContender>> {
+        let _ = selection;
         Err(EventStorageError::unsupported(
-            "get_contenders",
+            "list_contenders",
             self.name(),
         ))
-    }
-
-    /// The contenders of every lease whose name starts with `prefix`, as
-    /// [`EventStorage::get_contenders`] lists them lease by lease, the leases by name in byte
-    /// order: the contenders of one partition group, or of every lease, in one call rather
-    /// than one per lease. The prefix is plain text, no pattern; an empty one lists every
-    /// lease's.
-    ///
-    /// The default asks [`EventStorage::get_contenders`] for each lease that
-    /// [`EventStorage::get_leases_with_prefix`] lists; a backend that keeps many leases reads
-    /// them in one go.
-    ///
-    /// # Errors
-    /// As [`EventStorage::get_leases_with_prefix`].
-    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
-        let mut contenders = Vec::new();
-        for lease in self.get_leases_with_prefix(prefix).await? {
-            contenders.extend(self.get_contenders(&lease.lease_name).await?);
-        }
-        Ok(contenders)
     }
 
     /// "Now" on the storage's clock, the clock that judges lease expiry.
@@ -384,9 +365,10 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
         Err(EventStorageError::unsupported("storage_time", self.name()))
     }
 
-    /// Subscribes to changes of the leases in `scope` ([`Capability::LeaseChanges`]).
+    /// Subscribes to what `subscription` follows: changes of leases
+    /// ([`Capability::LeaseChanges`]) or hints of appends ([`Capability::AppendHints`]).
     ///
-    /// Notifications are hints that wake a requester early: releases, acquisitions (and
+    /// **Lease changes** are hints that wake a requester early: releases, acquisitions (and
     /// whether they took over an expired tenure), step-down requests, contenders joining and
     /// leaving. A missed or late notification costs latency only, never safety: every
     /// decision is still made by [`EventStorage::request_lease`] on the storage's clock, and a
@@ -394,35 +376,23 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// anyone else and notifies nothing of its own; a contender whose registration lapsed is
     /// announced as gone when the storage next tidies the lease, which a backend may do on any
     /// request for it (the in-process ones) or only on a registration or a change of holder
-    /// (PostgreSQL). The subscription ends when the storage closes.
+    /// (PostgreSQL).
     ///
-    /// # Errors
-    /// `Unsupported`, `Closed`, `Backend`.
-    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
-        let _ = scope;
-        Err(EventStorageError::unsupported(
-            "subscribe_lease_changes",
-            self.name(),
-        ))
-    }
-
-    /// Subscribes to hints of appends to the streams `stream` covers
-    /// ([`Capability::AppendHints`]).
+    /// **Append hints** are sent after an append is durable, at most one per append (never
+    /// one per event). A read right after it may not show the append yet: a backend whose
+    /// reads hold back events until older writes end (PostgreSQL's visibility barrier) shows
+    /// it once they have, so a reader that finds nothing new reads again later rather than
+    /// waiting for the next hint. A hint only wakes a reader early: the read decides what is
+    /// new, and a reader keeps polling on its own timer, so a missed hint costs at most one
+    /// poll interval.
     ///
-    /// A hint is sent after an append is durable, at most one per append (never one per
-    /// event). A read right after it may not show the append yet: a backend whose reads hold
-    /// back events until older writes end (PostgreSQL's visibility barrier) shows it once
-    /// they have, so a reader that finds nothing new reads again later rather than waiting
-    /// for the next hint. A hint only wakes a reader early: the read decides what is new,
-    /// and a reader keeps polling on its own timer, so a missed hint costs at most one poll
-    /// interval. The subscription ends when the storage closes.
+    /// Every subscription ends when the storage closes.
     ///
     /// # Errors
     /// `InvalidInput` (invalid stream), `Unsupported`, `Closed`, `Backend`.
-    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
-        let _ = stream;
+    async fn subscribe(&self, subscription: Subscription) -> StorageResult<Subscribed> {
         Err(EventStorageError::unsupported(
-            "subscribe_appends",
+            subscription.operation(),
             self.name(),
         ))
     }
@@ -470,185 +440,3 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
     /// `Backend` when releasing resources fails.
     async fn close(&self) -> StorageResult<()>;
 }
-
-/// Forwards every method, defaults included, so that `Arc<dyn EventStorage>` and
-/// `Box<dyn EventStorage>` are storages too.
-macro_rules! forward_event_storage {
-    ($wrapper:ident) => {
-        #[async_trait]
-        impl<T: EventStorage + ?Sized> EventStorage for $wrapper<T> {
-            fn name(&self) -> &str {
-                (**self).name()
-            }
-            fn supports(&self, capability: Capability) -> bool {
-                (**self).supports(capability)
-            }
-            async fn append(
-                &self,
-                criteria: AppendCriteria,
-                stream: &EventStreamId,
-                events: Vec<EventToStore>,
-            ) -> StorageResult<Vec<StoredEvent>> {
-                (**self).append(criteria, stream, events).await
-            }
-            async fn query(
-                &self,
-                filter: &EventFilter,
-                stream: &EventStreamId,
-                after: Option<&EventReference>,
-                limit: Limit,
-                direction: Direction,
-            ) -> StorageResult<Vec<StoredEvent>> {
-                (**self)
-                    .query(filter, stream, after, limit, direction)
-                    .await
-            }
-            async fn query_raw(
-                &self,
-                filter: &EventFilter,
-                stream: &EventStreamId,
-                after: Option<&EventReference>,
-                limit: Limit,
-                direction: Direction,
-            ) -> StorageResult<Vec<RawStoredEvent>> {
-                (**self)
-                    .query_raw(filter, stream, after, limit, direction)
-                    .await
-            }
-            fn query_stream<'a>(
-                &'a self,
-                filter: &EventFilter,
-                stream: &EventStreamId,
-                after: Option<&EventReference>,
-                limit: Limit,
-                direction: Direction,
-            ) -> EventStream<'a> {
-                (**self).query_stream(filter, stream, after, limit, direction)
-            }
-            fn query_raw_stream<'a>(
-                &'a self,
-                filter: &EventFilter,
-                stream: &EventStreamId,
-                after: Option<&EventReference>,
-                limit: Limit,
-                direction: Direction,
-            ) -> RawEventStream<'a> {
-                (**self).query_raw_stream(filter, stream, after, limit, direction)
-            }
-            async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-                (**self).get_event_by_id(id).await
-            }
-            async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-                (**self).head(stream).await
-            }
-            async fn bookmark(
-                &self,
-                reader: &str,
-                reference: &EventReference,
-                tags: Tags,
-            ) -> StorageResult<()> {
-                (**self).bookmark(reader, reference, tags).await
-            }
-            async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-                (**self).get_bookmark(reader).await
-            }
-            async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-                (**self).remove_bookmark(reader).await
-            }
-            async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-                (**self).get_bookmarks().await
-            }
-            async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
-                (**self).request_lease(request).await
-            }
-            async fn request_leases(
-                &self,
-                requests: Vec<LeaseRequest>,
-            ) -> StorageResult<Vec<LeaseResponse>> {
-                (**self).request_leases(requests).await
-            }
-            async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-                (**self).release_lease(lease_name, owner).await
-            }
-            async fn release_leases(
-                &self,
-                lease_names: &[String],
-                owner: &str,
-            ) -> StorageResult<()> {
-                (**self).release_leases(lease_names, owner).await
-            }
-            async fn request_leases_with_outcome(
-                &self,
-                requests: Vec<LeaseRequest>,
-            ) -> StorageResult<Vec<LeaseOutcome>> {
-                (**self).request_leases_with_outcome(requests).await
-            }
-            async fn release_lease_with_outcome(
-                &self,
-                lease_name: &str,
-                owner: &str,
-            ) -> StorageResult<ReleaseOutcome> {
-                (**self).release_lease_with_outcome(lease_name, owner).await
-            }
-            async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-                (**self).get_leases().await
-            }
-            async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
-                (**self).get_leases_with_prefix(prefix).await
-            }
-            async fn get_contenders_with_prefix(
-                &self,
-                prefix: &str,
-            ) -> StorageResult<Vec<LeaseContender>> {
-                (**self).get_contenders_with_prefix(prefix).await
-            }
-            async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-                (**self).get_contenders(lease_name).await
-            }
-            async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-                (**self).storage_time().await
-            }
-            async fn subscribe_lease_changes(
-                &self,
-                scope: LeaseScope,
-            ) -> StorageResult<LeaseChanges> {
-                (**self).subscribe_lease_changes(scope).await
-            }
-            async fn subscribe_appends(
-                &self,
-                stream: &EventStreamId,
-            ) -> StorageResult<AppendHints> {
-                (**self).subscribe_appends(stream).await
-            }
-            async fn append_fenced(
-                &self,
-                fence: &Fence,
-                criteria: AppendCriteria,
-                stream: &EventStreamId,
-                events: Vec<EventToStore>,
-            ) -> StorageResult<Vec<StoredEvent>> {
-                (**self)
-                    .append_fenced(fence, criteria, stream, events)
-                    .await
-            }
-            async fn bookmark_fenced(
-                &self,
-                fence: &Fence,
-                reader: &str,
-                reference: &EventReference,
-                tags: Tags,
-            ) -> StorageResult<()> {
-                (**self)
-                    .bookmark_fenced(fence, reader, reference, tags)
-                    .await
-            }
-            async fn close(&self) -> StorageResult<()> {
-                (**self).close().await
-            }
-        }
-    };
-}
-
-use std::sync::Arc;
-forward_event_storage!(Arc);
-forward_event_storage!(Box);

@@ -34,6 +34,18 @@ pub fn validate_name(field: &str, name: &str) -> Result {
     validate_text(field, name)
 }
 
+/// Checks a lease selection: a valid name, or a prefix a name may start with (empty allowed).
+///
+/// # Errors
+/// [`EventStorageError::InvalidInput`] naming the name or prefix and the broken rule.
+pub fn validate_lease_selection(selection: &crate::LeaseSelection) -> Result {
+    match selection {
+        crate::LeaseSelection::Named(name) => validate_name("lease name", name),
+        crate::LeaseSelection::Prefix(prefix) => validate_text("lease name prefix", prefix),
+        _ => Ok(()),
+    }
+}
+
 /// Checks text that may be empty: no NUL, at most [`MAX_NAME_BYTES`].
 ///
 /// # Errors

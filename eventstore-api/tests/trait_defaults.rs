@@ -1,16 +1,17 @@
 //! The trait's default bodies, on a storage that keeps them (as a backend written against the
-//! required methods alone does): each answers as the backends' own versions do.
+//! methods a backend must write does): each answers as the backends' own versions do.
 
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     AppendCriteria, Bookmark, Direction, EventFilter, EventId, EventReference, EventStorage,
     EventStorageError, EventStreamId, EventToStore, Lease, LeaseContender, LeaseRequest,
-    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+    LeaseResponse, LeaseSelection, Limit, ReleaseOutcome, StorageResult, StoredEvent, Tags,
 };
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::LONG_TTL;
 
-/// The memory storage behind the required methods and the single lease calls only.
+/// The memory storage behind the sixteen methods a backend of events, bookmarks, leases and
+/// fenced writes must write (fenced writes left out: no default is built on them).
 #[derive(Debug, Clone, Default)]
 struct DefaultsOnly(MemoryEventStorage);
 
@@ -43,14 +44,8 @@ impl EventStorage for DefaultsOnly {
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
         self.0.get_event_by_id(id).await
     }
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.0.head(stream).await
-    }
     async fn bookmark(&self, reader: &str, at: &EventReference, tags: Tags) -> StorageResult<()> {
         self.0.bookmark(reader, at, tags).await
-    }
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.0.get_bookmark(reader).await
     }
     async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
         self.0.remove_bookmark(reader).await
@@ -67,8 +62,11 @@ impl EventStorage for DefaultsOnly {
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.0.get_leases().await
     }
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        self.0.get_contenders(lease_name).await
+    async fn list_contenders(
+        &self,
+        selection: LeaseSelection,
+    ) -> StorageResult<Vec<LeaseContender>> {
+        self.0.list_contenders(selection).await
     }
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         self.0.storage_time().await
@@ -100,44 +98,124 @@ async fn empty_batches_on_a_closed_storage_are_closed() {
 async fn empty_batches_on_an_open_storage_answer_nothing() {
     let storage = DefaultsOnly::default();
     assert_eq!(storage.request_leases(Vec::new()).await.unwrap(), []);
-    storage.release_leases(&[], "pod-a").await.unwrap();
+    assert_eq!(storage.release_leases(&[], "pod-a").await.unwrap(), []);
     assert_eq!(storage.get_leases().await.unwrap(), []);
 }
 
-/// The default `get_contenders_with_prefix` lists what the backend's own lists.
+/// The default `list_leases` lists what the backend's own lists, by prefix and by name.
 #[tokio::test]
-async fn contenders_by_prefix_are_those_the_backend_lists() {
+async fn leases_by_selection_are_those_the_backend_lists() {
     let storage = DefaultsOnly::default();
-    for (lease, owner, priority) in [
-        ("work/1", "pod-a", 0),
-        ("work/1", "pod-b", 2),
-        ("work/1", "pod-c", 0),
-        ("work/0", "pod-b", 0),
-        ("work/0", "pod-a", 1),
-        ("workers", "pod-a", 0),
-        ("workers", "pod-d", 0),
+    for (lease, owner) in [
+        ("work/1", "pod-a"),
+        ("work/0", "pod-b"),
+        ("workers", "pod-a"),
     ] {
-        let request = LeaseRequest::new(lease, owner, priority, LONG_TTL);
+        let request = LeaseRequest::new(lease, owner, 0, LONG_TTL);
         storage.request_lease(request).await.unwrap();
     }
-    for prefix in ["work/", "work", "", "nothing"] {
+    let selections = ["work/", "work", "", "nothing"]
+        .map(LeaseSelection::prefix)
+        .into_iter()
+        .chain(["work/1", "work", "nothing"].map(LeaseSelection::named))
+        .chain([LeaseSelection::all()]);
+    for selection in selections {
         assert_eq!(
-            storage.get_contenders_with_prefix(prefix).await.unwrap(),
-            storage.0.get_contenders_with_prefix(prefix).await.unwrap(),
-            "{prefix:?}"
+            storage.list_leases(selection.clone()).await.unwrap(),
+            storage.0.list_leases(selection.clone()).await.unwrap(),
+            "{selection:?}"
         );
     }
-    let listed = storage.get_contenders_with_prefix("work/").await.unwrap();
-    let owners: Vec<(&str, &str)> = listed
-        .iter()
-        .map(|c| (c.lease_name.as_str(), c.owner.as_str()))
-        .collect();
+    let invalid = storage.list_leases(LeaseSelection::named("")).await;
+    assert!(
+        matches!(invalid, Err(EventStorageError::InvalidInput { .. })),
+        "a blank name is refused: {invalid:?}"
+    );
+}
+
+/// The default `release_leases` releases each lease and says it does not know which the
+/// caller held.
+#[tokio::test]
+async fn releases_by_default_release_and_do_not_report() {
+    let storage = DefaultsOnly::default();
+    let held = storage
+        .request_lease(LeaseRequest::new("work/1", "pod-a", 0, LONG_TTL))
+        .await
+        .unwrap();
+    let names = ["work/1".to_owned(), "never".to_owned()];
     assert_eq!(
-        owners,
-        [
-            ("work/0", "pod-a"),
-            ("work/1", "pod-b"),
-            ("work/1", "pod-c")
-        ]
+        storage.release_leases(&names, "pod-a").await.unwrap(),
+        [ReleaseOutcome::Unreported, ReleaseOutcome::Unreported]
+    );
+    let next = storage
+        .request_lease(LeaseRequest::new("work/1", "pod-b", 0, LONG_TTL))
+        .await
+        .unwrap();
+    assert_eq!(
+        next.fencing_token.0,
+        held.fencing_token.0 + 1,
+        "released: the next holder takes it at once"
+    );
+}
+
+/// The default `head` and `get_bookmark` answer as the backend's own.
+#[tokio::test]
+async fn head_and_bookmark_by_default_are_the_backends() {
+    let storage = DefaultsOnly::default();
+    let orders = EventStreamId::for_context("orders");
+    assert_eq!(storage.head(&orders).await.unwrap(), None);
+    let stored = storage
+        .append(
+            AppendCriteria::none(),
+            &orders,
+            vec![
+                EventToStore::new("A", serde_json::json!(1)),
+                EventToStore::new("B", serde_json::json!(2)),
+            ],
+        )
+        .await
+        .unwrap();
+    storage
+        .append(
+            AppendCriteria::none(),
+            &EventStreamId::for_context("other"),
+            vec![EventToStore::new("C", serde_json::json!(3))],
+        )
+        .await
+        .unwrap();
+    for stream in [orders.clone(), EventStreamId::any()] {
+        assert_eq!(
+            storage.head(&stream).await.unwrap(),
+            storage.0.head(&stream).await.unwrap(),
+            "{stream}"
+        );
+    }
+    assert_eq!(
+        storage.head(&orders).await.unwrap(),
+        Some(stored[1].reference)
+    );
+    assert_eq!(storage.get_bookmark("reader").await.unwrap(), None);
+    storage
+        .bookmark("reader", &stored[0].reference, Tags::none())
+        .await
+        .unwrap();
+    assert_eq!(
+        storage.get_bookmark("reader").await.unwrap(),
+        storage.0.get_bookmark("reader").await.unwrap()
+    );
+    assert_eq!(
+        storage.get_bookmark("reader").await.unwrap(),
+        Some(stored[0].reference)
+    );
+    let blank = storage.get_bookmark("").await;
+    assert!(
+        matches!(blank, Err(EventStorageError::InvalidInput { .. })),
+        "a blank reader is refused: {blank:?}"
+    );
+    storage.close().await.unwrap();
+    let closed = storage.get_bookmark("").await;
+    assert!(
+        matches!(closed, Err(EventStorageError::Closed)),
+        "closed comes first: {closed:?}"
     );
 }

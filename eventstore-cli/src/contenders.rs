@@ -1,5 +1,6 @@
 //! `eventstore contenders LEASE`: who waits for a lease, judged on the storage's clock.
 
+use eventstore::EventStorageExt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};

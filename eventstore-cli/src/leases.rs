@@ -1,5 +1,6 @@
 //! `eventstore leases`: every lease the storage records, judged on the storage's clock.
 
+use eventstore::EventStorageExt;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Duration;

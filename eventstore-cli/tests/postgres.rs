@@ -3,6 +3,7 @@
 
 mod common;
 
+use eventstore::EventStorageExt;
 use std::process::Child;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;

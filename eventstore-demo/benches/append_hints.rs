@@ -13,6 +13,7 @@
 //!   cargo bench -p eventstore-demo --bench append_hints                # and PostgreSQL
 //! ```
 
+use eventstore::EventStorageExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

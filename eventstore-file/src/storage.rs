@@ -12,12 +12,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::{Admission, Operation};
+use eventstore_api::event_stream::{self, ReadStream};
 use eventstore_api::telemetry::{APPEND_SECONDS, FENCED_REFUSALS};
 use eventstore_api::{
-    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
+    AppendCriteria, Bookmark, Capability, Delivery, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
-    RawStoredEvent, ReleaseOutcome, StorageResult, StoredEvent, Tags,
+    LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseSelection, Limit, Payloads,
+    RawStoredEvent, ReadEvent, ReadRequest, ReleaseOutcome, StorageResult, StoredEvent, Subscribed,
+    Subscription, Tags,
 };
 use tokio::sync::oneshot;
 
@@ -498,16 +500,24 @@ impl EventStorage for FileEventStorage {
         self.select(filter, stream, after, limit, direction).await
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, limit = ?limit.0, ?direction))]
-    async fn query_raw(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<RawStoredEvent>> {
-        self.select(filter, stream, after, limit, direction).await
+    /// Raw payloads are read as the text the log holds, whole or page by page; decoded reads
+    /// take the trait's default over `query`.
+    fn read<'a>(&'a self, request: ReadRequest) -> ReadStream<'a> {
+        if request.payloads != Payloads::Raw || request.delivery != Delivery::Whole {
+            return event_stream::default_read(self, request);
+        }
+        event_stream::whole(async move {
+            let events: Vec<RawStoredEvent> = self
+                .select(
+                    &request.filter,
+                    &request.stream,
+                    request.after.as_ref(),
+                    request.limit,
+                    request.direction,
+                )
+                .await?;
+            Ok(events.into_iter().map(ReadEvent::Raw).collect())
+        })
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", id = %id.0))]
@@ -627,16 +637,20 @@ impl EventStorage for FileEventStorage {
         Ok(())
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_name, owner = owner))]
-    async fn release_lease_with_outcome(
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_names.first().map(String::as_str), owner = owner, leases = lease_names.len()))]
+    async fn release_leases(
         &self,
-        lease_name: &str,
+        lease_names: &[String],
         owner: &str,
-    ) -> StorageResult<ReleaseOutcome> {
-        self.admit(Operation::ReleaseLease { lease_name, owner })?;
-        self.refuse_if_read_only("release_lease_with_outcome")?;
+    ) -> StorageResult<Vec<ReleaseOutcome>> {
+        self.admit(Operation::ReleaseLeases { lease_names, owner })?;
+        self.refuse_if_read_only("release_leases")?;
         let mut leases = self.leases().await?;
-        Ok(leases.release(lease_name, owner, self.inner.state.clock.now()))
+        let now = self.inner.state.clock.now();
+        Ok(lease_names
+            .iter()
+            .map(|lease_name| leases.release(lease_name, owner, now))
+            .collect())
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
@@ -646,25 +660,25 @@ impl EventStorage for FileEventStorage {
         Ok(self.leases().await?.table()?.leases())
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", prefix = prefix))]
-    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
-        self.admit(Operation::LeasesWithPrefix { prefix })?;
-        self.refuse_if_read_only("get_leases_with_prefix")?;
-        Ok(self.leases().await?.table()?.leases_with_prefix(prefix))
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", selection = ?selection))]
+    async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
+        self.admit(Operation::Leases {
+            selection: &selection,
+        })?;
+        self.refuse_if_read_only("list_leases")?;
+        Ok(self.leases().await?.table()?.leases_in(&selection))
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", lease = lease_name))]
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        self.admit(Operation::Contenders { lease_name })?;
-        self.refuse_if_read_only("get_contenders")?;
-        Ok(self.leases().await?.table()?.contenders(lease_name))
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", prefix = prefix))]
-    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
-        self.admit(Operation::LeasesWithPrefix { prefix })?;
-        self.refuse_if_read_only("get_contenders_with_prefix")?;
-        Ok(self.leases().await?.table()?.contenders_with_prefix(prefix))
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", selection = ?selection))]
+    async fn list_contenders(
+        &self,
+        selection: LeaseSelection,
+    ) -> StorageResult<Vec<LeaseContender>> {
+        self.admit(Operation::Leases {
+            selection: &selection,
+        })?;
+        self.refuse_if_read_only("list_contenders")?;
+        Ok(self.leases().await?.table()?.contenders_in(&selection))
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file"))]
@@ -674,17 +688,26 @@ impl EventStorage for FileEventStorage {
         Ok(self.inner.state.clock.now())
     }
 
-    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
-        self.admit(Operation::SubscribeAppends { stream })?;
-        self.refuse_if_read_only("subscribe_appends")?;
-        Ok(self.inner.state.appends.subscribe(stream))
-    }
-
-    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
-        self.admit(Operation::Read)?;
-        self.refuse_if_read_only("subscribe_lease_changes")?;
-        let changes = self.leases().await?.changes();
-        Ok(changes.subscribe(&scope))
+    async fn subscribe(&self, subscription: Subscription) -> StorageResult<Subscribed> {
+        match subscription {
+            Subscription::Appends(stream) => {
+                self.admit(Operation::SubscribeAppends { stream: &stream })?;
+                self.refuse_if_read_only("subscribe_appends")?;
+                Ok(Subscribed::Appends(
+                    self.inner.state.appends.subscribe(&stream),
+                ))
+            }
+            Subscription::LeaseChanges(scope) => {
+                self.admit(Operation::Read)?;
+                self.refuse_if_read_only("subscribe_lease_changes")?;
+                let changes = self.leases().await?.changes();
+                Ok(Subscribed::LeaseChanges(changes.subscribe(&scope)))
+            }
+            other => Err(EventStorageError::unsupported(
+                other.operation(),
+                self.name(),
+            )),
+        }
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "file", stream = %stream, events = events.len(), lease = %fence.lease_name, token = fence.token.0))]

@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use eventstore_api::admission::{Admission, Operation};
 use eventstore_api::append_hints::AppendHintHub;
 use eventstore_api::{
-    AppendCriteria, AppendHint, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
+    AppendCriteria, AppendHint, Bookmark, Capability, Direction, EventFilter, EventId,
     EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
-    ReleaseOutcome, StorageResult, StoredEvent, Tags,
+    LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseSelection, Limit,
+    ReleaseOutcome, StorageResult, StoredEvent, Subscribed, Subscription, Tags,
 };
 
 use crate::event_log::{Appended, EventLog};
@@ -275,15 +275,19 @@ impl EventStorage for MemoryEventStorage {
         Ok(())
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = lease_name, owner = owner))]
-    async fn release_lease_with_outcome(
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = lease_names.first().map(String::as_str), owner = owner, leases = lease_names.len()))]
+    async fn release_leases(
         &self,
-        lease_name: &str,
+        lease_names: &[String],
         owner: &str,
-    ) -> StorageResult<ReleaseOutcome> {
-        let shared = self.admit(Operation::ReleaseLease { lease_name, owner })?;
+    ) -> StorageResult<Vec<ReleaseOutcome>> {
+        let shared = self.admit(Operation::ReleaseLeases { lease_names, owner })?;
         let mut leases = lock(&shared.leases);
-        Ok(leases.release(lease_name, owner, shared.clock.now()))
+        let now = shared.clock.now();
+        Ok(lease_names
+            .iter()
+            .map(|lease_name| leases.release(lease_name, owner, now))
+            .collect())
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory"))]
@@ -291,22 +295,23 @@ impl EventStorage for MemoryEventStorage {
         Ok(lock(&self.admit(Operation::Read)?.leases).leases())
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", prefix = prefix))]
-    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
-        let state = self.admit(Operation::LeasesWithPrefix { prefix })?;
-        Ok(lock(&state.leases).leases_with_prefix(prefix))
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", selection = ?selection))]
+    async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
+        let state = self.admit(Operation::Leases {
+            selection: &selection,
+        })?;
+        Ok(lock(&state.leases).leases_in(&selection))
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", lease = lease_name))]
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        let state = self.admit(Operation::Contenders { lease_name })?;
-        Ok(lock(&state.leases).contenders(lease_name))
-    }
-
-    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", prefix = prefix))]
-    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
-        let state = self.admit(Operation::LeasesWithPrefix { prefix })?;
-        Ok(lock(&state.leases).contenders_with_prefix(prefix))
+    #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", selection = ?selection))]
+    async fn list_contenders(
+        &self,
+        selection: LeaseSelection,
+    ) -> StorageResult<Vec<LeaseContender>> {
+        let state = self.admit(Operation::Leases {
+            selection: &selection,
+        })?;
+        Ok(lock(&state.leases).contenders_in(&selection))
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory"))]
@@ -314,15 +319,22 @@ impl EventStorage for MemoryEventStorage {
         Ok(self.admit(Operation::Read)?.clock.now())
     }
 
-    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
-        let shared = self.admit(Operation::SubscribeAppends { stream })?;
-        Ok(shared.appends.subscribe(stream))
-    }
-
-    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
-        let shared = self.admit(Operation::Read)?;
-        let changes = lock(&shared.leases).changes();
-        Ok(changes.subscribe(&scope))
+    async fn subscribe(&self, subscription: Subscription) -> StorageResult<Subscribed> {
+        match subscription {
+            Subscription::Appends(stream) => {
+                let shared = self.admit(Operation::SubscribeAppends { stream: &stream })?;
+                Ok(Subscribed::Appends(shared.appends.subscribe(&stream)))
+            }
+            Subscription::LeaseChanges(scope) => {
+                let shared = self.admit(Operation::Read)?;
+                let changes = lock(&shared.leases).changes();
+                Ok(Subscribed::LeaseChanges(changes.subscribe(&scope)))
+            }
+            other => Err(EventStorageError::unsupported(
+                other.operation(),
+                self.name(),
+            )),
+        }
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(backend = "memory", stream = %stream, events = events.len(), lease = %fence.lease_name, token = fence.token.0))]

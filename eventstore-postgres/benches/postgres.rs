@@ -19,6 +19,7 @@
 //! through `query_stream`, reporting the process's peak resident memory; `--only indexes`
 //! (neither) measures what each index of the events table costs appends in batches.
 
+use eventstore::EventStorageExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -6,15 +6,16 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use eventstore_api::admission::Operation;
-use eventstore_api::event_stream::Events;
+use eventstore_api::event_stream::{whole, Events, ReadStream};
 use eventstore_api::telemetry::FENCED_REFUSALS;
 use eventstore_api::{
-    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
-    EventReference, EventStorage, EventStorageError, EventStream, EventStreamId, EventToStore,
-    Fence, Lease, LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse,
-    LeaseScope, Limit, RawEventStream, RawStoredEvent, ReleaseOutcome, StorageResult, StoredEvent,
+    AppendCriteria, Bookmark, Capability, Delivery, Direction, EventFilter, EventId,
+    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
+    LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseSelection, Limit, Payloads,
+    ReadEvent, ReadRequest, ReleaseOutcome, StorageResult, StoredEvent, Subscribed, Subscription,
     Tags,
 };
+use futures_util::TryStreamExt;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 
@@ -195,7 +196,7 @@ impl PostgresEventStorage {
 
     /// The events `query` reads, each decoded as an `E`; a read whose connection broke is
     /// run once more.
-    async fn read<E: events::ReadEvent>(
+    async fn read_events<E: events::ReadEvent>(
         &self,
         filter: &EventFilter,
         stream: &EventStreamId,
@@ -211,19 +212,34 @@ impl PostgresEventStorage {
     /// The events `query_stream` streams, each decoded as an `E`: keyset pages of at most
     /// 1,000 events, each read while the caller takes the one before, on a connection taken
     /// for that page only, so that a stream dropped part-way holds nothing.
-    fn stream_pages<E: events::ReadEvent>(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> Events<'static, E> {
+    fn stream_pages<E: events::ReadEvent>(&self, request: &ReadRequest) -> Events<'static, E> {
+        let (filter, stream) = (&request.filter, &request.stream);
         if let Err(error) = self.admit(Operation::Query { filter, stream }) {
             return Box::pin(futures_util::stream::once(async move { Err(error) }));
         }
-        let pages = events::Pages::new(filter, stream, after, limit, direction);
+        let pages = events::Pages::new(
+            filter,
+            stream,
+            request.after.as_ref(),
+            request.limit,
+            request.direction,
+        );
         events::query_stream(Arc::clone(&self.shared), pages)
+    }
+
+    /// The events of a whole read of `request`, each decoded as an `E`.
+    async fn read_whole<E: events::ReadEvent>(
+        &self,
+        request: &ReadRequest,
+    ) -> StorageResult<Vec<E>> {
+        self.read_events(
+            &request.filter,
+            &request.stream,
+            request.after.as_ref(),
+            request.limit,
+            request.direction,
+        )
+        .await
     }
 }
 
@@ -272,45 +288,25 @@ impl EventStorage for PostgresEventStorage {
         limit: Limit,
         direction: Direction,
     ) -> StorageResult<Vec<StoredEvent>> {
-        self.read(filter, stream, after, limit, direction).await
+        self.read_events(filter, stream, after, limit, direction)
+            .await
     }
 
-    async fn query_raw(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<RawStoredEvent>> {
-        self.read(filter, stream, after, limit, direction).await
-    }
-
-    /// Streams natively: keyset pages of at most 1,000 events, each read while the caller
-    /// takes the one before, on a connection taken for that page only, so that a stream
-    /// dropped part-way holds nothing.
-    fn query_stream<'a>(
-        &'a self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> EventStream<'a> {
-        self.stream_pages(filter, stream, after, limit, direction)
-    }
-
-    /// Streams natively, as `query_stream` does, each payload as the JSON text the server
-    /// sent.
-    fn query_raw_stream<'a>(
-        &'a self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> RawEventStream<'a> {
-        self.stream_pages(filter, stream, after, limit, direction)
+    /// Every form natively: raw payloads as the JSON text the server sent, and streams as
+    /// keyset pages of at most 1,000 events, each read while the caller takes the one before,
+    /// on a connection taken for that page only, so that a stream dropped part-way holds
+    /// nothing.
+    fn read<'a>(&'a self, request: ReadRequest) -> ReadStream<'a> {
+        match (request.payloads, request.delivery) {
+            (Payloads::Raw, Delivery::Whole) => {
+                whole(async move { Ok(wrap(self.read_whole(&request).await?, ReadEvent::Raw)) })
+            }
+            (Payloads::Raw, _) => Box::pin(self.stream_pages(&request).map_ok(ReadEvent::Raw)),
+            (_, Delivery::Whole) => {
+                whole(async move { Ok(wrap(self.read_whole(&request).await?, ReadEvent::Decoded)) })
+            }
+            _ => Box::pin(self.stream_pages(&request).map_ok(ReadEvent::Decoded)),
+        }
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
@@ -394,31 +390,27 @@ impl EventStorage for PostgresEventStorage {
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        self.release_lease_with_outcome(lease_name, owner)
-            .await
-            .map(drop)
-    }
-
-    async fn release_lease_with_outcome(
-        &self,
-        lease_name: &str,
-        owner: &str,
-    ) -> StorageResult<ReleaseOutcome> {
         leases::release(
             self.admit(Operation::ReleaseLease { lease_name, owner })?,
             lease_name,
             owner,
         )
         .await
+        .map(drop)
     }
 
-    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
-        leases::release_all(
-            self.admit(Operation::ReleaseLeases { lease_names, owner })?,
-            lease_names,
-            owner,
-        )
-        .await
+    /// One lease is released by the function that says whether the caller held it; several
+    /// in one set-based call, whose count tells each outcome only when it is all or none.
+    async fn release_leases(
+        &self,
+        lease_names: &[String],
+        owner: &str,
+    ) -> StorageResult<Vec<ReleaseOutcome>> {
+        let shared = self.admit(Operation::ReleaseLeases { lease_names, owner })?;
+        match lease_names {
+            [lease_name] => Ok(vec![leases::release(shared, lease_name, owner).await?]),
+            _ => leases::release_all(shared, lease_names, owner).await,
+        }
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
@@ -427,21 +419,22 @@ impl EventStorage for PostgresEventStorage {
         shared.settings.health.read(read).await
     }
 
-    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
-        let shared = self.admit(Operation::LeasesWithPrefix { prefix })?;
-        let read = || leases::with_prefix(shared, prefix);
+    async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
+        let shared = self.admit(Operation::Leases {
+            selection: &selection,
+        })?;
+        let read = || leases::listed(shared, &selection);
         shared.settings.health.read(read).await
     }
 
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        let shared = self.admit(Operation::Contenders { lease_name })?;
-        let read = || leases::contenders(shared, lease_name);
-        shared.settings.health.read(read).await
-    }
-
-    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
-        let shared = self.admit(Operation::LeasesWithPrefix { prefix })?;
-        let read = || leases::contenders_with_prefix(shared, prefix);
+    async fn list_contenders(
+        &self,
+        selection: LeaseSelection,
+    ) -> StorageResult<Vec<LeaseContender>> {
+        let shared = self.admit(Operation::Leases {
+            selection: &selection,
+        })?;
+        let read = || leases::contenders_in(shared, &selection);
         shared.settings.health.read(read).await
     }
 
@@ -451,28 +444,28 @@ impl EventStorage for PostgresEventStorage {
         shared.settings.health.read(read).await
     }
 
-    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
-        if !self.shared.settings.push {
-            // No connection can LISTEN (see PostgresEventStorageBuilder::listen_url).
-            return Err(EventStorageError::unsupported(
-                "subscribe_lease_changes",
+    async fn subscribe(&self, subscription: Subscription) -> StorageResult<Subscribed> {
+        match subscription {
+            Subscription::LeaseChanges(scope) if self.shared.settings.push => {
+                let shared = self.admit(Operation::Read)?;
+                Ok(Subscribed::LeaseChanges(
+                    shared.listener.subscribe_lease_changes(&scope).await,
+                ))
+            }
+            Subscription::Appends(stream) if self.supports(Capability::AppendHints) => {
+                let shared = self.admit(Operation::SubscribeAppends { stream: &stream })?;
+                Ok(Subscribed::Appends(
+                    shared.listener.subscribe_appends(&stream).await,
+                ))
+            }
+            // No connection can LISTEN (see PostgresEventStorageBuilder::listen_url), or
+            // append hints are off: as a storage without the capability answers, open or
+            // closed.
+            other => Err(EventStorageError::unsupported(
+                other.operation(),
                 self.name(),
-            ));
+            )),
         }
-        let shared = self.admit(Operation::Read)?;
-        Ok(shared.listener.subscribe_lease_changes(&scope).await)
-    }
-
-    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
-        if !self.supports(Capability::AppendHints) {
-            // As a storage without the capability answers, open or closed.
-            return Err(EventStorageError::unsupported(
-                "subscribe_appends",
-                self.name(),
-            ));
-        }
-        let shared = self.admit(Operation::SubscribeAppends { stream })?;
-        Ok(shared.listener.subscribe_appends(stream).await)
     }
 
     async fn append_fenced(
@@ -564,4 +557,9 @@ fn counting_refusal<T>(result: StorageResult<T>) -> StorageResult<T> {
         metrics::counter!(FENCED_REFUSALS, "lease" => lease_name.clone()).increment(1);
     }
     result
+}
+
+/// `events` in the form of a read's answer.
+fn wrap<E>(events: Vec<E>, form: fn(E) -> ReadEvent) -> Vec<ReadEvent> {
+    events.into_iter().map(form).collect()
 }

@@ -9,6 +9,7 @@
 //!
 //! Needs [`Capability::AppendHints`], unless a scenario says otherwise.
 
+use eventstore_api::EventStorageExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -8,6 +8,7 @@
 //!
 //! Needs no capability.
 
+use eventstore_api::EventStorageExt;
 use std::fmt::Debug;
 
 use eventstore_api::{

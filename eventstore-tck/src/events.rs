@@ -7,6 +7,7 @@
 //!
 //! Needs no capability.
 
+use eventstore_api::EventStorageExt;
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::sync::Arc;

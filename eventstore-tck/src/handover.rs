@@ -13,6 +13,7 @@
 //! Needs [`Capability::Lease`] and [`Capability::LeaseChanges`], unless a scenario says
 //! otherwise.
 
+use eventstore_api::EventStorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 

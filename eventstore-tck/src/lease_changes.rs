@@ -14,6 +14,7 @@
 //!
 //! Needs `Capability::Lease` and `Capability::LeaseChanges`, unless a scenario says otherwise.
 
+use eventstore_api::EventStorageExt;
 use std::collections::HashSet;
 use std::time::Duration;
 

@@ -9,6 +9,7 @@
 //!
 //! Needs [`Capability::Lease`] and [`Capability::LeaseOutcomes`], every scenario here.
 
+use eventstore_api::EventStorageExt;
 use std::time::Duration;
 
 use eventstore_api::{

@@ -12,6 +12,7 @@
 //!
 //! Needs [`Capability::Lease`](eventstore_api::Capability::Lease), every scenario here.
 
+use eventstore_api::EventStorageExt;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;

@@ -12,6 +12,7 @@
 //!
 //! Needs [`Capability::Lease`], unless a scenario says otherwise.
 
+use eventstore_api::EventStorageExt;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

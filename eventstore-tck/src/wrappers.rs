@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use eventstore_api::decorator::Decorator;
+use eventstore_api::event_stream::{self, ReadStream};
 use eventstore_api::{
-    AppendCriteria, AppendHints, Bookmark, Capability, Direction, EventFilter, EventId,
-    EventReference, EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease,
-    LeaseChanges, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, Limit,
-    ReleaseOutcome, StorageResult, StoredEvent, Tags,
+    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
+    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, Lease, LeaseContender,
+    LeaseOutcome, LeaseRequest, LeaseResponse, LeaseSelection, Limit, ReadRequest, ReleaseOutcome,
+    StorageResult, StoredEvent, Subscribed, Subscription, Tags,
 };
 use tokio::sync::watch;
 
@@ -22,6 +24,9 @@ use tokio::sync::watch;
 /// are forwarded, [`supports`](EventStorage::supports) answers `false` for every capability,
 /// and the trait's default bodies stay in place, so every lease method and fenced write
 /// returns `Unsupported`, as a backend written before leases existed would.
+///
+/// It is the one wrapper here that is not a [`Decorator`]: what it shows is a storage that
+/// writes only the required methods and keeps every default body.
 ///
 /// Wrapping a storage that does offer leases proves that code gates on the capability
 /// rather than on the backend: the kit runs every scenario through it to prove its lease
@@ -242,7 +247,7 @@ impl<S> Unreliable<S> {
     }
 
     /// How many `get_leases` calls (every lease of the storage) were made through it so far,
-    /// answered or not; `get_leases_with_prefix` is forwarded as itself and not counted.
+    /// answered or not; `list_leases` is forwarded as itself and not counted.
     pub fn lease_listings(&self) -> usize {
         self.lease_listings.load(Ordering::SeqCst)
     }
@@ -290,13 +295,16 @@ impl<S> Unreliable<S> {
 }
 
 #[async_trait]
-impl<S: EventStorage> EventStorage for Unreliable<S> {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl<S: EventStorage> Decorator for Unreliable<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
     }
 
-    fn supports(&self, capability: Capability) -> bool {
-        self.inner.supports(capability)
+    /// Reads through `query`, so that every page of a read passes the gate.
+    fn read<'a>(&'a self, request: ReadRequest) -> ReadStream<'a> {
+        event_stream::default_read(self, request)
     }
 
     async fn append(
@@ -377,7 +385,11 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         self.inner.release_lease(lease_name, owner).await
     }
 
-    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
+    async fn release_leases(
+        &self,
+        lease_names: &[String],
+        owner: &str,
+    ) -> StorageResult<Vec<ReleaseOutcome>> {
         self.gate().await?;
         self.inner.release_leases(lease_names, owner).await
     }
@@ -390,53 +402,34 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         self.inner.request_leases_with_outcome(requests).await
     }
 
-    async fn release_lease_with_outcome(
-        &self,
-        lease_name: &str,
-        owner: &str,
-    ) -> StorageResult<ReleaseOutcome> {
-        self.gate().await?;
-        self.inner
-            .release_lease_with_outcome(lease_name, owner)
-            .await
-    }
-
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.lease_listings.fetch_add(1, Ordering::SeqCst);
         self.gate().await?;
         self.inner.get_leases().await
     }
 
-    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
+    async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
         self.gate().await?;
-        self.inner.get_leases_with_prefix(prefix).await
+        self.inner.list_leases(selection).await
     }
 
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
+    async fn list_contenders(
+        &self,
+        selection: LeaseSelection,
+    ) -> StorageResult<Vec<LeaseContender>> {
         self.gate().await?;
-        self.inner.get_contenders(lease_name).await
-    }
-
-    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
-        self.gate().await?;
-        self.inner.get_contenders_with_prefix(prefix).await
-    }
-
-    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
-        self.gate().await?;
-        self.subscriptions_released().await;
-        self.inner.subscribe_lease_changes(scope).await
-    }
-
-    async fn subscribe_appends(&self, stream: &EventStreamId) -> StorageResult<AppendHints> {
-        self.gate().await?;
-        self.subscriptions_released().await;
-        self.inner.subscribe_appends(stream).await
+        self.inner.list_contenders(selection).await
     }
 
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         self.gate().await?;
         self.inner.storage_time().await
+    }
+
+    async fn subscribe(&self, subscription: Subscription) -> StorageResult<Subscribed> {
+        self.gate().await?;
+        self.subscriptions_released().await;
+        self.inner.subscribe(subscription).await
     }
 
     async fn append_fenced(
@@ -463,10 +456,6 @@ impl<S: EventStorage> EventStorage for Unreliable<S> {
         self.inner
             .bookmark_fenced(fence, reader, reference, tags)
             .await
-    }
-
-    async fn close(&self) -> StorageResult<()> {
-        self.inner.close().await
     }
 }
 
@@ -508,9 +497,11 @@ impl<S> PollOnly<S> {
 }
 
 #[async_trait]
-impl<S: EventStorage> EventStorage for PollOnly<S> {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl<S: EventStorage> Decorator for PollOnly<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
     }
 
     fn supports(&self, capability: Capability) -> bool {
@@ -520,138 +511,10 @@ impl<S: EventStorage> EventStorage for PollOnly<S> {
         ) && self.inner.supports(capability)
     }
 
-    async fn append(
-        &self,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner.append(criteria, stream, events).await
-    }
-
-    async fn query(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner
-            .query(filter, stream, after, limit, direction)
-            .await
-    }
-
-    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.inner.get_event_by_id(id).await
-    }
-
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.inner.head(stream).await
-    }
-
-    async fn bookmark(
-        &self,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner.bookmark(reader, reference, tags).await
-    }
-
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.inner.get_bookmark(reader).await
-    }
-
-    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        self.inner.remove_bookmark(reader).await
-    }
-
-    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.inner.get_bookmarks().await
-    }
-
-    async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
-        self.inner.request_lease(request).await
-    }
-
-    async fn request_leases(
-        &self,
-        requests: Vec<LeaseRequest>,
-    ) -> StorageResult<Vec<LeaseResponse>> {
-        self.inner.request_leases(requests).await
-    }
-
-    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        self.inner.release_lease(lease_name, owner).await
-    }
-
-    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
-        self.inner.release_leases(lease_names, owner).await
-    }
-
-    async fn request_leases_with_outcome(
-        &self,
-        requests: Vec<LeaseRequest>,
-    ) -> StorageResult<Vec<LeaseOutcome>> {
-        self.inner.request_leases_with_outcome(requests).await
-    }
-
-    async fn release_lease_with_outcome(
-        &self,
-        lease_name: &str,
-        owner: &str,
-    ) -> StorageResult<ReleaseOutcome> {
-        self.inner
-            .release_lease_with_outcome(lease_name, owner)
-            .await
-    }
-
-    async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-        self.inner.get_leases().await
-    }
-
-    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
-        self.inner.get_leases_with_prefix(prefix).await
-    }
-
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        self.inner.get_contenders(lease_name).await
-    }
-
-    async fn get_contenders_with_prefix(&self, prefix: &str) -> StorageResult<Vec<LeaseContender>> {
-        self.inner.get_contenders_with_prefix(prefix).await
-    }
-
-    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        self.inner.storage_time().await
-    }
-
-    async fn append_fenced(
-        &self,
-        fence: &Fence,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner
-            .append_fenced(fence, criteria, stream, events)
-            .await
-    }
-
-    async fn bookmark_fenced(
-        &self,
-        fence: &Fence,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner
-            .bookmark_fenced(fence, reader, reference, tags)
-            .await
-    }
-
-    async fn close(&self) -> StorageResult<()> {
-        self.inner.close().await
+    async fn subscribe(&self, subscription: Subscription) -> StorageResult<Subscribed> {
+        Err(EventStorageError::unsupported(
+            subscription.operation(),
+            self.inner.name(),
+        ))
     }
 }

@@ -28,6 +28,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::EventStorageExt;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::marker::PhantomData;

@@ -2,6 +2,7 @@
 //! shared by many groups and leases (and keeping every lease it ever granted) must not make
 //! each member's round read them all.
 
+use eventstore::EventStorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+
+use eventstore::decorator::Decorator;
 use eventstore::elector::{LeaderElector, Leadership};
 use eventstore::partitions::PartitionElector;
 use eventstore::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStreamId, EventToStore, FencingToken, Lease, LeaseContender, LeaseRequest,
-    LeaseResponse, Limit, StorageResult, StoredEvent, Tags,
+    Capability, EventStorage, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseSelection,
+    StorageResult,
 };
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
@@ -91,6 +91,16 @@ impl LateRequests {
         sent.await.expect("the request's task")
     }
 
+    /// Waits the read delay, counted as a read under way meanwhile.
+    async fn read_late(&self) {
+        let delay = self.read_delay_millis.load(Ordering::SeqCst);
+        if delay > 0 {
+            self.reads_under_way.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            self.reads_under_way.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     /// The leases held when asked: not expired on the storage's clock.
     async fn held(&self) -> Vec<Lease> {
         let now = self.inner.storage_time().await.unwrap();
@@ -103,64 +113,19 @@ impl LateRequests {
 }
 
 #[async_trait]
-impl EventStorage for LateRequests {
+impl Decorator for LateRequests {
+    type Inner = MemoryEventStorage;
+
+    fn inner(&self) -> &MemoryEventStorage {
+        &self.inner
+    }
+
     fn name(&self) -> &str {
         "late-requests"
     }
 
     fn supports(&self, capability: Capability) -> bool {
         capability == Capability::Lease
-    }
-
-    async fn append(
-        &self,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner.append(criteria, stream, events).await
-    }
-
-    async fn query(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner
-            .query(filter, stream, after, limit, direction)
-            .await
-    }
-
-    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.inner.get_event_by_id(id).await
-    }
-
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.inner.head(stream).await
-    }
-
-    async fn bookmark(
-        &self,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner.bookmark(reader, reference, tags).await
-    }
-
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.inner.get_bookmark(reader).await
-    }
-
-    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        self.inner.remove_bookmark(reader).await
-    }
-
-    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.inner.get_bookmarks().await
     }
 
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
@@ -176,34 +141,14 @@ impl EventStorage for LateRequests {
             .await
     }
 
-    async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        self.inner.release_lease(lease_name, owner).await
-    }
-
-    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
-        self.inner.release_leases(lease_names, owner).await
-    }
-
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
-        let delay = self.read_delay_millis.load(Ordering::SeqCst);
-        if delay > 0 {
-            self.reads_under_way.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-            self.reads_under_way.fetch_sub(1, Ordering::SeqCst);
-        }
+        self.read_late().await;
         self.inner.get_leases().await
     }
 
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        self.inner.get_contenders(lease_name).await
-    }
-
-    async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
-        self.inner.storage_time().await
-    }
-
-    async fn close(&self) -> StorageResult<()> {
-        self.inner.close().await
+    async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
+        self.read_late().await;
+        self.inner.list_leases(selection).await
     }
 }
 

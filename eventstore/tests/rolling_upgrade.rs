@@ -3,6 +3,7 @@
 //! is live, a member announces itself that way too, besides its seat, and stops once it is
 //! gone.
 
+use eventstore::EventStorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 

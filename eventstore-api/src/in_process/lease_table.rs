@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::lease_changes::LeaseChangeHub;
 use crate::{
     EventStorageError, Fence, FencingToken, Lease, LeaseChange, LeaseChangeKind, LeaseContender,
-    LeaseOutcome, LeaseRequest, LeaseResponse, LeaseStatus, ReleaseOutcome,
+    LeaseOutcome, LeaseRequest, LeaseResponse, LeaseSelection, LeaseStatus, ReleaseOutcome,
 };
 use chrono::{DateTime, Utc};
 // Keyed by names the caller chose: `hashbrown`'s `entry_ref` copies a name only when it is new
@@ -303,16 +303,15 @@ impl LeaseTable {
 
     /// Every lease ever granted, expired and released ones included, ordered by name.
     pub fn leases(&self) -> Vec<Lease> {
-        self.leases_with_prefix("")
+        self.leases_in(&LeaseSelection::All)
     }
 
-    /// As [`LeaseTable::leases`], only those whose names start with `prefix`; the others are
-    /// not copied.
-    pub fn leases_with_prefix(&self, prefix: &str) -> Vec<Lease> {
+    /// As [`LeaseTable::leases`], only those `selection` covers; the others are not copied.
+    pub fn leases_in(&self, selection: &LeaseSelection) -> Vec<Lease> {
         let mut leases: Vec<Lease> = self
             .leases
             .iter()
-            .filter(|(name, _)| name.starts_with(prefix))
+            .filter(|(name, _)| selection.selects(name))
             .filter_map(|(_, entry)| entry.record.clone())
             .collect();
         leases.sort_by(|a, b| a.lease_name.cmp(&b.lease_name));
@@ -342,13 +341,12 @@ impl LeaseTable {
         contenders
     }
 
-    /// As [`LeaseTable::contenders`] for every lease whose name starts with `prefix`, the
-    /// leases by name.
-    pub fn contenders_with_prefix(&self, prefix: &str) -> Vec<LeaseContender> {
+    /// As [`LeaseTable::contenders`] for every lease `selection` covers, the leases by name.
+    pub fn contenders_in(&self, selection: &LeaseSelection) -> Vec<LeaseContender> {
         let mut names: Vec<&String> = self
             .leases
             .keys()
-            .filter(|name| name.starts_with(prefix))
+            .filter(|name| selection.selects(name))
             .collect();
         names.sort();
         names

@@ -5,11 +5,10 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use eventstore::decorator::Decorator;
 use eventstore::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStreamId, EventToStore, Lease, LeaseChanges, LeaseContender, LeaseOutcome,
-    LeaseRequest, LeaseResponse, LeaseScope, Limit, ReleaseOutcome, StorageResult, StoredEvent,
-    Tags,
+    EventStorage, Lease, LeaseContender, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseSelection,
+    ReleaseOutcome, StorageResult,
 };
 
 /// A storage that counts lease requests by lease and calls by method, and forwards
@@ -65,62 +64,21 @@ impl<S> CountingStorage<S> {
     }
 }
 
+/// Counts the lease calls (each one round trip on a database) and forwards everything.
 #[async_trait]
-impl<S: EventStorage> EventStorage for CountingStorage<S> {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl<S: EventStorage> Decorator for CountingStorage<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
     }
-    fn supports(&self, capability: Capability) -> bool {
-        self.inner.supports(capability)
-    }
-    async fn append(
-        &self,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner.append(criteria, stream, events).await
-    }
-    async fn query(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner
-            .query(filter, stream, after, limit, direction)
-            .await
-    }
-    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.inner.get_event_by_id(id).await
-    }
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.inner.head(stream).await
-    }
-    async fn bookmark(
-        &self,
-        reader: &str,
-        reference: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner.bookmark(reader, reference, tags).await
-    }
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.inner.get_bookmark(reader).await
-    }
-    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        self.inner.remove_bookmark(reader).await
-    }
-    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.inner.get_bookmarks().await
-    }
+
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
         self.call("request_lease");
         self.count(&request.lease_name);
         self.inner.request_lease(request).await
     }
+
     async fn request_leases(
         &self,
         requests: Vec<LeaseRequest>,
@@ -131,6 +89,7 @@ impl<S: EventStorage> EventStorage for CountingStorage<S> {
         }
         self.inner.request_leases(requests).await
     }
+
     async fn request_leases_with_outcome(
         &self,
         requests: Vec<LeaseRequest>,
@@ -141,45 +100,41 @@ impl<S: EventStorage> EventStorage for CountingStorage<S> {
         }
         self.inner.request_leases_with_outcome(requests).await
     }
-    async fn release_lease_with_outcome(
-        &self,
-        lease_name: &str,
-        owner: &str,
-    ) -> StorageResult<ReleaseOutcome> {
-        self.call("release_lease_with_outcome");
-        self.inner
-            .release_lease_with_outcome(lease_name, owner)
-            .await
-    }
-    async fn release_leases(&self, lease_names: &[String], owner: &str) -> StorageResult<()> {
-        self.call("release_leases");
-        self.inner.release_leases(lease_names, owner).await
-    }
+
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
         self.call("release_lease");
         self.inner.release_lease(lease_name, owner).await
     }
-    async fn get_contenders(&self, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
-        self.call("get_contenders");
-        self.inner.get_contenders(lease_name).await
+
+    async fn release_leases(
+        &self,
+        lease_names: &[String],
+        owner: &str,
+    ) -> StorageResult<Vec<ReleaseOutcome>> {
+        self.call("release_leases");
+        self.inner.release_leases(lease_names, owner).await
     }
+
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
         self.call("get_leases");
         self.inner.get_leases().await
     }
 
-    async fn get_leases_with_prefix(&self, prefix: &str) -> StorageResult<Vec<Lease>> {
-        self.call("get_leases_with_prefix");
-        self.inner.get_leases_with_prefix(prefix).await
+    async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
+        self.call("list_leases");
+        self.inner.list_leases(selection).await
     }
+
+    async fn list_contenders(
+        &self,
+        selection: LeaseSelection,
+    ) -> StorageResult<Vec<LeaseContender>> {
+        self.call("list_contenders");
+        self.inner.list_contenders(selection).await
+    }
+
     async fn storage_time(&self) -> StorageResult<DateTime<Utc>> {
         self.call("storage_time");
         self.inner.storage_time().await
-    }
-    async fn subscribe_lease_changes(&self, scope: LeaseScope) -> StorageResult<LeaseChanges> {
-        self.inner.subscribe_lease_changes(scope).await
-    }
-    async fn close(&self) -> StorageResult<()> {
-        self.inner.close().await
     }
 }

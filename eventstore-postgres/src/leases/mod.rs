@@ -7,6 +7,5 @@ pub(crate) mod renewals;
 mod requests;
 
 pub(crate) use requests::{
-    all, contenders, contenders_with_prefix, release, release_all, request, storage_time,
-    with_prefix,
+    all, contenders_in, listed, release, release_all, request, storage_time,
 };

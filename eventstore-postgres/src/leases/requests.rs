@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use eventstore_api::{
     EventStorageError, FencingToken, Lease, LeaseContender, LeaseOutcome, LeaseRequest,
-    LeaseResponse, LeaseStatus, ReleaseOutcome, StorageResult,
+    LeaseResponse, LeaseSelection, LeaseStatus, ReleaseOutcome, StorageResult,
 };
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgArguments, PgRow};
@@ -264,9 +264,9 @@ pub(crate) async fn release_all(
     shared: &Shared,
     lease_names: &[String],
     owner: &str,
-) -> StorageResult<()> {
+) -> StorageResult<Vec<ReleaseOutcome>> {
     if lease_names.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     for lease_name in lease_names {
         shared.renewals.forget(lease_name, owner);
@@ -277,19 +277,34 @@ pub(crate) async fn release_all(
         "SELECT {function}($1, $2, $3)",
         function = shared.prefix.name("release_leases")
     );
+    let mut outcomes = Vec::with_capacity(lease_names.len());
     for names in lease_names.chunks(LEASES_PER_CALL) {
         let mut connection = shared.connection_for(operation).await?;
-        sqlx::query(&call)
+        let released: i32 = sqlx::query_scalar(&call)
             .bind(names)
             .bind(owner)
             .bind(shared.settings.lock_timeout_setting())
             .persistent(shared.settings.prepared_statements)
-            .execute(&mut *connection)
+            .fetch_one(&mut *connection)
             .await
             .map_err(|e| failing.map(e))?;
         shared.end(operation, connection).await?;
+        outcomes.extend(outcomes_of(names, released));
     }
-    Ok(())
+    Ok(outcomes)
+}
+
+/// What a set-based release of `names` that released `released` of them did with each: the
+/// function counts the leases the caller held, so all or none tell each lease's outcome, and
+/// any count between tells none.
+fn outcomes_of(names: &[String], released: i32) -> Vec<ReleaseOutcome> {
+    let distinct: std::collections::HashSet<&String> = names.iter().collect();
+    let outcome = match usize::try_from(released) {
+        Ok(0) => ReleaseOutcome::NotHeld,
+        Ok(all) if all == distinct.len() => ReleaseOutcome::Released,
+        _ => ReleaseOutcome::Unreported,
+    };
+    vec![outcome; names.len()]
 }
 
 /// Every lease row, by name in byte order.
@@ -300,22 +315,49 @@ pub(crate) async fn release_all(
     fields(backend = "postgres")
 )]
 pub(crate) async fn all(shared: &Shared) -> StorageResult<Vec<Lease>> {
-    listed(shared, "").await
+    with_prefix(shared, "").await
+}
+
+/// The lease rows `selection` covers, by name in byte order: a range of the key's index
+/// (a name is read as the range of names it starts, then kept alone).
+#[tracing::instrument(
+    name = "list_leases",
+    level = "debug",
+    skip_all,
+    fields(backend = "postgres", selection = ?selection)
+)]
+pub(crate) async fn listed(
+    shared: &Shared,
+    selection: &LeaseSelection,
+) -> StorageResult<Vec<Lease>> {
+    let mut leases = with_prefix(shared, selection_prefix(selection)).await?;
+    leases.retain(|lease| selection.selects(&lease.lease_name));
+    Ok(leases)
+}
+
+/// The contender rows of the leases `selection` covers, as [`contenders_with_prefix`] lists
+/// them.
+pub(crate) async fn contenders_in(
+    shared: &Shared,
+    selection: &LeaseSelection,
+) -> StorageResult<Vec<LeaseContender>> {
+    match selection {
+        LeaseSelection::Named(lease_name) => contenders(shared, lease_name).await,
+        _ => contenders_with_prefix(shared, selection_prefix(selection)).await,
+    }
+}
+
+/// The prefix whose range of names holds every name `selection` covers.
+fn selection_prefix(selection: &LeaseSelection) -> &str {
+    match selection {
+        LeaseSelection::Named(text) | LeaseSelection::Prefix(text) => text,
+        _ => "",
+    }
 }
 
 /// The lease rows whose names start with `prefix`, by name in byte order: a range of the
 /// key's index, from the prefix up to the first name past every name it starts.
-#[tracing::instrument(
-    name = "get_leases_with_prefix",
-    level = "debug",
-    skip_all,
-    fields(backend = "postgres", prefix = prefix)
-)]
-pub(crate) async fn with_prefix(shared: &Shared, prefix: &str) -> StorageResult<Vec<Lease>> {
-    listed(shared, prefix).await
-}
-
-async fn listed(shared: &Shared, prefix: &str) -> StorageResult<Vec<Lease>> {
+async fn with_prefix(shared: &Shared, prefix: &str) -> StorageResult<Vec<Lease>> {
     let operation = "list leases";
     let select = |names: &str| {
         format!(
@@ -383,10 +425,7 @@ fn past_every_name_starting(prefix: &str) -> Option<String> {
 /// by priority, highest first, then owner in byte order.
 #[tracing::instrument(name = "get_contenders", level = "debug", skip_all,
     fields(backend = "postgres", lease = lease_name))]
-pub(crate) async fn contenders(
-    shared: &Shared,
-    lease_name: &str,
-) -> StorageResult<Vec<LeaseContender>> {
+async fn contenders(shared: &Shared, lease_name: &str) -> StorageResult<Vec<LeaseContender>> {
     let operation = "list a lease's contenders";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
@@ -415,7 +454,7 @@ pub(crate) async fn contenders(
 /// contenders' key, as [`with_prefix`] reads the leases'.
 #[tracing::instrument(name = "get_contenders_with_prefix", level = "debug", skip_all,
     fields(backend = "postgres", prefix = prefix))]
-pub(crate) async fn contenders_with_prefix(
+async fn contenders_with_prefix(
     shared: &Shared,
     prefix: &str,
 ) -> StorageResult<Vec<LeaseContender>> {

@@ -3,6 +3,7 @@
 //! none for an append that did not commit, other processes hearing them, and a killed listener
 //! connection.
 
+use eventstore::EventStorageExt;
 use std::time::Duration;
 
 use eventstore::{

@@ -1,5 +1,6 @@
 //! Calls given up part-way (a caller's timeout around them) and what later calls find.
 
+use eventstore::EventStorageExt;
 use std::time::Duration;
 
 use eventstore::{EventStorage, LeaseScope};

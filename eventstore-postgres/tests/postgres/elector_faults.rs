@@ -4,6 +4,7 @@
 //! and once the listeners are back a release is pushed again: the standby takes over well
 //! before it would have polled.
 
+use eventstore::EventStorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! Init modes: Ensure (also from eight processes at once), Validate against drifted
 //! schemas, None, Recreate, and the shipped DDL applied by hand.
 
+use eventstore::EventStorageExt;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -2,6 +2,7 @@
 //! notified and in which order, what is not (renewals, refreshes, rolled-back changes), other
 //! processes hearing them, a killed listener connection, no listener at all, and `close`.
 
+use eventstore::EventStorageExt;
 use std::time::Duration;
 
 use eventstore::{

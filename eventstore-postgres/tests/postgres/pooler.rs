@@ -2,6 +2,7 @@
 //! relies on session state, and without a direct connection to `LISTEN` the storage offers no
 //! push and says so.
 
+use eventstore::EventStorageExt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

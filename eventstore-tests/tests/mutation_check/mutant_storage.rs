@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use eventstore::admission::{Admission, Operation};
+use eventstore::event_stream::{self, ReadStream};
 use eventstore::idempotency::{self, Idempotency};
 use eventstore::in_process::StorageClock;
 use eventstore::{
     AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
     EventStorage, EventStorageError, EventStreamId, EventToStore, FilterItem, Lease, Limit,
-    RawStoredEvent, StorageResult, StoredEvent, Tags,
+    Payloads, ReadRequest, StorageResult, StoredEvent, Tags,
 };
 
 use super::mutations::Mutation;
@@ -322,26 +323,21 @@ impl EventStorage for MutantStorage {
         Ok(events)
     }
 
-    async fn query_raw(
-        &self,
-        filter: &EventFilter,
-        stream: &EventStreamId,
-        after: Option<&EventReference>,
-        limit: Limit,
-        direction: Direction,
-    ) -> StorageResult<Vec<RawStoredEvent>> {
-        if self.is(Mutation::RawQueryAfterClose) && self.admission.admit(Operation::Read).is_err() {
+    fn read<'a>(&'a self, request: ReadRequest) -> ReadStream<'a> {
+        if request.payloads == Payloads::Raw
+            && self.is(Mutation::RawQueryAfterClose)
+            && self.admission.admit(Operation::Read).is_err()
+        {
             // Closed: read on regardless, as a raw read that forgot the check would.
             let open = MutantStorage {
                 admission: Arc::new(Admission::new()),
                 ..self.clone()
             };
-            return open
-                .query_raw(filter, stream, after, limit, direction)
-                .await;
+            return event_stream::whole(async move {
+                event_stream::collect(event_stream::default_read(&open, request)).await
+            });
         }
-        let events = self.query(filter, stream, after, limit, direction).await?;
-        RawStoredEvent::written_out(events)
+        event_stream::default_read(self, request)
     }
 
     async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {

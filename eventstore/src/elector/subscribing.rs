@@ -1,6 +1,7 @@
 //! A subscription to pushed lease changes set up on a task of its own, so that a storage
 //! that waits for it (a listener connection) never holds a lease loop's requests up.
 
+use crate::EventStorageExt;
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;

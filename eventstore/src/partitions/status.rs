@@ -1,6 +1,7 @@
 //! A partition group as the storage shows it, for operators and health checks: who is a live
 //! member, what each holds, what nobody holds.
 
+use crate::LeaseSelection;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -71,7 +72,7 @@ impl GroupStatus {
         }
         let prefix = format!("{group}/");
         let (leases, now) = tokio::join!(
-            storage.get_leases_with_prefix(&prefix),
+            storage.list_leases(LeaseSelection::prefix(prefix)),
             storage.storage_time()
         );
         Ok(Self::of_leases(group, leases?, now?))

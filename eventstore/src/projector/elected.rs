@@ -1,5 +1,6 @@
 //! A projector that runs only while its instance leads.
 
+use crate::EventStorageExt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 

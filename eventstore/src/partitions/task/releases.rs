@@ -153,7 +153,7 @@ pub(crate) async fn release_within(
     ttl: Duration,
 ) -> Result<(), EventStorageError> {
     match timeout(ttl, storage.release_leases(lease_names, owner)).await {
-        Ok(released) => released,
+        Ok(released) => released.map(drop),
         Err(_elapsed) => Err(EventStorageError::Timeout {
             operation: format!("release_leases({} leases)", lease_names.len()),
             after: ttl,

@@ -1,5 +1,6 @@
 //! What a member asks the storage: rounds that read the group and send a batch, and claims.
 
+use crate::LeaseSelection;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -150,7 +151,9 @@ impl PartitionLoop {
         let limit = left.map_or(self.settings.request_interval, |left| {
             left.min(self.settings.request_interval)
         });
-        let group_leases = self.storage.get_leases_with_prefix(self.names.prefix());
+        let group_leases = self
+            .storage
+            .list_leases(LeaseSelection::prefix(self.names.prefix()));
         let read = async { tokio::join!(group_leases, self.storage.storage_time()) };
         let (leases, now) =
             timeout(limit, read)
