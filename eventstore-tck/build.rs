@@ -1,7 +1,8 @@
 //! Registers the scenarios: every `pub async fn` of a scenario module becomes a test of
 //! `tck_tests!` and an entry of `SCENARIOS`, so that no scenario can exist without running.
-//! The capabilities a scenario needs (its `Needs` documentation line) decide whether its test
-//! runs or is ignored with that reason for a backend that does not declare them.
+//! The capabilities a scenario needs (the `NEEDS` constants of its module, see
+//! `build/scenarios.rs`) decide whether its test runs or is ignored with that reason for a
+//! backend that does not declare them.
 
 use std::fmt::Write as _;
 use std::{env, fs, path::Path};
@@ -9,16 +10,19 @@ use std::{env, fs, path::Path};
 #[path = "build/scenarios.rs"]
 mod scenarios;
 
-/// The scenario modules (files of `src/`, each a `pub mod` of the crate), in the order their
-/// tests are generated. `tests/registration.rs` fails if a file with scenarios is missing here.
+/// The scenario modules (files `src/name.rs` or directories `src/name/mod.rs`, each a `pub
+/// mod` of the crate), in the order their tests are generated. `tests/registration.rs` fails
+/// if a file with scenarios is missing here.
 const MODULES: &[&str] = &[
     "events",
     "bookmarks",
     "lifecycle",
     "leases",
+    "storage_clock",
     "lease_outcomes",
     "lease_changes",
     "append_hints",
+    "fenced_writes",
     "election",
     "handover",
     "partitions",
@@ -28,11 +32,13 @@ const MODULES: &[&str] = &[
 
 fn main() {
     let mut scenarios_by_module = Vec::new();
+    println!("cargo:rerun-if-changed=src");
     for module in MODULES {
-        let file = format!("src/{module}.rs");
-        println!("cargo:rerun-if-changed={file}");
-        let source = fs::read_to_string(&file).unwrap_or_else(|error| panic!("{file}: {error}"));
-        let scenarios = scenarios::scan(&file, &source).unwrap_or_else(|error| panic!("{error}"));
+        let (scenarios, files) = scenarios::scan_module(Path::new("src"), module)
+            .unwrap_or_else(|error| panic!("{error}"));
+        for file in files {
+            println!("cargo:rerun-if-changed={file}");
+        }
         scenarios_by_module.push((module, scenarios));
     }
 
@@ -59,21 +65,16 @@ fn scenario_list(scenarios_by_module: &ScenariosByModule<'_>) -> String {
     list
 }
 
-/// `applicability::NEEDS`: every scenario with the capabilities it needs.
+/// `applicability::NEEDS`: every scenario with the capabilities it needs, the constant that
+/// declares them (so the compiler checks each).
 fn scenario_needs(scenarios_by_module: &ScenariosByModule<'_>) -> String {
     let mut list = String::from("&[\n");
     for (module, scenarios) in scenarios_by_module {
         for scenario in scenarios {
-            let needs: Vec<String> = scenario
-                .needs
-                .iter()
-                .map(|need| format!("Capability::{need}"))
-                .collect();
             writeln!(
                 list,
-                "    ScenarioNeeds {{ module: {module:?}, name: {:?}, needs: &[{}] }},",
-                scenario.name,
-                needs.join(", ")
+                "    ScenarioNeeds {{ module: {module:?}, name: {:?}, needs: crate::{} }},",
+                scenario.name, scenario.needs_constant
             )
             .unwrap();
         }

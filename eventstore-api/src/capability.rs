@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 #[non_exhaustive]
 pub enum Capability {
     /// Leases for leader election: `request_lease`, `request_leases`, `release_lease`,
-    /// `get_leases` and `storage_time`.
+    /// `release_leases`, `get_leases`, `get_leases_with_prefix`, `get_contenders`,
+    /// `get_contenders_with_prefix` and `storage_time`. `get_contenders`' default body answers
+    /// `Unsupported` whatever the backend declares, so a backend with leases implements it.
     Lease,
     /// Appends and bookmarks guarded by a [`crate::Fence`]: `append_fenced` and
     /// `bookmark_fenced`, checked atomically with the write. Implies [`Capability::Lease`].

@@ -157,6 +157,14 @@ impl FileEventStorage {
         Ok(())
     }
 
+    /// The storage's clock: lease expiry, `storage_time` and the times the storage stamps
+    /// (events, bookmarks) are all read from it. A test may step it forward
+    /// ([`StorageClock::advance`](eventstore_api::in_process::StorageClock::advance)) to
+    /// check what the storage judges by it.
+    pub fn clock(&self) -> &eventstore_api::in_process::StorageClock {
+        &self.inner.state.clock
+    }
+
     /// The store's directory.
     pub fn directory(&self) -> &Path {
         &self.inner.dir

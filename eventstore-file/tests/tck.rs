@@ -3,6 +3,7 @@
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use chrono::TimeDelta;
 use eventstore_file::FileEventStorage;
 use eventstore_tck::StorageFactory;
 
@@ -32,6 +33,12 @@ impl StorageFactory for FileFactory {
     async fn another_handle(&self, storage: &FileEventStorage) -> FileEventStorage {
         // A second open of one directory is refused by design; handles share by cloning.
         storage.clone()
+    }
+
+    /// The storage's clock is in this process: step it.
+    async fn step_clock(&self, storage: &FileEventStorage, by: TimeDelta) -> Option<()> {
+        storage.clock().advance(by);
+        Some(())
     }
 }
 

@@ -61,6 +61,13 @@ impl MemoryEventStorage {
         MemoryEventStorage::default()
     }
 
+    /// The storage's clock: lease expiry, `storage_time` and the times the storage stamps
+    /// (events, bookmarks) are all read from it. A test may step it forward
+    /// ([`StorageClock::advance`]) to check what the storage judges by it.
+    pub fn clock(&self) -> &StorageClock {
+        &self.shared.clock
+    }
+
     /// The shared storage, once `operation` is admitted (open, valid input).
     fn admit(&self, operation: Operation<'_>) -> StorageResult<&Shared> {
         self.shared.admission.admit(operation)?;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::TimeDelta;
 use eventstore_api::EventStorage;
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::StorageFactory;
@@ -21,6 +22,12 @@ impl StorageFactory for Memory {
 
     async fn another_handle(&self, storage: &MemoryEventStorage) -> MemoryEventStorage {
         storage.clone()
+    }
+
+    /// The storage's clock is in this process: step it.
+    async fn step_clock(&self, storage: &MemoryEventStorage, by: TimeDelta) -> Option<()> {
+        storage.clock().advance(by);
+        Some(())
     }
 }
 

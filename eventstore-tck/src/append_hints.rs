@@ -6,8 +6,6 @@
 //! Closing the storage ends every subscription. Run on a backend without the capability
 //! (reported as ignored there unless run with `--include-ignored`), each scenario proves
 //! instead that `subscribe_appends` answers `Unsupported`.
-//!
-//! Needs [`Capability::AppendHints`], unless a scenario says otherwise.
 
 use eventstore_api::EventStorageExt;
 use std::sync::{Arc, Mutex};
@@ -24,9 +22,13 @@ use eventstore_api::{
 };
 
 use crate::events::{append, labelled, orders};
+use crate::support::Answer as _;
 use crate::support::{self, assert_closed, assert_invalid_input, assert_unsupported, DEADLINE};
 use crate::wrappers::{EventsOnly, Unreliable};
 use crate::StorageFactory;
+
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[Capability] = &[Capability::AppendHints];
 
 /// How soon an append must be projected by a projector that polls only every [`LONG_POLL`].
 const PUSHED: Duration = Duration::from_secs(10);
@@ -134,10 +136,12 @@ pub async fn an_idempotent_retry_is_not_hinted<F: StorageFactory>(factory: &F) {
     );
 }
 
+/// What the scenario below needs, instead of the module's [`NEEDS`].
+pub(crate) const NEEDS_AN_ELECTED_PROJECTOR_PROJECTS_AN_APPEND_AT_ONCE: &[Capability] =
+    &[Capability::AppendHints, Capability::Lease];
+
 /// An elected projector whose poll interval is a minute projects an append within moments:
 /// the hint wakes it.
-///
-/// Needs [`Capability::AppendHints`] and [`Capability::Lease`].
 pub async fn an_elected_projector_projects_an_append_at_once<F: StorageFactory>(factory: &F) {
     let Some(storage) = storage_with_append_hints(factory).await else {
         return;
@@ -199,7 +203,12 @@ pub async fn a_hint_for_an_event_the_projection_does_not_read_costs_one_look<F: 
     // back by any long transaction), and the projector looks again meanwhile, as it should.
     // Counted from when the event is in sight: one more look settles the hint.
     support::within(IN_SIGHT, "the other event is in sight", async {
-        while storage.head(&orders()).await.expect("head") < Some(other[0].reference) {
+        while storage
+            .head(&orders())
+            .await
+            .or_rule("head", "head of a valid stream answers on an open storage")
+            < Some(other[0].reference)
+        {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
@@ -232,7 +241,10 @@ pub async fn closing_the_storage_ends_append_subscriptions<F: StorageFactory>(fa
         "validate_stream",
     );
     let mut hints = subscribe(&storage, &EventStreamId::any()).await;
-    storage.close().await.expect("close");
+    storage
+        .close()
+        .await
+        .or_rule("close", "close succeeds, and again once closed");
     support::within(DEADLINE, "closing the storage ends a subscription", async {
         while hints.next().await.is_some() {}
     })
@@ -328,7 +340,10 @@ impl RunningProjector {
         let elector = LeaderElector::builder(Arc::clone(storage), "hinted-projector")
             .owner("node-a")
             .start()
-            .expect("the elector starts");
+            .or_rule(
+                "start",
+                "an elector starts on a storage with Capability::Lease, with valid settings",
+            );
         let mut leadership = elector.watch();
         support::within(DEADLINE, "node-a leads", leadership.wait_for_leadership()).await;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -362,7 +377,11 @@ impl RunningProjector {
         self.task
             .await
             .expect("the projector task")
-            .expect("the projector ran");
-        self.elector.shutdown().await.expect("shutdown");
+            .unwrap_or_else(|error| {
+                panic!(
+                    "a projector runs without error while its storage answers every call: {error}"
+                )
+            });
+        self.elector.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
     }
 }

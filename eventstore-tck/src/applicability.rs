@@ -1,7 +1,8 @@
 //! Which scenarios apply to a backend: those whose capabilities it declares.
 //!
-//! Each scenario needs the capabilities its documentation names on a `Needs` line (or its
-//! module's does); [`tck_tests!`](crate::tck_tests) ignores, with the reason, the test of a
+//! Each scenario needs the capabilities its module declares in code, in a constant the
+//! compiler checks (`pub(crate) const NEEDS: &[Capability] = &[Capability::Lease];`, or
+//! `NEEDS_<SCENARIO>` for one scenario); [`tck_tests!`](crate::tck_tests) ignores, with the reason, the test of a
 //! scenario that needs a capability the backend does not declare, and runs one more test,
 //! `declared_capabilities::match_the_storage_and_decide_which_scenarios_run`, that holds the
 //! declaration to what the storage's `supports` answers and prints how many scenarios ran and
@@ -36,7 +37,8 @@ impl ScenarioNeeds {
 }
 
 /// Every scenario of the kit with the capabilities it needs, in the order of
-/// [`SCENARIOS`](crate::SCENARIOS). Generated from the scenario modules by the build script.
+/// [`SCENARIOS`](crate::SCENARIOS). Generated from the scenario modules by the build script,
+/// naming the `NEEDS` constant that declares each scenario's needs.
 ///
 /// ```
 /// use eventstore_api::Capability;

@@ -3,8 +3,6 @@
 //! Placing, replacing, reading, listing and removing readers' bookmarks; bookmarks of
 //! unknown events refused with the old bookmark kept; references given back in the storage's
 //! own coordinates; reader names refused alike everywhere.
-//!
-//! Needs no capability.
 
 use eventstore_api::validate::MAX_NAME_BYTES;
 use eventstore_api::{
@@ -14,6 +12,9 @@ use eventstore_api::{
 use crate::events::{append, labelled, orders, tags};
 use crate::support::{assert_invalid_input, eventually, expect_err, ClockWindow};
 use crate::StorageFactory;
+
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[eventstore_api::Capability] = &[];
 
 /// Appends `count` events to `orders` and returns them.
 async fn append_events<S: EventStorage + ?Sized>(storage: &S, count: usize) -> Vec<StoredEvent> {

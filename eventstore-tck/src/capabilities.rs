@@ -5,8 +5,6 @@
 //! capability fail for reasons that do not say why: a capability declared without one it
 //! needs, a method answering although its capability is not declared, and a capability
 //! declared with a method left at the trait's default body (which answers `Unsupported`).
-//!
-//! Needs no capability.
 
 use eventstore_api::EventStorageExt;
 use std::fmt::Debug;
@@ -20,8 +18,11 @@ use crate::events::{append, labelled};
 use crate::support::request;
 use crate::StorageFactory;
 
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[eventstore_api::Capability] = &[];
+
 /// The capabilities that need another one to be declared with them.
-const NEEDS_ANOTHER: &[(Capability, Capability, &str)] = &[
+const IMPLICATIONS: &[(Capability, Capability, &str)] = &[
     (
         Capability::FencedWrites,
         Capability::Lease,
@@ -50,7 +51,7 @@ pub async fn capabilities_that_need_leases_are_declared_with_leases<F: StorageFa
     factory: &F,
 ) {
     let storage = factory.create().await;
-    for &(capability, needed, why) in NEEDS_ANOTHER {
+    for &(capability, needed, why) in IMPLICATIONS {
         assert!(
             !storage.supports(capability) || storage.supports(needed),
             "capability rule: Capability::{capability:?} needs Capability::{needed:?} ({why}), \

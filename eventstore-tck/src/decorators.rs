@@ -5,8 +5,6 @@
 //! Such a decorator claims every capability of the storage it wraps, yet the optional methods
 //! it does not know answer `Unsupported` from their default bodies. The electors must lead
 //! and hand over behind it all the same, on the fixed methods.
-//!
-//! Needs [`Capability::Lease`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +21,9 @@ use eventstore_api::{
 
 use crate::support;
 use crate::StorageFactory;
+
+/// What these scenarios need.
+pub(crate) const NEEDS: &[Capability] = &[Capability::Lease];
 
 /// Long enough that a handover within it was a release, not an expiry.
 const TTL: Duration = Duration::from_secs(6);

@@ -10,8 +10,6 @@
 //! `--include-ignored`), each scenario proves instead that the elector
 //! refuses to start with `Unsupported`; without [`Capability::FencedWrites`] the fenced
 //! scenario proves that both fenced writes refuse with `Unsupported`.
-//!
-//! Needs [`Capability::Lease`], unless a scenario says otherwise.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,9 +30,13 @@ use eventstore_api::{
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::support::Answer as _;
 use crate::support::{self, DEADLINE};
 use crate::wrappers::{EventsOnly, Unreliable};
 use crate::StorageFactory;
+
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[Capability] = &[Capability::Lease];
 
 /// The ttl of the electors: short, so that a crash is taken over quickly.
 const TTL: Duration = Duration::from_millis(500);
@@ -68,10 +70,11 @@ fn stream() -> EventStreamId {
 // Scenarios
 // ---------------------------------------------------------------------------------------------
 
+/// What the scenario below needs, instead of the module's [`NEEDS`].
+pub(crate) const NEEDS_ELECTOR_REFUSES_A_STORAGE_WITHOUT_LEASES: &[Capability] = &[];
+
 /// An elector refuses to start on a storage without [`Capability::Lease`], with an
 /// `Unsupported` error that names the capability.
-///
-/// Needs no capability.
 pub async fn elector_refuses_a_storage_without_leases<F: StorageFactory>(factory: &F) {
     let storage: Arc<dyn EventStorage> = Arc::new(factory.create().await);
     assert_elector_refused(Arc::new(EventsOnly::new(storage.clone()))).await;
@@ -106,7 +109,7 @@ pub async fn one_of_three_instances_leads_and_the_others_stand_by<F: StorageFact
     })
     .await;
     for elector in electors {
-        elector.shutdown().await.expect("shutdown releases");
+        elector.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
     }
 }
 
@@ -119,9 +122,12 @@ pub async fn graceful_shutdown_releases_the_lease<F: StorageFactory>(factory: &F
     let storage = &handles[0];
     let elector = start_elector(storage, "node-0", 0, support::LONG_TTL);
     let token = wait_for_leader(&elector.watch()).await;
-    elector.shutdown().await.expect("shutdown releases");
+    elector.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
 
-    let now = storage.storage_time().await.expect("storage_time");
+    let now = storage.storage_time().await.or_rule(
+        "storage_time",
+        "storage_time answers on a storage with Capability::Lease",
+    );
     let lease = lease_named(storage, LEASE).await;
     assert!(
         lease.is_expired_at(now),
@@ -130,7 +136,10 @@ pub async fn graceful_shutdown_releases_the_lease<F: StorageFactory>(factory: &F
     let response = storage
         .request_lease(LeaseRequest::new(LEASE, "node-1", 0, support::LONG_TTL))
         .await
-        .expect("request_lease");
+        .or_rule(
+            "request_lease",
+            "request_lease of a valid request answers on a storage with Capability::Lease",
+        );
     assert_eq!(
         (response.current_owner.as_str(), response.fencing_token),
         ("node-1", token.next()),
@@ -214,11 +223,13 @@ pub async fn crashed_leader_is_taken_over_and_the_projection_misses_nothing<F: S
     }
 }
 
+/// What the scenario below needs, instead of the module's [`NEEDS`].
+pub(crate) const NEEDS_ZOMBIE_FENCED_APPEND_AND_BOOKMARK_ARE_REFUSED: &[Capability] =
+    &[Capability::Lease, Capability::FencedWrites];
+
 /// After a takeover, a zombie (an old leader still holding its old token) is refused by the
 /// fence: its append stores nothing, its bookmark stays where the new leader put it, and a
 /// projector run under the old fence cannot move the bookmark backwards.
-///
-/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
 pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(factory: &F) {
     let Some(handles) = lease_handles(factory, 2).await else {
         return;
@@ -249,8 +260,14 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
     let mut all = appended.clone();
     all.extend(&later);
     projected.wait_for_all(storage, &all).await;
-    let bookmark = storage.get_bookmark(READER).await.expect("get_bookmark");
-    let head = storage.head(&stream()).await.expect("head");
+    let bookmark = storage.get_bookmark(READER).await.or_rule(
+        "get_bookmark",
+        "get_bookmark of a valid reader answers on an open storage",
+    );
+    let head = storage
+        .head(&stream())
+        .await
+        .or_rule("head", "head of a valid stream answers on an open storage");
     assert_eq!(bookmark, head, "the new leader bookmarked the stream's end");
 
     let refused = storage
@@ -263,7 +280,10 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
         .await;
     assert_fenced(&refused, old_token, new_token, "append_fenced");
     assert_eq!(
-        storage.head(&stream()).await.expect("head"),
+        storage
+            .head(&stream())
+            .await
+            .or_rule("head", "head of a valid stream answers on an open storage"),
         head,
         "a refused append stores nothing"
     );
@@ -291,7 +311,10 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
         "fence rule: the zombie projector's bookmark must be refused as Fenced, got {error}"
     );
     assert_eq!(
-        storage.get_bookmark(READER).await.expect("get_bookmark"),
+        storage.get_bookmark(READER).await.or_rule(
+            "get_bookmark",
+            "get_bookmark of a valid reader answers on an open storage"
+        ),
         bookmark,
         "the bookmark stays where the current leader put it"
     );
@@ -301,15 +324,20 @@ pub async fn zombie_fenced_append_and_bookmark_are_refused<F: StorageFactory>(fa
     storage
         .bookmark_fenced(&current, "another-reader", &early, Tags::none())
         .await
-        .expect("the live holder's fenced bookmark succeeds");
+        .or_rule(
+            "the live holder's fenced bookmark",
+            "a fenced write passes while its lease is live with its token as the current one",
+        );
     new.stop_gracefully().await;
 }
+
+/// What the scenario below needs, instead of the module's [`NEEDS`].
+pub(crate) const NEEDS_FENCED_WRITES_WITH_AN_INVALID_FENCE_ARE_INVALID_INPUT_AND_CHANGE_NOTHING:
+    &[Capability] = &[Capability::Lease, Capability::FencedWrites];
 
 /// A fence whose lease name is not a valid lease name (blank, NUL, over-long) is refused with
 /// `InvalidInput` by both fenced writes, and nothing is written: invalid input is refused the
 /// same way everywhere, never mistaken for a stale token.
-///
-/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
 pub async fn fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_nothing<
     F: StorageFactory,
 >(
@@ -319,8 +347,13 @@ pub async fn fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_no
     let stored = storage
         .append(AppendCriteria::none(), &stream(), vec![number(1)])
         .await
-        .expect("append");
-    let reference = stored[0].reference;
+        .or_rule("append", "an unconditional append of valid events succeeds");
+    let reference = support::only(
+        stored,
+        "an append of one event",
+        "an append answers one stored event per event sent",
+    )
+    .reference;
     if !storage.supports(Capability::FencedWrites) {
         let fence = Fence::new(LEASE, FencingToken(1));
         let refused = storage
@@ -358,12 +391,18 @@ pub async fn fenced_writes_with_an_invalid_fence_are_invalid_input_and_change_no
         );
     }
     assert_eq!(
-        storage.head(&stream()).await.expect("head"),
+        storage
+            .head(&stream())
+            .await
+            .or_rule("head", "head of a valid stream answers on an open storage"),
         Some(reference),
         "refused fenced appends store nothing"
     );
     assert_eq!(
-        storage.get_bookmark(READER).await.expect("get_bookmark"),
+        storage.get_bookmark(READER).await.or_rule(
+            "get_bookmark",
+            "get_bookmark of a valid reader answers on an open storage"
+        ),
         None,
         "refused fenced bookmarks place nothing"
     );
@@ -446,7 +485,10 @@ pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageF
         .ttl(HANG_TTL)
         .request_interval(HANG_TTL * 2 / 3)
         .start()
-        .expect("the elector starts");
+        .or_rule(
+            "start",
+            "an elector starts on a storage with Capability::Lease, with valid settings",
+        );
     let watch = elector.watch();
     wait_for_leader(&watch).await;
     let mut published = watch.subscribe();
@@ -483,7 +525,7 @@ pub async fn elector_demotes_by_its_deadline_while_the_storage_hangs<F: StorageF
 
     storage.hang(false);
     wait_for_leader(&watch).await;
-    elector.shutdown().await.expect("shutdown releases");
+    elector.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -543,8 +585,12 @@ impl Instance {
         self.work
             .await
             .expect("the projector task")
-            .expect("the projector ran without error");
-        self.elector.shutdown().await.expect("shutdown releases");
+            .unwrap_or_else(|error| {
+                panic!(
+                    "a projector runs without error while its storage answers every call: {error}"
+                )
+            });
+        self.elector.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
     }
 
     /// Stops everything at once without releasing, as a dying process would.
@@ -607,7 +653,10 @@ fn start_elector(
         .ttl(ttl)
         .request_interval((ttl / 3).min(Duration::from_millis(100)))
         .start()
-        .expect("the elector starts")
+        .or_rule(
+            "start",
+            "an elector starts on a storage with Capability::Lease, with valid settings",
+        )
 }
 
 /// `count` handles of one fresh storage, or `None` (having proved the elector refuses it)
@@ -633,7 +682,14 @@ async fn wait_for_leader(watch: &LeadershipWatch) -> FencingToken {
     let mut watch = watch.clone();
     tokio::time::timeout(DEADLINE, watch.wait_for_leadership())
         .await
-        .unwrap_or_else(|_| panic!("{} did not lead within {DEADLINE:?}", watch.owner()))
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} did not lead within {DEADLINE:?}: a lease nobody renews is free once expired \
+                 ({}), and an elector requests it at its interval",
+                watch.owner(),
+                support::EXPIRY_RULE
+            )
+        })
         .expect("the elector runs")
 }
 
@@ -687,7 +743,10 @@ impl Projected {
             "every event projected and the bookmark at the last",
             || async {
                 let ids = self.ids();
-                let bookmark = storage.get_bookmark(READER).await.expect("get_bookmark");
+                let bookmark = storage.get_bookmark(READER).await.or_rule(
+                    "get_bookmark",
+                    "get_bookmark of a valid reader answers on an open storage",
+                );
                 appended.iter().all(|id| ids.contains(id)) && bookmark.is_some_and(|b| b.id == last)
             },
         )
@@ -743,14 +802,14 @@ async fn append_numbers(
     storage
         .append(AppendCriteria::none(), &stream(), events)
         .await
-        .expect("append")
+        .or_rule("append", "an unconditional append of valid events succeeds")
         .into_iter()
         .map(|event| event.reference.id)
         .collect()
 }
 
 async fn first_reference(storage: &Arc<dyn EventStorage>) -> EventReference {
-    storage
+    let first = storage
         .query(
             &EventFilter::match_all(),
             &stream(),
@@ -759,15 +818,23 @@ async fn first_reference(storage: &Arc<dyn EventStorage>) -> EventReference {
             Direction::Forward,
         )
         .await
-        .expect("query")[0]
-        .reference
+        .or_rule("query", "a query of valid input answers on an open storage");
+    support::only(
+        first,
+        "a query of the first event of a stream with events",
+        "a query answers the matching events, up to its limit (here 1)",
+    )
+    .reference
 }
 
 async fn lease_named(storage: &Arc<dyn EventStorage>, name: &str) -> Lease {
     storage
         .get_leases()
         .await
-        .expect("get_leases")
+        .or_rule(
+            "get_leases",
+            "get_leases answers on a storage with Capability::Lease",
+        )
         .into_iter()
         .find(|lease| lease.lease_name == name)
         .unwrap_or_else(|| panic!("no lease named {name}"))

@@ -31,4 +31,20 @@ pub trait StorageFactory: Send + Sync {
 
     /// Another handle onto the storage `storage` is a handle of.
     async fn another_handle(&self, storage: &Self::Storage) -> Self::Storage;
+
+    /// Steps the clock of `storage` (the storage's clock: `storage_time`, lease expiry, the
+    /// times it stamps) forward by `by` at once, as a step of the system clock would move it,
+    /// and answers `Some(())`; or answers `None` when the factory cannot (the default).
+    ///
+    /// The scenarios of [`storage_clock`](crate::storage_clock) need it: they step the clock
+    /// and check that everything the storage judges or stamps by time follows it, which
+    /// catches a time read from the wall clock instead (they agree until the system clock
+    /// steps). Where this answers `None` they print why and pass without running. A backend
+    /// whose clock is in its process can offer it (the memory and file backends step their
+    /// `eventstore_api::in_process::StorageClock` with `advance`); one whose clock is a
+    /// database server's cannot.
+    async fn step_clock(&self, storage: &Self::Storage, by: chrono::TimeDelta) -> Option<()> {
+        let _ = (storage, by);
+        None
+    }
 }

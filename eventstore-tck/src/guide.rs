@@ -42,6 +42,16 @@
 //! other. If your backend allows only one handle per storage (an exclusively locked
 //! directory, say), return a clone.
 //!
+//! If your backend's clock is in its process (an `eventstore_api::in_process::StorageClock`),
+//! implement [`StorageFactory::step_clock`](crate::StorageFactory::step_clock) too: step that
+//! clock forward (`StorageClock::advance`) and answer `Some(())`. The
+//! [`storage_clock`](crate::storage_clock) scenarios then step it and check that
+//! `storage_time`, lease expiry, event timestamps and bookmark times all follow it: a time
+//! read from the wall clock instead agrees with the storage's clock until the system clock
+//! steps, so no other scenario can tell. Where the factory cannot step the clock (the
+//! default answers `None`; a database server's clock cannot be stepped from a test), those
+//! scenarios print why and pass without running.
+//!
 //! Give the macro the capabilities `supports` answers true for (`capabilities = []` here); the
 //! scenarios that need others are reported as ignored, each naming the capability (section 7).
 //! Scenarios panic with a message naming the rule that failed and, for an expected error, the
@@ -70,7 +80,9 @@
 //! | `get_bookmark`, `remove_bookmark` | `Reader` | `validate_reader` |
 //! | `request_lease` | `RequestLease` | `validate_lease_request` |
 //! | `request_leases` | `RequestLeases` | `validate_lease_requests` (one invalid request refuses the batch) |
+//! | `request_leases_with_outcome` | `RequestLeases` | `validate_lease_requests`, as `request_leases` |
 //! | `release_lease` | `ReleaseLease` | `validate_release` |
+//! | `release_lease_with_outcome` | `ReleaseLease` | `validate_release`, as `release_lease` |
 //! | `release_leases` | `ReleaseLeases` | `validate_releases` (one invalid name refuses the call) |
 //! | `get_contenders` | `Contenders` | `validate_name` of the lease name |
 //! | `get_leases_with_prefix`, `get_contenders_with_prefix` | `LeasesWithPrefix` | `validate_text` of the prefix |
@@ -152,7 +164,13 @@
 //!   `eventstore_api::admission::Admission::admit`. A closed storage answers `Closed`, whatever
 //!   the input; an open one refuses invalid input with `InvalidInput` before changing anything,
 //!   exactly as every other backend does.
-//! - **Close** is idempotent, closes every handle, and leaves only `name` answering.
+//! - **Close** is idempotent, closes every handle, and leaves only `name` answering. It also
+//!   ends every subscription the storage handed out, lease changes and append hints alike:
+//!   each yields what it still holds, then `None`, at once (close the hubs,
+//!   `LeaseChangeHub::close` and `AppendHintHub::close`, in `close`). A reader blocked on a
+//!   subscription of a closed storage would otherwise wait forever;
+//!   [`lifecycle::close_ends_every_subscription_promptly`](crate::lifecycle::close_ends_every_subscription_promptly)
+//!   checks it within two seconds.
 //!
 //! # 7. Capabilities
 //!
@@ -161,7 +179,11 @@
 //! time and holds you to it.
 //!
 //! - **`Capability::Lease`**: `request_lease`, `request_leases`, `release_lease`,
-//!   `get_leases` and `storage_time` follow the lease rules exactly ([`leases`](crate::leases)): one call
+//!   `release_leases`, `get_leases`, `get_leases_with_prefix`, `get_contenders`,
+//!   `get_contenders_with_prefix` and `storage_time` follow the lease rules exactly
+//!   ([`leases`](crate::leases)). `get_contenders`' default body answers `Unsupported`
+//!   whatever `supports` says, so implement it (`LeaseTable::contenders` answers it); the
+//!   other defaults are built on the methods above. One call
 //!   acquires, renews and registers the contender; expiry is judged on the storage's clock
 //!   only; a fencing token is 1 for the first holder, unchanged by renewal, and strictly
 //!   higher on every other grant, never repeating, also after a release or a restart;
@@ -174,7 +196,14 @@
 //! - **`Capability::FencedWrites`** (needs `Lease`): `append_fenced` and `bookmark_fenced`
 //!   write only while the fence's lease is live on the storage's clock with the presented
 //!   token as its current one, checked atomically with the write; otherwise `Fenced` and
-//!   nothing written ([`election`](crate::election)). Without it, those methods return `Unsupported`.
+//!   nothing written ([`fenced_writes`](crate::fenced_writes), [`election`](crate::election)).
+//!   The token alone is not enough: the current token of a lease that expired or was
+//!   released, with nobody taking it since, fences nothing. And check and write are one step:
+//!   hold the lock the lease table is under from the check until the write is done, with
+//!   no await point between that lets a release or a takeover in (a database checks inside
+//!   the write's transaction, holding a lock on the lease that a release or a takeover must
+//!   take exclusively, as the PostgreSQL backend does). Without it, those methods return
+//!   `Unsupported`.
 //! - **`Capability::LeaseChanges`** (needs `Lease`): `subscribe_lease_changes` pushes every
 //!   change of the leases in its scope ([`lease_changes`](crate::lease_changes)): releases (owner, token, preferred
 //!   successor), acquisitions (token, and whether they took over an expired tenure),
@@ -204,23 +233,50 @@
 //!   ([`query_raw_stream_yields_what_query_raw_returns`](crate::events::query_raw_stream_yields_what_query_raw_returns)).
 //!
 //! Give [`tck_tests!`](crate::tck_tests) the capabilities `supports` answers true for. The
-//! test of a scenario that needs one you do not declare (its documentation says which, on a
-//! `Needs` line) is reported as ignored with the reason, `needs Capability::Lease, which this
+//! test of a scenario that needs one you do not declare (its module says which in code, in a
+//! constant `NEEDS: &[Capability]`, or `NEEDS_<SCENARIO>` for one scenario) is reported as
+//! ignored with the reason, `needs Capability::Lease, which this
 //! backend does not declare`, and
 //! `declared_capabilities::match_the_storage_and_decide_which_scenarios_run` prints how many
 //! scenarios ran and how many did not apply, by capability; for the minimal backend, when this
 //! was written:
 //!
 //! ```text
-//! eventstore-tck on `vec`: 148 scenarios: 68 run, 80 not applicable
-//!   4 need Capability::AppendHints, which this backend does not declare
-//!   76 need Capability::Lease, which this backend does not declare
+//! eventstore-tck on `vec`: 180 scenarios: 85 run, 95 not applicable
+//!   6 need Capability::AppendHints, which this backend does not declare
+//!   89 need Capability::Lease, which this backend does not declare
 //! ```
 //!
 //! That test fails when the list given to the macro and `supports` disagree. A backend
 //! written before leases existed still passes the kit, by refusing them honestly.
 //!
-//! # 8. Beyond the scenarios
+//! # 8. Append hints
+//!
+//! With `Capability::AppendHints`, `subscribe_appends(stream)` hands out a subscription of
+//! **hints**: each says that events were appended to a stream the subscription covers, up to
+//! a reference ([`AppendHint`](eventstore_api::AppendHint)). A hint only wakes a reader early
+//! (a projector, a `query_stream` that follows the log): the read itself decides what is new,
+//! and the reader keeps polling on its own timer, so a missed hint costs at most one poll
+//! interval ([`append_hints`](crate::append_hints)).
+//!
+//! - **After the append is durable**: publish the hint once the append is committed (the
+//!   transaction committed, the file synced), never before; on PostgreSQL a read right after
+//!   may still hold the event back behind older writes (the visibility barrier), and a reader
+//!   then reads again later.
+//! - **At most one per append**: one hint naming the batch's last event, never one per event;
+//!   a retry that stores nothing and a refused append send none.
+//! - **The subscription ends on `close`**: closing the storage ends every subscription (its
+//!   stream yields `None`), as it ends those of lease changes.
+//! - **The hub**: keep one [`AppendHintHub`](eventstore_api::append_hints::AppendHintHub) per
+//!   storage, shared by its handles: `subscribe` hands out the subscriptions (a scope's
+//!   channel goes with its last subscription), `publish` sends a hint to the subscriptions
+//!   whose stream covers it, `missed` tells them to read again when hints may have been lost
+//!   (a reconnect), and `close`, called from the storage's `close`, ends them all.
+//!
+//! Without the capability, `subscribe_appends` keeps its default body, which answers
+//! `Unsupported`; readers then poll.
+//!
+//! # 9. Beyond the scenarios
 //!
 //! [`wrappers`](crate::wrappers) holds storages that wrap yours to stage what a healthy backend does not do on
 //! demand: [`wrappers::EventsOnly`](crate::wrappers::EventsOnly) hides its capabilities, [`wrappers::Unreliable`](crate::wrappers::Unreliable) stops

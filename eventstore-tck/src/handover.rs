@@ -9,9 +9,6 @@
 //! Run on a backend without [`Capability::LeaseChanges`] (reported as ignored there unless run
 //! with `--include-ignored`), each scenario proves instead that `subscribe_lease_changes`
 //! answers `Unsupported`.
-//!
-//! Needs [`Capability::Lease`] and [`Capability::LeaseChanges`], unless a scenario says
-//! otherwise.
 
 use eventstore_api::EventStorageExt;
 use std::sync::Arc;
@@ -24,7 +21,11 @@ use eventstore_api::{
 use tokio::task::JoinHandle;
 
 use crate::support;
+use crate::support::Answer as _;
 use crate::StorageFactory;
+
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[Capability] = &[Capability::Lease, Capability::LeaseChanges];
 
 /// A ttl whose default request interval (a third) is far longer than any pushed handover.
 const TTL: Duration = Duration::from_secs(30);
@@ -53,7 +54,7 @@ pub async fn released_lease_is_led_by_the_waiting_standby_at_once<F: StorageFact
     first
         .shutdown()
         .await
-        .expect("the leader releases on shutdown");
+        .or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
     let taken = support::within(
         PUSHED,
         "the standby leads after the release, without waiting for its next poll",
@@ -61,7 +62,7 @@ pub async fn released_lease_is_led_by_the_waiting_standby_at_once<F: StorageFact
     )
     .await;
     assert_eq!(taken, token.next(), "the standby leads with the next token");
-    second.shutdown().await.expect("shutdown");
+    second.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
 }
 
 /// A higher-priority instance that starts takes over at once: the holder hears of the
@@ -94,7 +95,7 @@ pub async fn higher_priority_instance_leads_at_once_with_the_next_token<F: Stora
         "a planned handover goes straight to the preferred contender: no tenure in between"
     );
     for elector in [preferred, standby, holder] {
-        elector.shutdown().await.expect("shutdown");
+        elector.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
     }
 }
 
@@ -117,7 +118,10 @@ pub async fn stepped_down_holder_leads_again_when_the_preferred_contender_never_
     let ghost = storage
         .request_lease(LeaseRequest::new(LEASE, "ghost", 10, TTL))
         .await
-        .expect("the ghost registers");
+        .or_rule(
+            "request_lease of the ghost",
+            "request_lease of a valid request answers on a storage with Capability::Lease",
+        );
     assert_eq!(
         ghost.status,
         LeaseStatus::Standby,
@@ -148,7 +152,7 @@ pub async fn stepped_down_holder_leads_again_when_the_preferred_contender_never_
     )
     .await;
     assert!(again > token, "a new tenure gets a new token");
-    holder.shutdown().await.expect("shutdown");
+    holder.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
 }
 
 /// Raising a standby's priority while it runs is applied by a request sent at once: the
@@ -176,14 +180,16 @@ pub async fn raised_priority_is_applied_at_once<F: StorageFactory>(factory: &F) 
     )
     .await;
     assert_eq!(taken, token.next(), "the handover takes exactly one token");
-    raised.shutdown().await.expect("shutdown");
-    holder.shutdown().await.expect("shutdown");
+    raised.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
+    holder.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
 }
+
+/// What the scenario below needs, instead of the module's [`NEEDS`].
+pub(crate) const NEEDS_WAITING_FOR_LEADERSHIP_WITHIN_A_BOUND_ANSWERS_THE_TOKEN_OR_A_TIMEOUT:
+    &[Capability] = &[Capability::Lease];
 
 /// Waiting for leadership with a bound answers the token when leading, a timeout naming the
 /// lease when another instance leads, and `Stopped` once the elector stops.
-///
-/// Needs [`Capability::Lease`].
 pub async fn waiting_for_leadership_within_a_bound_answers_the_token_or_a_timeout<
     F: StorageFactory,
 >(
@@ -223,13 +229,13 @@ pub async fn waiting_for_leadership_within_a_bound_answers_the_token_or_a_timeou
     }
 
     let mut stopped = standby.watch();
-    standby.shutdown().await.expect("shutdown");
+    standby.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
     let result = stopped.wait_for_leadership_within(support::DEADLINE).await;
     assert!(
         matches!(result, Err(LeadershipWaitError::Stopped { .. })),
         "waiting on a stopped elector answers Stopped, got {result:?}"
     );
-    leader.shutdown().await.expect("shutdown");
+    leader.shutdown().await.or_rule("shutdown", "an elector's shutdown releases its lease: release_lease answers on a storage with Capability::Lease");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -259,7 +265,10 @@ async fn pushing_handles<F: StorageFactory>(
         handle
             .subscribe_lease_changes(LeaseScope::lease(LEASE))
             .await
-            .expect("subscribe_lease_changes");
+            .or_rule(
+                "subscribe_lease_changes",
+                "subscribe_lease_changes answers on a storage with Capability::LeaseChanges",
+            );
     }
     Some(handles)
 }
@@ -271,7 +280,10 @@ fn start(storage: &Arc<dyn EventStorage>, owner: &str, priority: i64) -> LeaderE
         .priority(priority)
         .ttl(TTL)
         .start()
-        .expect("the elector starts")
+        .or_rule(
+            "start",
+            "an elector starts on a storage with Capability::Lease, with valid settings",
+        )
 }
 
 async fn wait_for_leadership(elector: &LeaderElector) -> FencingToken {

@@ -11,8 +11,6 @@
 //! [`LeaseNotice::Missed`]), so scenarios wait for the notice they expect and skip the
 //! others, never longer than [`DEADLINE`]. Only the renewal scenario looks at the very first
 //! notice, because nothing may come before the release that follows the renewals.
-//!
-//! Needs `Capability::Lease` and `Capability::LeaseChanges`, unless a scenario says otherwise.
 
 use eventstore_api::EventStorageExt;
 use std::collections::HashSet;
@@ -20,15 +18,20 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::lease_changes::SUBSCRIBER_BACKLOG;
+use eventstore_api::Capability;
 use eventstore_api::{
     EventStorage, FencingToken, LeaseChange, LeaseChangeKind, LeaseChanges, LeaseNotice,
     LeaseScope, LeaseStatus,
 };
 
 use crate::leases::{release, request, storage_time};
+use crate::support::Answer as _;
 use crate::support::{self, assert_closed, DEADLINE, LONG_TTL, SHORT_TTL};
 use crate::wrappers::EventsOnly;
 use crate::StorageFactory;
+
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[Capability] = &[Capability::Lease, Capability::LeaseChanges];
 
 /// How long the flood of changes may take at most (thousands of requests, on any backend).
 const FLOOD_DEADLINE: Duration = Duration::from_secs(60);
@@ -376,7 +379,10 @@ pub async fn closing_the_storage_ends_every_subscription<F: StorageFactory>(fact
     let mut all = subscribe(&clone, LeaseScope::All).await;
     // A backlog the subscribers have not read yet.
     acquire(&storage, "orders", "node-a", 0, LONG_TTL).await;
-    storage.close().await.expect("close");
+    storage
+        .close()
+        .await
+        .or_rule("close", "close succeeds, and again once closed");
 
     for (which, changes) in [("of one lease", &mut one), ("of every lease", &mut all)] {
         let ended =
@@ -393,11 +399,12 @@ pub async fn closing_the_storage_ends_every_subscription<F: StorageFactory>(fact
     }
 }
 
+/// What the scenario below needs, instead of the module's [`NEEDS`].
+pub(crate) const NEEDS_A_STORAGE_WITHOUT_THE_CAPABILITY_REFUSES_SUBSCRIPTIONS: &[Capability] = &[];
+
 /// A storage without the capability refuses subscriptions with `Unsupported`: always when
 /// its capabilities are hidden ([`EventsOnly`]), and the storage itself when it does not
 /// declare the capability.
-///
-/// Needs no capability.
 pub async fn a_storage_without_the_capability_refuses_subscriptions<F: StorageFactory>(
     factory: &F,
 ) {

@@ -6,8 +6,6 @@
 //! [`EventStorage::release_lease_with_outcome`] says whether the caller held the lease. Run on
 //! a backend that does not declare the capability, each scenario proves instead that both
 //! methods refuse with `Unsupported`.
-//!
-//! Needs [`Capability::Lease`] and [`Capability::LeaseOutcomes`], every scenario here.
 
 use eventstore_api::EventStorageExt;
 use std::time::Duration;
@@ -17,8 +15,12 @@ use eventstore_api::{
 };
 
 use crate::leases::{invalid_requests, leases, release, request};
+use crate::support::Answer as _;
 use crate::support::{self, assert_invalid_input, LONG_TTL, SHORT_TTL};
 use crate::StorageFactory;
+
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[Capability] = &[Capability::Lease, Capability::LeaseOutcomes];
 
 /// A new lease, a standby, a renewal, a takeover of another owner's expired tenure, an
 /// acquisition after a release and the re-acquisition of one's own expired lease: only the
@@ -68,7 +70,7 @@ pub async fn only_a_takeover_of_an_expired_holder_says_it_took_over<F: StorageFa
         2,
         "node-b",
         true,
-        "acquiring node-a's expired lease",
+        &support::after_expiry("acquiring node-a's expired lease takes it over"),
     );
 
     release(&other, "orders", "node-b").await;
@@ -90,7 +92,7 @@ pub async fn only_a_takeover_of_an_expired_holder_says_it_took_over<F: StorageFa
         4,
         "node-a",
         false,
-        "re-acquiring one's own expired lease",
+        &support::after_expiry("re-acquiring one's own expired lease is a new tenure"),
     );
 }
 
@@ -112,7 +114,7 @@ pub async fn a_batch_says_which_requests_took_over<F: StorageFactory>(factory: &
             LeaseRequest::new("expired", "node-b", 0, LONG_TTL),
         ])
         .await
-        .expect("request_leases_with_outcome");
+        .or_rule("request_leases_with_outcome", "request_leases_with_outcome of valid requests answers on a storage with Capability::LeaseOutcomes");
     let shown: Vec<(LeaseStatus, u64, &str, bool)> = outcomes
         .iter()
         .map(|o| {
@@ -132,7 +134,10 @@ pub async fn a_batch_says_which_requests_took_over<F: StorageFactory>(factory: &
             (LeaseStatus::Leader, 1, "node-b", false),
             (LeaseStatus::Leader, 2, "node-b", false),
         ],
-        "takeover, standby, new lease, renewal of the lease just taken over"
+        "{}",
+        support::after_expiry(
+            "the batch answers: takeover, standby, new lease, renewal of the lease just taken over"
+        )
     );
 }
 
@@ -167,10 +172,10 @@ pub async fn a_release_says_whether_the_caller_held_the_lease<F: StorageFactory>
             "releasing {what}"
         );
     }
-    let contenders = storage
-        .get_contenders("orders")
-        .await
-        .expect("get_contenders");
+    let contenders = storage.get_contenders("orders").await.or_rule(
+        "get_contenders",
+        "get_contenders of a valid lease name answers on a storage with Capability::Lease",
+    );
     assert!(
         contenders.iter().all(|c| c.owner != "node-b"),
         "a release withdraws the caller's registration even when it held nothing: {contenders:?}"
@@ -192,7 +197,8 @@ pub async fn a_release_says_whether_the_caller_held_the_lease<F: StorageFactory>
     assert_eq!(
         released(&storage, "lapsing", "node-a").await,
         ReleaseOutcome::NotHeld,
-        "releasing one's own expired lease"
+        "{}",
+        support::after_expiry("releasing one's own expired lease releases nothing held")
     );
 }
 

@@ -26,12 +26,14 @@ pub mod capabilities;
 pub mod decorators;
 pub mod election;
 pub mod events;
+pub mod fenced_writes;
 pub mod handover;
 pub mod lease_changes;
 pub mod lease_outcomes;
 pub mod leases;
 pub mod lifecycle;
 pub mod partitions;
+pub mod storage_clock;
 pub mod wrappers;
 
 pub use factory::StorageFactory;

@@ -2,13 +2,12 @@
 //!
 //! A storage's name, what several handles of one storage share, and `close`: idempotent,
 //! closing every handle, after which every call but `name` is `Closed`.
-//!
-//! Needs no capability.
 
 use eventstore_api::EventStorageExt;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use eventstore_api::{
     AppendCriteria, Capability, Direction, EventFilter, EventId, EventStorage, EventStorageError,
@@ -18,8 +17,12 @@ use futures_util::StreamExt;
 use tokio::sync::Barrier;
 
 use crate::events::{append, labelled, orders, read_everything, tags};
+use crate::support::Answer as _;
 use crate::support::{assert_closed, request};
 use crate::StorageFactory;
+
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[eventstore_api::Capability] = &[];
 
 /// Asserts that `result` is `Closed`, or `Unsupported` for a capability the backend lacks.
 fn assert_closed_or_unsupported<T: Debug>(result: StorageResult<T>, call: &str) {
@@ -303,6 +306,71 @@ pub async fn name_is_not_blank_and_survives_close<F: StorageFactory>(factory: &F
     assert_eq!(storage.name(), name, "name still answers after close");
 }
 
+/// How soon after `close` every subscription of the storage must have ended.
+const SUBSCRIPTIONS_END_WITHIN: Duration = Duration::from_secs(2);
+
+/// The rule of `close` and subscriptions.
+const CLOSE_ENDS_SUBSCRIPTIONS: &str = "close ends every subscription the storage handed out \
+    (lease changes and append hints, through any of its handles): each yields what it holds, \
+    then None, at once";
+
+/// `close` ends every subscription the storage handed out, to lease changes (with
+/// `Capability::LeaseChanges`) and to append hints (with `Capability::AppendHints`), of this
+/// handle and of its clones, within two seconds: a reader waiting on a closed storage would
+/// otherwise wait forever. Without either capability there is nothing to end.
+pub async fn close_ends_every_subscription_promptly<F: StorageFactory>(factory: &F) {
+    let storage = factory.create().await;
+    let clone = storage.clone();
+    let mut lease_changes = Vec::new();
+    if storage.supports(Capability::LeaseChanges) {
+        for (which, handle) in [("the closing handle", &storage), ("a clone", &clone)] {
+            for scope in [LeaseScope::lease("orders"), LeaseScope::All] {
+                let what = format!("subscribe_lease_changes({scope:?}) through {which}");
+                let subscription = handle.subscribe_lease_changes(scope).await.or_rule(
+                    &what,
+                    "subscribe_lease_changes answers on a storage with Capability::LeaseChanges",
+                );
+                lease_changes.push((what, subscription));
+            }
+        }
+    }
+    let mut append_hints = Vec::new();
+    if storage.supports(Capability::AppendHints) {
+        for (which, handle) in [("the closing handle", &storage), ("a clone", &clone)] {
+            for stream in [orders(), EventStreamId::any()] {
+                let what = format!("subscribe_appends({stream}) through {which}");
+                let subscription = handle.subscribe_appends(&stream).await.or_rule(
+                    &what,
+                    "subscribe_appends of a valid stream answers on a storage with \
+                     Capability::AppendHints",
+                );
+                append_hints.push((what, subscription));
+            }
+        }
+    }
+    storage
+        .close()
+        .await
+        .or_rule("close", "close succeeds, and again once closed");
+    let mut waiting_on = String::from("none");
+    let ended = async {
+        for (what, subscription) in &mut lease_changes {
+            waiting_on.clone_from(what);
+            while subscription.next().await.is_some() {}
+        }
+        for (what, subscription) in &mut append_hints {
+            waiting_on.clone_from(what);
+            while subscription.next().await.is_some() {}
+        }
+    };
+    let in_time = tokio::time::timeout(SUBSCRIPTIONS_END_WITHIN, ended).await;
+    assert!(
+        in_time.is_ok(),
+        "{CLOSE_ENDS_SUBSCRIPTIONS}; yet {SUBSCRIPTIONS_END_WITHIN:?} after close the \
+         subscription {waiting_on} had not ended"
+    );
+}
+
 /// `close` is idempotent: closing again, through the same or another handle, is `Ok`.
 pub async fn close_is_idempotent<F: StorageFactory>(factory: &F) {
     let storage = factory.create().await;
@@ -409,7 +477,10 @@ pub async fn writes_are_kept_across_handles<F: StorageFactory>(factory: &F) {
             "the {name} handle must read every event written"
         );
         assert_eq!(
-            handle.get_bookmark("reader").await.expect("get_bookmark"),
+            handle.get_bookmark("reader").await.or_rule(
+                "get_bookmark",
+                "get_bookmark of a valid reader answers on an open storage"
+            ),
             Some(written[1].reference),
             "the {name} handle must read the bookmark"
         );

@@ -9,8 +9,6 @@
 //! Run on a backend without [`Capability::Lease`] (reported as ignored there unless run with
 //! `--include-ignored`), each scenario proves instead that the elector refuses to start with
 //! `Unsupported`.
-//!
-//! Needs [`Capability::Lease`], unless a scenario says otherwise.
 
 use eventstore_api::EventStorageExt;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -29,9 +27,13 @@ use eventstore_api::{
 };
 use tokio::task::JoinHandle;
 
+use crate::support::Answer as _;
 use crate::support::{self, DEADLINE};
 use crate::wrappers::{EventsOnly, Unreliable};
 use crate::StorageFactory;
+
+/// What every scenario of this module needs, unless it declares its own.
+pub(crate) const NEEDS: &[Capability] = &[Capability::Lease];
 
 /// The group every scenario shares out.
 const GROUP: &str = "tck-orders";
@@ -68,11 +70,13 @@ const PUSHED_JOIN: Duration = Duration::from_secs(3);
 // Scenarios
 // ---------------------------------------------------------------------------------------------
 
+/// What the scenario below needs, instead of the module's [`NEEDS`].
+pub(crate) const NEEDS_PARTITION_ELECTOR_REFUSES_BAD_SETTINGS_AND_STORAGES_WITHOUT_LEASES:
+    &[Capability] = &[];
+
 /// The elector refuses a storage without leases (`Unsupported`) and, with `InvalidInput`
 /// naming the value, a partition count of 0 or above the limit, a group holding a `/`, and a
 /// request interval not shorter than the ttl.
-///
-/// Needs no capability.
 pub async fn partition_elector_refuses_bad_settings_and_storages_without_leases<
     F: StorageFactory,
 >(
@@ -105,7 +109,10 @@ pub async fn partition_elector_refuses_bad_settings_and_storages_without_leases<
             Ok(_) => panic!("{partitions} partitions of {group:?}, interval {interval:?}: expected InvalidInput naming {field}, it started"),
         }
     }
-    let leases = storage.get_leases().await.expect("get_leases");
+    let leases = storage.get_leases().await.or_rule(
+        "get_leases",
+        "get_leases answers on a storage with Capability::Lease",
+    );
     assert!(
         leases.is_empty(),
         "a refused start changes nothing: {leases:?}"
@@ -178,7 +185,11 @@ pub async fn members_that_come_and_go_take_the_same_seats_again<F: StorageFactor
         || async {
             let status = GroupStatus::read(storage.as_ref(), GROUP)
                 .await
-                .expect("group status");
+                .unwrap_or_else(|error| {
+                    panic!(
+                        "GroupStatus::read answers while the storage answers get_leases: {error}"
+                    )
+                });
             let seated: BTreeSet<&String> = status.seats.values().collect();
             seated.len() == 4
         },
@@ -206,10 +217,10 @@ pub async fn members_that_come_and_go_take_the_same_seats_again<F: StorageFactor
 
     // Lease rows stay once written: the group's rows are every seat any member ever took.
     let prefix = format!("{GROUP}/");
-    let leases = storage
-        .get_leases_with_prefix(&prefix)
-        .await
-        .expect("leases");
+    let leases = storage.get_leases_with_prefix(&prefix).await.or_rule(
+        "get_leases",
+        "get_leases answers on a storage with Capability::Lease",
+    );
     let announcements: Vec<&str> = leases
         .iter()
         .map(|lease| lease.lease_name.as_str())
@@ -326,10 +337,12 @@ pub async fn a_crashed_members_partitions_are_held_again_within_ttl_and_interval
     }
 }
 
+/// What the scenario below needs, instead of the module's [`NEEDS`].
+pub(crate) const NEEDS_A_ZOMBIE_MEMBERS_FENCED_WRITES_ARE_REFUSED: &[Capability] =
+    &[Capability::Lease, Capability::FencedWrites];
+
 /// A member paused past its ttl (a zombie) still has its fences; once another member holds
 /// the partition, the zombie's fenced append and bookmark are refused and change nothing.
-///
-/// Needs [`Capability::Lease`] and [`Capability::FencedWrites`].
 pub async fn a_zombie_members_fenced_writes_are_refused<F: StorageFactory>(factory: &F) {
     let Some(handles) = lease_handles(factory, 2).await else {
         return;
@@ -365,7 +378,10 @@ pub async fn a_zombie_members_fenced_writes_are_refused<F: StorageFactory>(facto
     );
 
     let stream = partition_stream(partition);
-    let head = storage.head(&stream).await.expect("head");
+    let head = storage
+        .head(&stream)
+        .await
+        .or_rule("head", "head of a valid stream answers on an open storage");
     let refused = storage
         .append_fenced(
             &zombie_fence,
@@ -379,19 +395,30 @@ pub async fn a_zombie_members_fenced_writes_are_refused<F: StorageFactory>(facto
         "the zombie's append is refused as Fenced: {refused:?}"
     );
     assert_eq!(
-        storage.head(&stream).await.expect("head"),
+        storage
+            .head(&stream)
+            .await
+            .or_rule("head", "head of a valid stream answers on an open storage"),
         head,
         "nothing appended"
     );
     let written = storage
         .append_fenced(current, AppendCriteria::none(), &stream, vec![event(2)])
         .await
-        .expect("the holder's fenced append passes");
+        .or_rule(
+            "the holder's fenced append",
+            "a fenced write passes while its lease is live with its token as the current one",
+        );
+    let written = support::only(
+        written,
+        "a fenced append of one event",
+        "an append answers one stored event per event sent",
+    );
     let refused = storage
         .bookmark_fenced(
             &zombie_fence,
             "tck-zombie",
-            &written[0].reference,
+            &written.reference,
             Default::default(),
         )
         .await;
@@ -400,10 +427,10 @@ pub async fn a_zombie_members_fenced_writes_are_refused<F: StorageFactory>(facto
         "the zombie's bookmark is refused as Fenced: {refused:?}"
     );
     assert_eq!(
-        storage
-            .get_bookmark("tck-zombie")
-            .await
-            .expect("get_bookmark"),
+        storage.get_bookmark("tck-zombie").await.or_rule(
+            "get_bookmark",
+            "get_bookmark of a valid reader answers on an open storage"
+        ),
         None,
         "no bookmark placed"
     );
@@ -445,11 +472,16 @@ pub async fn partitioned_projectors_lose_no_event_across_joins_leaves_and_crashe
         let head = storage
             .head(&partition_stream(partition))
             .await
-            .expect("head");
+            .or_rule("head", "head of a valid stream answers on an open storage");
         let reader = reader(partition);
         support::eventually(
             &format!("bookmark {reader} at its stream's end"),
-            || async { storage.get_bookmark(&reader).await.expect("get_bookmark") == head },
+            || async {
+                storage.get_bookmark(&reader).await.or_rule(
+                    "get_bookmark",
+                    "get_bookmark of a valid reader answers on an open storage",
+                ) == head
+            },
         )
         .await;
     }
@@ -532,7 +564,10 @@ impl Member {
             .ttl(ttl)
             .request_interval(interval)
             .start()
-            .expect("the elector starts");
+            .or_rule(
+                "start",
+                "an elector starts on a storage with Capability::Lease, with valid settings",
+            );
         let watch = elector.watch();
         let mut handing_over = watch.clone();
         let releaser = tokio::spawn(async move {
@@ -620,7 +655,9 @@ async fn assert_status_balanced(storage: &Arc<dyn EventStorage>, members: usize)
     support::eventually("the storage to show the group balanced", || async {
         let status = GroupStatus::read(storage.as_ref(), GROUP)
             .await
-            .expect("the group's status");
+            .unwrap_or_else(|error| {
+                panic!("GroupStatus::read answers while the storage answers get_leases: {error}")
+            });
         status.members.len() == members
             && status.partitions() == Some(PARTITIONS)
             && status.unheld().is_empty()
@@ -776,7 +813,7 @@ async fn append_round(storage: &Arc<dyn EventStorage>, round: u64) -> Vec<EventI
         let stored = storage
             .append(AppendCriteria::none(), &partition_stream(partition), events)
             .await
-            .expect("append");
+            .or_rule("append", "an unconditional append of valid events succeeds");
         ids.extend(stored.into_iter().map(|event| event.reference.id));
     }
     ids
@@ -851,7 +888,9 @@ impl Worker {
                     let _ = stopped.await;
                 })
                 .await
-                .expect("the partitioned projector runs");
+                .unwrap_or_else(|error| {
+                panic!("a partitioned projector runs without error while its storage answers every call: {error}")
+            });
         });
         Worker {
             member,

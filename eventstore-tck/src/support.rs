@@ -41,26 +41,45 @@ where
     }
 }
 
-/// Waits until `lease_name` is expired on the storage's own clock.
-pub async fn wait_until_expired<S: EventStorage + ?Sized>(storage: &S, lease_name: &str) {
-    eventually(
-        &format!("lease {lease_name} to expire on the storage's clock"),
-        || async {
-            let now = storage
-                .storage_time()
-                .await
-                .expect("storage_time while supports(Capability::Lease) is false");
-            let leases = storage
-                .get_leases()
-                .await
-                .expect("get_leases while supports(Capability::Lease) is false");
-            leases
-                .iter()
-                .find(|lease| lease.lease_name == lease_name)
-                .is_some_and(|lease| lease.is_expired_at(now))
-        },
+/// The expiry rule, which every failure of a wait for an expiry names.
+pub const EXPIRY_RULE: &str = "expiry is judged on the storage's clock only: a lease is \
+    expired once storage_time is strictly after its heartbeat_at + ttl";
+
+/// The message of a check that follows a wait for an expiry ([`wait_until_expired`]):
+/// [`EXPIRY_RULE`], that the lease was expired by it, and what `follows` from that.
+pub fn after_expiry(follows: &str) -> String {
+    format!(
+        "{EXPIRY_RULE}; the lease was expired by that rule (storage_time after heartbeat_at + \
+         ttl, as get_leases lists it), so {follows}"
     )
-    .await;
+}
+
+/// Waits until `lease_name` is expired on the storage's own clock; panics naming
+/// [`EXPIRY_RULE`], the lease and the storage's time when [`DEADLINE`] passes first.
+pub async fn wait_until_expired<S: EventStorage + ?Sized>(storage: &S, lease_name: &str) {
+    let start = Instant::now();
+    loop {
+        let now = answer(
+            storage.storage_time().await,
+            "storage_time",
+            "storage_time answers on a storage with Capability::Lease",
+        );
+        let leases = answer(
+            storage.get_leases().await,
+            "get_leases",
+            "get_leases answers on a storage with Capability::Lease",
+        );
+        let lease = leases.iter().find(|lease| lease.lease_name == lease_name);
+        if lease.is_some_and(|lease| lease.is_expired_at(now)) {
+            return;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{EXPIRY_RULE}; yet lease {lease_name:?} is still not expired after {DEADLINE:?}: \
+             storage_time {now}, lease {lease:?} (get_leases lists expired leases too)"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// A request with [`LONG_TTL`] and priority 0.
@@ -189,6 +208,71 @@ impl ClockWindow {
             self.opened_at
         );
     }
+}
+
+/// The value of `result`, a backend's answer to `what`; panics naming the `rule` that says
+/// the call succeeds, and the error, when it is `Err`.
+///
+/// ```should_panic
+/// # use eventstore_api::{EventStorageError, StorageResult};
+/// let refused: StorageResult<u32> = Err(EventStorageError::Closed);
+/// eventstore_tck::support::answer(refused, "head", "an open storage answers head");
+/// ```
+#[track_caller]
+pub fn answer<T>(result: StorageResult<T>, what: &str, rule: &str) -> T {
+    result.unwrap_or_else(|error| panic!("{rule}: {what} failed with Err({error})"))
+}
+
+/// A backend's answer, taken naming the rule that says the call succeeds: a scenario never
+/// fails on a bare `expect` or `unwrap` of what the backend answered.
+pub trait Answer<T> {
+    /// The value; panics naming the `rule` that says the call `what` succeeds, and the
+    /// error, when the backend refused it.
+    fn or_rule(self, what: &str, rule: &str) -> T;
+}
+
+impl<T> Answer<T> for StorageResult<T> {
+    #[track_caller]
+    fn or_rule(self, what: &str, rule: &str) -> T {
+        answer(self, what, rule)
+    }
+}
+
+/// The one item of `items`, a backend's answer to `what`; panics naming the `rule` that says
+/// there is exactly one, and what there was, otherwise.
+#[track_caller]
+pub fn only<T: Debug>(items: Vec<T>, what: &str, rule: &str) -> T {
+    let [item]: [T; 1] = items.try_into().unwrap_or_else(|items: Vec<T>| {
+        panic!(
+            "{rule}: {what} answered {} items, not one: {items:?}",
+            items.len()
+        )
+    });
+    item
+}
+
+/// The `N` items of `items`, a backend's answer to `what`; panics naming the `rule` that says
+/// there are exactly `N`, and what there was, otherwise.
+#[track_caller]
+pub fn exactly<const N: usize, T: Debug>(items: Vec<T>, what: &str, rule: &str) -> [T; N] {
+    items.try_into().unwrap_or_else(|items: Vec<T>| {
+        panic!(
+            "{rule}: {what} answered {} items, not {N}: {items:?}",
+            items.len()
+        )
+    })
+}
+
+/// The item at `index` of `items`, a backend's answer to `what`; panics naming the `rule`
+/// that says it is there, and what there was, otherwise.
+#[track_caller]
+pub fn nth<'a, T: Debug>(items: &'a [T], index: usize, what: &str, rule: &str) -> &'a T {
+    items.get(index).unwrap_or_else(|| {
+        panic!(
+            "{rule}: {what} answered {} items, so none at index {index}: {items:?}",
+            items.len()
+        )
+    })
 }
 
 /// The error of `result`; panics naming `what` and the `expected` error when it is `Ok`.

@@ -1,5 +1,6 @@
-//! The mutation check of the conformance kit: a small backend without leases, first as
-//! written, then with each of a list of deliberate mistakes, run against the whole kit.
+//! The mutation check of the conformance kit: a small backend without leases, and a backend
+//! with leases and fenced writes, first as written, then with each of a list of deliberate
+//! mistakes, run against the whole kit.
 //!
 //! Run as `cargo test -p eventstore-tests --test mutation_check`. The kit's tests here run
 //! the backend as written ([`Mutation::from_environment`] finds no mutation), and
@@ -10,6 +11,8 @@
 //! mutation's failures: `EVENTSTORE_MUTATION=timestamp_per_event cargo test -p
 //! eventstore-tests --test mutation_check`.
 
+#[path = "mutation_check/fence_mutant.rs"]
+mod fence_mutant;
 #[path = "mutation_check/mutant_storage.rs"]
 mod mutant_storage;
 #[path = "mutation_check/mutations.rs"]
@@ -20,6 +23,7 @@ use std::process::Command;
 use async_trait::async_trait;
 use eventstore_tck::StorageFactory;
 
+use fence_mutant::FenceMutant;
 use mutant_storage::MutantStorage;
 use mutations::{Mutation, Verdict};
 
@@ -43,6 +47,32 @@ mod kit {
     eventstore_tck::tck_tests!(super::Mutant, capabilities = []);
 }
 
+/// Fresh storages with leases and fenced writes making the mutation the environment selects,
+/// when it is one of those; another handle is a clone.
+struct LeasingMutant;
+
+#[async_trait]
+impl StorageFactory for LeasingMutant {
+    type Storage = FenceMutant;
+
+    async fn create(&self) -> FenceMutant {
+        FenceMutant::new(Mutation::from_environment())
+    }
+
+    async fn another_handle(&self, storage: &FenceMutant) -> FenceMutant {
+        storage.clone()
+    }
+
+    async fn step_clock(&self, storage: &FenceMutant, by: chrono::TimeDelta) -> Option<()> {
+        storage.clock().advance(by);
+        Some(())
+    }
+}
+
+mod leasing {
+    eventstore_tck::tck_tests!(super::LeasingMutant, capabilities = [Lease, FencedWrites]);
+}
+
 #[test]
 fn every_listed_mistake_is_caught_and_every_allowed_choice_passes() {
     if Mutation::from_environment().is_some() {
@@ -56,16 +86,22 @@ fn every_listed_mistake_is_caught_and_every_allowed_choice_passes() {
     println!("| mutation | expected | result | tests that failed (the first three by name) |");
     println!("|---|---|---|---|");
     for mutation in Mutation::ALL {
+        let kit = mutation.kit();
         let output = Command::new(&binary)
             .env(Mutation::VARIABLE, mutation.name())
-            // The kit's tests only, not the checks of this file.
-            .args(["kit::", "--test-threads", "4"])
+            // The kit's tests of the backend the mutation is made in, not the checks of this
+            // file.
+            .args([kit, "--test-threads", "4"])
             .output()
             .unwrap_or_else(|err| panic!("running the kit with {}: {err}", mutation.name()));
         let stdout = String::from_utf8_lossy(&output.stdout);
         let mut failed: Vec<&str> = stdout
             .lines()
-            .filter_map(|line| line.strip_prefix("test kit::")?.strip_suffix(" ... FAILED"))
+            .filter_map(|line| {
+                line.strip_prefix("test ")?
+                    .strip_prefix(kit)?
+                    .strip_suffix(" ... FAILED")
+            })
             .collect();
         failed.sort_unstable();
         let passed = output.status.success();

@@ -28,9 +28,14 @@ pub const MAX_RATE_DIFFERENCE: i32 = 100;
 /// closes the gap at one part in a hundred (36 seconds an hour) and never goes back. Every
 /// holder and contender of an in-process storage lives in the storage's process, so they all
 /// measure time on the same monotonic clock as the leases.
+///
+/// [`StorageClock::advance`] steps it forward on purpose, as a test steps a storage's clock to
+/// check that a backend judges time by this clock alone.
 #[derive(Debug, Default)]
 pub struct StorageClock {
     last: Mutex<Option<Reading>>,
+    /// How far it was stepped forward by [`StorageClock::advance`], beyond the system's time.
+    stepped: Mutex<TimeDelta>,
 }
 
 /// A reading of the clock, and when it was taken on the monotonic clock.
@@ -49,7 +54,34 @@ impl StorageClock {
     /// Now: the system's time as far as the pace of the monotonic clock since the previous
     /// reading allows (see [`StorageClock`]). Never earlier than the previous reading.
     pub fn now(&self) -> DateTime<Utc> {
-        self.read(Utc::now(), Instant::now())
+        let stepped = *self
+            .stepped
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let system = Utc::now()
+            .checked_add_signed(stepped)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        self.read(system, Instant::now())
+    }
+
+    /// Steps the clock forward by `by` at once (a negative `by` counts as zero: the clock
+    /// never goes back): every later reading is `by` later than it would have been. For tests
+    /// of what a storage judges by its clock (lease expiry, the times it stamps); a storage
+    /// in use is never stepped.
+    pub fn advance(&self, by: TimeDelta) {
+        let by = by.max(TimeDelta::zero());
+        let mut stepped = self
+            .stepped
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *stepped += by;
+        if let Some(reading) = last.as_mut() {
+            reading.at = reading.at.checked_add_signed(by).unwrap_or(reading.at);
+        }
     }
 
     /// The reading for a system time of `system`, taken at `taken` on the monotonic clock.
@@ -168,6 +200,21 @@ mod tests {
             clock.read(stepped, taken),
             start() + seconds(10) - TimeDelta::milliseconds(100)
         );
+    }
+
+    #[test]
+    fn a_step_forward_moves_every_later_reading_at_once() {
+        let clock = StorageClock::new();
+        let before = clock.now();
+        clock.advance(TimeDelta::hours(1));
+        let after = clock.now();
+        assert!(
+            after >= before + TimeDelta::hours(1),
+            "{before} then {after}"
+        );
+        assert!(after < before + TimeDelta::hours(1) + TimeDelta::seconds(10));
+        clock.advance(TimeDelta::hours(-5));
+        assert!(clock.now() >= after, "a step back is no step");
     }
 
     #[test]

@@ -105,11 +105,21 @@ pub(crate) enum Mutation {
     LeaseMethodWithoutLease,
     /// `Lease` is declared while every lease method keeps its default body.
     LeaseWithDefaultMethods,
+    /// A fenced write is judged by the token alone: the current token of a lease that expired
+    /// or was released, with nobody taking it since, passes.
+    FenceJudgedByTokenAlone,
+    /// A fenced write checks the fence under the lease table's lock, lets go of the lock (and
+    /// awaits), then writes: a release and a takeover fit between the check and the write.
+    FenceCheckedThenUnlockedBeforeTheWrite,
+    /// `storage_time` reads the wall clock instead of the storage's clock.
+    StorageTimeFromTheWallClock,
+    /// A bookmark's `updated_at` is read from the wall clock instead of the storage's clock.
+    BookmarkTimeFromTheWallClock,
 }
 
 impl Mutation {
     /// Every mutation, in the order the check applies them.
-    pub(crate) const ALL: [Mutation; 41] = [
+    pub(crate) const ALL: [Mutation; 45] = [
         Mutation::PositionsFromZero,
         Mutation::PositionsWithGaps,
         Mutation::ClosedCheckedAfterInput,
@@ -151,6 +161,10 @@ impl Mutation {
         Mutation::FencedWritesWithoutLease,
         Mutation::LeaseMethodWithoutLease,
         Mutation::LeaseWithDefaultMethods,
+        Mutation::FenceJudgedByTokenAlone,
+        Mutation::FenceCheckedThenUnlockedBeforeTheWrite,
+        Mutation::StorageTimeFromTheWallClock,
+        Mutation::BookmarkTimeFromTheWallClock,
     ];
 
     /// The environment variable that selects the mutation of a run of the kit.
@@ -179,6 +193,28 @@ impl Mutation {
             name.push(character.to_ascii_lowercase());
         }
         name
+    }
+
+    /// Whether it is a mistake of a backend with leases, made by the
+    /// [`FenceMutant`](super::fence_mutant::FenceMutant) and judged by the kit's tests of it
+    /// (`leasing::`), not by those of the backend without leases (`kit::`).
+    pub(crate) fn leasing(self) -> bool {
+        matches!(
+            self,
+            Mutation::FenceJudgedByTokenAlone
+                | Mutation::FenceCheckedThenUnlockedBeforeTheWrite
+                | Mutation::StorageTimeFromTheWallClock
+                | Mutation::BookmarkTimeFromTheWallClock
+        )
+    }
+
+    /// The filter of the kit's tests that judge it.
+    pub(crate) fn kit(self) -> &'static str {
+        if self.leasing() {
+            "leasing::"
+        } else {
+            "kit::"
+        }
     }
 
     /// What the kit must make of it.
