@@ -10,7 +10,8 @@ root=$PWD
 target=${CARGO_TARGET_DIR:-$root/target}
 unpacked=$target/external-backend
 backend=$root/tests-external/minimal-backend
-crates=(eventstore-api eventstore-tck)
+# The kit depends on the runtime (`eventstore`), so that is packaged and patched in too.
+crates=(eventstore-api eventstore eventstore-tck)
 
 # No verification build: building the backend on the unpacked sources below is one.
 # --allow-dirty: a local run checks the working tree as it is.

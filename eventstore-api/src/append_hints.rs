@@ -40,7 +40,7 @@ pub enum AppendNotice {
 }
 
 /// A subscription to the append hints of the streams one [`EventStreamId`] covers; see
-/// [`crate::EventStorage::subscribe_appends`].
+/// [`crate::EventStorageExt::subscribe_appends`].
 #[derive(Debug)]
 pub struct AppendHints {
     receiver: broadcast::Receiver<AppendNotice>,

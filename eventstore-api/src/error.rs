@@ -8,11 +8,17 @@ use crate::{EventId, EventReference, FencingToken};
 ///
 /// Every message names what was wrong and the value or limit involved, so that a log line
 /// alone tells an operator what happened. Match on the variant, never on the message.
+///
+/// Variants with fields may gain fields (an `IdempotencyConflict` learned which keys changed,
+/// a `Fenced` whether the lease is live): they are `#[non_exhaustive]`, so match them with
+/// `..` and build them with the constructors ([`EventStorageError::fenced`] and the others),
+/// which keep their arguments when a field is added with a value the constructor can derive.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EventStorageError {
     /// The caller passed a value the storage refuses; nothing was changed.
     #[error("invalid {field} {value}: {problem}")]
+    #[non_exhaustive]
     InvalidInput {
         /// Which argument or field was wrong, e.g. `lease name` or `ttl`.
         field: String,
@@ -24,6 +30,7 @@ pub enum EventStorageError {
 
     /// The backend does not offer this operation (see [`crate::Capability`]).
     #[error("{operation} is not supported by the {backend} storage")]
+    #[non_exhaustive]
     Unsupported {
         /// The refused operation, e.g. `request_lease`.
         operation: String,
@@ -41,6 +48,7 @@ pub enum EventStorageError {
          but lies after the expected last event {}",
         display_reference(.expected_last)
     )]
+    #[non_exhaustive]
     OptimisticLock {
         /// The stream appended to.
         stream: String,
@@ -54,6 +62,7 @@ pub enum EventStorageError {
     /// it mixes stored keys with new keys or keyless events, or a stored key now comes with a
     /// different event. Nothing was written.
     #[error("idempotency conflict on stream {stream}: {}", describe_idempotency_conflict(.stored, .new, .changed))]
+    #[non_exhaustive]
     IdempotencyConflict {
         /// The stream appended to.
         stream: String,
@@ -67,6 +76,7 @@ pub enum EventStorageError {
 
     /// A reference named an event this storage does not hold.
     #[error("unknown event {id}: this storage holds no event with that id")]
+    #[non_exhaustive]
     UnknownEvent {
         /// The id that was not found.
         id: EventId,
@@ -78,6 +88,7 @@ pub enum EventStorageError {
         display_token(.current),
         if *.live { "" } else { " (the lease is not live)" }
     )]
+    #[non_exhaustive]
     Fenced {
         /// The lease named by the fence.
         lease_name: String,
@@ -91,6 +102,7 @@ pub enum EventStorageError {
 
     /// The operation gave up waiting, e.g. for a lock; nothing was changed.
     #[error("{operation} timed out after {after:?}")]
+    #[non_exhaustive]
     Timeout {
         /// What was being waited for.
         operation: String,
@@ -100,6 +112,7 @@ pub enum EventStorageError {
 
     /// The database schema is missing an object or does not match what the backend needs.
     #[error("schema problem with {object}: {problem}")]
+    #[non_exhaustive]
     Schema {
         /// The table, column, index or function concerned.
         object: String,
@@ -112,6 +125,7 @@ pub enum EventStorageError {
     /// The message says what the storage was doing and never repeats its source, so that a
     /// report of the whole chain (`source()` after `source()`) shows each text once.
     #[error("{message}")]
+    #[non_exhaustive]
     Backend {
         /// What the storage was doing, without the source's text.
         message: String,
@@ -148,6 +162,76 @@ impl EventStorageError {
         EventStorageError::Unsupported {
             operation: operation.into(),
             backend: backend.into(),
+        }
+    }
+
+    /// Builds an [`EventStorageError::OptimisticLock`]: `conflicting` matches the append's
+    /// criteria on `stream` but lies after `expected_last`.
+    pub fn optimistic_lock(
+        stream: impl Into<String>,
+        expected_last: Option<EventReference>,
+        conflicting: EventReference,
+    ) -> Self {
+        EventStorageError::OptimisticLock {
+            stream: stream.into(),
+            expected_last,
+            conflicting,
+        }
+    }
+
+    /// Builds an [`EventStorageError::IdempotencyConflict`] on `stream` from the batch's keys
+    /// the stream holds (`stored`), those it does not (`new`), and the stored keys whose event
+    /// differs from the one given (`changed`).
+    pub fn idempotency_conflict(
+        stream: impl Into<String>,
+        stored: Vec<String>,
+        new: Vec<String>,
+        changed: Vec<String>,
+    ) -> Self {
+        EventStorageError::IdempotencyConflict {
+            stream: stream.into(),
+            stored,
+            new,
+            changed,
+        }
+    }
+
+    /// Builds an [`EventStorageError::UnknownEvent`] for `id`.
+    pub fn unknown_event(id: EventId) -> Self {
+        EventStorageError::UnknownEvent { id }
+    }
+
+    /// Builds an [`EventStorageError::Fenced`]: `presented` was refused on `lease_name`, whose
+    /// current token is `current` (`None` when never granted) and which is `live` or not on
+    /// the storage's clock.
+    pub fn fenced(
+        lease_name: impl Into<String>,
+        presented: FencingToken,
+        current: Option<FencingToken>,
+        live: bool,
+    ) -> Self {
+        EventStorageError::Fenced {
+            lease_name: lease_name.into(),
+            presented,
+            current,
+            live,
+        }
+    }
+
+    /// Builds an [`EventStorageError::Timeout`]: `operation` gave up after `after`.
+    pub fn timeout(operation: impl Into<String>, after: Duration) -> Self {
+        EventStorageError::Timeout {
+            operation: operation.into(),
+            after,
+        }
+    }
+
+    /// Builds an [`EventStorageError::Schema`]: `object` (a table, column, index or function)
+    /// is missing or differs as `problem` says.
+    pub fn schema(object: impl Into<String>, problem: impl Into<String>) -> Self {
+        EventStorageError::Schema {
+            object: object.into(),
+            problem: problem.into(),
         }
     }
 

@@ -122,10 +122,10 @@ pub struct StoredEvent {
 }
 
 /// A stored event with its payload left as the JSON text the storage holds, for readers that
-/// decode payloads into their own types ([`EventStorage::query_raw`]): no
+/// decode payloads into their own types ([`EventStorageExt::query_raw`]): no
 /// [`serde_json::Value`] is built in between.
 ///
-/// [`EventStorage::query_raw`]: crate::EventStorage::query_raw
+/// [`EventStorageExt::query_raw`]: crate::EventStorageExt::query_raw
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RawStoredEvent {
     /// The stream the event was appended to.
@@ -177,8 +177,8 @@ impl RawStoredEvent {
 
 impl RawStoredEvent {
     /// `events` with their payloads written out as JSON text: what
-    /// [`EventStorage::query_raw`](crate::EventStorage::query_raw) returns by default, for a
-    /// backend that overrides it and reads payloads as values.
+    /// a [`Payloads::Raw`](crate::Payloads::Raw) read returns by default, for a backend that
+    /// reads payloads as values.
     ///
     /// # Errors
     /// `Backend` when a payload cannot be written out.

@@ -115,7 +115,7 @@ impl LeaseScope {
     }
 }
 
-/// A subscription to lease changes; see [`crate::EventStorage::subscribe_lease_changes`].
+/// A subscription to lease changes; see [`crate::EventStorageExt::subscribe_lease_changes`].
 #[derive(Debug)]
 pub struct LeaseChanges {
     receiver: broadcast::Receiver<LeaseNotice>,

@@ -435,8 +435,7 @@ pub trait EventStorage: Send + Sync + std::fmt::Debug {
 
     /// Closes the storage for every handle; idempotent. Afterwards every call but `name`
     /// returns `Closed`, and every subscription the storage handed out ends: each stream of
-    /// lease changes (`subscribe_lease_changes`) and of append hints (`subscribe_appends`)
-    /// yields its last item and then `None`, promptly, so that no reader waits on a closed
+    /// lease changes and of append hints ([`subscribe`](EventStorage::subscribe)) yields its last item and then `None`, promptly, so that no reader waits on a closed
     /// storage. The notification hubs do it: close them here
     /// ([`LeaseChangeHub::close`](crate::lease_changes::LeaseChangeHub::close),
     /// [`AppendHintHub::close`](crate::append_hints::AppendHintHub::close)).

@@ -1,9 +1,9 @@
 //! `eventstore contenders LEASE`: who waits for a lease, judged on the storage's clock.
 
-use eventstore::EventStorageExt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use eventstore::EventStorageExt;
 use eventstore::LeaseContender;
 use serde::Serialize;
 

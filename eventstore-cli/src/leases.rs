@@ -1,11 +1,11 @@
 //! `eventstore leases`: every lease the storage records, judged on the storage's clock.
 
-use eventstore::EventStorageExt;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use eventstore::EventStorageExt;
 use eventstore::{Lease, LeaseContender};
 use serde::Serialize;
 

@@ -146,9 +146,9 @@ impl PostgresTarget {
                      drop it by hand, then run `eventstore schema apply` again)"
                 ))
             }
-            EventStorageError::Schema { object, problem }
-                if *object == format!("table {prefix}events") && problem == "is missing" =>
-            {
+            EventStorageError::Schema {
+                object, problem, ..
+            } if *object == format!("table {prefix}events") && problem == "is missing" => {
                 Failure::check(format!(
                     "unknown prefix {prefix}: this database has no table {prefix}events \
                      (`eventstore schema apply --prefix {prefix}` creates the schema)"

@@ -3,7 +3,6 @@
 
 mod common;
 
-use eventstore::EventStorageExt;
 use std::process::Child;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -13,6 +12,7 @@ use chrono::{DateTime, Utc};
 use common::{
     database_url, eventstore, eventually, storage_on, tables_of, try_pool, unique_prefix, DEAD_URL,
 };
+use eventstore::EventStorageExt;
 use eventstore::{
     AppendCriteria, EventStorage, EventStreamId, EventToStore, LeaseRequest, PartitionElector, Tags,
 };

@@ -13,7 +13,6 @@
 //!   cargo bench -p eventstore-demo --bench append_hints                # and PostgreSQL
 //! ```
 
-use eventstore::EventStorageExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +20,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use eventstore::elector::LeaderElector;
 use eventstore::projector::{ElectedProjector, Projection, ProjectionError, Projector};
+use eventstore::EventStorageExt;
 use eventstore::{AppendCriteria, EventStorage, EventStreamId, EventToStore, StoredEvent};
 use eventstore_file::FileEventStorage;
 use eventstore_memory::MemoryEventStorage;

@@ -107,11 +107,11 @@ impl EventLog {
             .find(|event| criteria.is_violated_by(event));
         match conflicting {
             None => Ok(()),
-            Some(event) => Err(EventStorageError::OptimisticLock {
-                stream: stream.to_string(),
-                expected_last: condition.expected_last,
-                conflicting: event.reference,
-            }),
+            Some(event) => Err(EventStorageError::optimistic_lock(
+                stream.to_string(),
+                condition.expected_last,
+                event.reference,
+            )),
         }
     }
 

@@ -129,7 +129,7 @@ impl Shared {
         let log = self.read_log();
         let stored = log
             .get(reference.id)
-            .ok_or(EventStorageError::UnknownEvent { id: reference.id })?;
+            .ok_or(EventStorageError::unknown_event(reference.id))?;
         let mut bookmarks = lock(&self.bookmarks);
         // Read under the lock: handles replacing one bookmark at once place it in the order
         // of their times, so that its update time only moves forward.

@@ -19,11 +19,11 @@
 //! through `query_stream`, reporting the process's peak resident memory; `--only indexes`
 //! (neither) measures what each index of the events table costs appends in batches.
 
-use eventstore::EventStorageExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use eventstore::EventStorageExt;
 use eventstore::{
     AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStreamId,
     EventToStore, LeaseRequest, LeaseStatus, Limit, Tags,

@@ -175,8 +175,8 @@ impl PostgresEventStorageBuilder {
     /// connect or `LISTEN`, it logs a warning, keeps retrying with backoff, and subscriptions
     /// stay silent meanwhile: neither lease decisions nor reads depend on it.
     ///
-    /// [`subscribe_lease_changes`]: eventstore_api::EventStorage::subscribe_lease_changes
-    /// [`subscribe_appends`]: eventstore_api::EventStorage::subscribe_appends
+    /// [`subscribe_lease_changes`]: eventstore_api::EventStorageExt::subscribe_lease_changes
+    /// [`subscribe_appends`]: eventstore_api::EventStorageExt::subscribe_appends
     /// [`Capability::LeaseChanges`]: eventstore_api::Capability::LeaseChanges
     /// [`Capability::AppendHints`]: eventstore_api::Capability::AppendHints
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
@@ -293,7 +293,7 @@ impl PostgresEventStorageBuilder {
     /// [`Capability::AppendHints`] and [`subscribe_appends`] is `Unsupported`: readers poll.
     ///
     /// [`Capability::AppendHints`]: eventstore_api::Capability::AppendHints
-    /// [`subscribe_appends`]: eventstore_api::EventStorage::subscribe_appends
+    /// [`subscribe_appends`]: eventstore_api::EventStorageExt::subscribe_appends
     /// [`supports`]: eventstore_api::EventStorage::supports
     pub fn append_hints(mut self, append_hints: bool) -> Self {
         self.append_hints = append_hints;

@@ -7,7 +7,6 @@
 //! (reported as ignored there unless run with `--include-ignored`), each scenario proves
 //! instead that `subscribe_appends` answers `Unsupported`.
 
-use eventstore_api::EventStorageExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use eventstore::elector::LeaderElector;
 use eventstore::projector::{
     ElectedProjector, Projection, ProjectionError, Projector, ProjectorError, ProjectorRun,
 };
+use eventstore_api::EventStorageExt;
 use eventstore_api::{
     AppendHint, AppendHints, AppendNotice, Capability, EventFilter, EventStorage, EventStreamId,
     StoredEvent,

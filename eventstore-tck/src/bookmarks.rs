@@ -347,7 +347,7 @@ pub async fn bookmark_of_an_unknown_event_is_refused_and_the_old_one_stays<F: St
             "Err(UnknownEvent), the answer of a bookmark at an event the storage does not hold",
         );
         match err {
-            EventStorageError::UnknownEvent { id } => assert_eq!(
+            EventStorageError::UnknownEvent { id, .. } => assert_eq!(
                 id, unknown.id,
                 "bookmark rule: UnknownEvent names the id of the reference the bookmark was \
                  refused for (left: the id named, right: the id given)"

@@ -6,9 +6,9 @@
 //! needs, a method answering although its capability is not declared, and a capability
 //! declared with a method left at the trait's default body (which answers `Unsupported`).
 
-use eventstore_api::EventStorageExt;
 use std::fmt::Debug;
 
+use eventstore_api::EventStorageExt;
 use eventstore_api::{
     AppendCriteria, Capability, EventStorage, EventStorageError, EventStreamId, Fence,
     FencingToken, LeaseScope, StorageResult, Tags,

@@ -886,6 +886,7 @@ fn assert_fenced<T: std::fmt::Debug>(
             presented: p,
             current: c,
             live,
+            ..
         }) => {
             assert_eq!(lease_name, LEASE, "{operation}: the lease is named");
             assert_eq!(*p, presented, "{operation}: the presented token");

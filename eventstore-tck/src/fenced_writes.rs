@@ -313,6 +313,7 @@ fn assert_refused_as_not_live<T: std::fmt::Debug>(
             presented,
             current,
             live,
+            ..
         }) => {
             assert_eq!(named, lease_name, "{what}: Fenced names the fence's lease");
             assert_eq!(

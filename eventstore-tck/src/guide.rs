@@ -53,7 +53,7 @@
 //! scenarios print why and pass without running.
 //!
 //! Give the macro the capabilities `supports` answers true for (`capabilities = []` here); the
-//! scenarios that need others are reported as ignored, each naming the capability (section 7).
+//! scenarios that need others are reported as ignored, each naming the capability (section 8).
 //! Scenarios panic with a message naming the rule that failed and, for an expected error, the
 //! variant and the input rule. Time-based scenarios use short ttls and poll the storage's
 //! clock with a deadline ([`support::eventually`](crate::support::eventually)); they never
@@ -72,27 +72,70 @@
 //! | method | `Operation` | input rule |
 //! |---|---|---|
 //! | `append` | `Append` | `validate_criteria`, then `validate_append`: `validate_append_stream` (no wildcard) and `validate_events` (types, tags, payloads, keys; no key twice; at most `MAX_BATCH_BYTES`) |
-//! | `query` | `Query` | `validate_filter` and `validate_stream` (wildcards allowed) |
+//! | `query`, `read` | `Query` | `validate_filter` and `validate_stream` (wildcards allowed) |
 //! | `head` | `Head` | `validate_stream` |
-//! | `subscribe_appends` | `SubscribeAppends` | `validate_stream` |
-//! | `get_event_by_id`, `get_bookmarks`, `get_leases`, `storage_time`, `subscribe_lease_changes` | `Read` | none |
+//! | `subscribe` to `Subscription::Appends` | `SubscribeAppends` | `validate_stream` |
+//! | `get_event_by_id`, `get_bookmarks`, `get_leases`, `storage_time`, `subscribe` to `Subscription::LeaseChanges` | `Read` | none |
 //! | `bookmark` | `Bookmark` | `validate_reader` and `validate_bookmark_tags` (each tag valid, at most `MAX_BATCH_BYTES` in all) |
 //! | `get_bookmark`, `remove_bookmark` | `Reader` | `validate_reader` |
 //! | `request_lease` | `RequestLease` | `validate_lease_request` |
 //! | `request_leases` | `RequestLeases` | `validate_lease_requests` (one invalid request refuses the batch) |
 //! | `request_leases_with_outcome` | `RequestLeases` | `validate_lease_requests`, as `request_leases` |
 //! | `release_lease` | `ReleaseLease` | `validate_release` |
-//! | `release_lease_with_outcome` | `ReleaseLease` | `validate_release`, as `release_lease` |
 //! | `release_leases` | `ReleaseLeases` | `validate_releases` (one invalid name refuses the call) |
-//! | `get_contenders` | `Contenders` | `validate_name` of the lease name |
-//! | `get_leases_with_prefix`, `get_contenders_with_prefix` | `LeasesWithPrefix` | `validate_text` of the prefix |
+//! | `list_leases`, `list_contenders` | `Leases` | `validate_lease_selection`: a lease name must be valid (`validate_name`), a prefix valid text (`validate_text`) |
 //! | `append_fenced` | `AppendFenced` | `validate_fence`, then as `append` |
 //! | `bookmark_fenced` | `BookmarkFenced` | `validate_fence`, then as `bookmark` |
 //!
 //! The methods of a capability the backend does not declare need no admission: their default
 //! bodies answer `Unsupported`.
 //!
-//! # 4. Helpers
+//! # 4. The trait: what you write and what comes with it
+//!
+//! [`EventStorage`](eventstore_api::EventStorage) has 24 methods; its documentation tables
+//! which ones a backend writes for each capability and which have default bodies built on
+//! those. A backend of events and bookmarks writes nine (`name`, `supports`, `append`, `query`,
+//! `get_event_by_id`, `bookmark`, `remove_bookmark`, `get_bookmarks` and `close`); with
+//! leases, five more; with fenced writes, sixteen in all. The
+//! defaults are correct, and a backend overrides one to do the same work in fewer steps:
+//!
+//! - **`read`** takes a [`ReadRequest`](eventstore_api::ReadRequest): the query's filter,
+//!   stream, bound, limit and direction, plus whether payloads come decoded or as JSON text
+//!   ([`Payloads`](eventstore_api::Payloads)) and whether the events come in one answer or
+//!   as a stream that holds a page or two at a time ([`Delivery`](eventstore_api::Delivery)).
+//!   The default answers whole reads from `query` and streams in keyset pages of `query`;
+//!   override it to stream natively (a cursor) or to hand out the text you store
+//!   (`Capability::RawPayloads`). Callers use the conveniences of
+//!   [`EventStorageExt`](eventstore_api::EventStorageExt) (`query_raw`, `query_stream`,
+//!   `query_raw_stream`), which are built on `read` and are not yours to write.
+//! - **`list_leases`** and **`list_contenders`** take a
+//!   [`LeaseSelection`](eventstore_api::LeaseSelection): every lease, one by name, or those
+//!   whose names start with a prefix. `list_leases` defaults to filtering `get_leases`;
+//!   `list_contenders` has no default with leases (a contender is not visible through any
+//!   other method), so a backend with leases writes it (`LeaseTable::contenders_in`).
+//! - **`subscribe`** takes a [`Subscription`](eventstore_api::Subscription), lease changes or
+//!   append hints, and answers a [`Subscribed`](eventstore_api::Subscribed) stream of the
+//!   matching kind.
+//! - **`release_leases`** answers a [`ReleaseOutcome`](eventstore_api::ReleaseOutcome) per
+//!   lease (held, or not held); a backend that cannot tell which of several leases it held
+//!   answers `Unreported` for those, never a guess.
+//!
+//! The trait only grows by methods with default bodies, and the methods the contract fixes keep
+//! their signatures, so a backend written against one version compiles against the next;
+//! `CHANGELOG.md` in the repository says, per version, what changed for backend authors and
+//! how to migrate.
+//!
+//! **Wrapping a storage.** To wrap a storage (to count calls, to inject faults, to hide a
+//! capability), implement [`Decorator`](eventstore_api::decorator::Decorator): name the
+//! inner storage's type and return it from `inner()`, and override only what you change.
+//! Every other method, `supports` included, forwards to the inner storage, so a wrapper can
+//! never claim a capability whose methods it fails to forward: the kit's
+//! [`decorators`](crate::decorators) scenarios elect a leader behind one. A wrapper that writes
+//! its forwarding by hand should carry `#[deny(clippy::missing_trait_methods)]` on its
+//! `impl EventStorage`, so that a method added later breaks its build instead of falling to
+//! a default.
+//!
+//! # 5. Helpers
 //!
 //! What a backend decides is mostly decided by the API already:
 //!
@@ -112,7 +155,7 @@
 //! - `eventstore_api::in_process::StorageClock`: "now" that never goes backwards, for a
 //!   backend whose clock is the process's.
 //!
-//! # 5. What the contract means where it is short
+//! # 6. What the contract means where it is short
 //!
 //! - **`after` on a backward read** bounds the storage's order, not the reading direction:
 //!   it selects the events after the reference, then the read returns them newest first.
@@ -145,7 +188,7 @@
 //!   that what one handle writes, the other reads. A backend in memory, which has no second
 //!   process, returns a clone; closing it then closes both, which no scenario minds.
 //!
-//! # 6. What every backend promises
+//! # 7. What every backend promises
 //!
 //! Events and bookmarks are not optional ([`events`](crate::events), [`bookmarks`](crate::bookmarks), [`lifecycle`](crate::lifecycle)):
 //!
@@ -172,18 +215,18 @@
 //!   [`lifecycle::close_ends_every_subscription_promptly`](crate::lifecycle::close_ends_every_subscription_promptly)
 //!   checks it within two seconds.
 //!
-//! # 7. Capabilities
+//! # 8. Capabilities
 //!
 //! A capability is a fact your backend declares with
 //! [`EventStorage::supports`](eventstore_api::EventStorage::supports); the kit reads it at run
 //! time and holds you to it.
 //!
 //! - **`Capability::Lease`**: `request_lease`, `request_leases`, `release_lease`,
-//!   `release_leases`, `get_leases`, `get_leases_with_prefix`, `get_contenders`,
-//!   `get_contenders_with_prefix` and `storage_time` follow the lease rules exactly
-//!   ([`leases`](crate::leases)). `get_contenders`' default body answers `Unsupported`
-//!   whatever `supports` says, so implement it (`LeaseTable::contenders` answers it); the
-//!   other defaults are built on the methods above. One call
+//!   `release_leases`, `get_leases`, `list_leases`, `list_contenders` and `storage_time`
+//!   follow the lease rules exactly ([`leases`](crate::leases)). `list_contenders`' default
+//!   body answers `Unsupported` whatever `supports` says, so implement it
+//!   (`LeaseTable::contenders_in` answers it); the other defaults are built on the methods
+//!   above. One call
 //!   acquires, renews and registers the contender; expiry is judged on the storage's clock
 //!   only; a fencing token is 1 for the first holder, unchanged by renewal, and strictly
 //!   higher on every other grant, never repeating, also after a release or a restart;
@@ -204,28 +247,30 @@
 //!   the write's transaction, holding a lock on the lease that a release or a takeover must
 //!   take exclusively, as the PostgreSQL backend does). Without it, those methods return
 //!   `Unsupported`.
-//! - **`Capability::LeaseChanges`** (needs `Lease`): `subscribe_lease_changes` pushes every
+//! - **`Capability::LeaseChanges`** (needs `Lease`): `subscribe` to
+//!   `Subscription::LeaseChanges` pushes every
 //!   change of the leases in its scope ([`lease_changes`](crate::lease_changes)): releases (owner, token, preferred
 //!   successor), acquisitions (token, and whether they took over an expired tenure),
 //!   step-down requests, contenders joining and leaving, from every handle of the storage;
 //!   a renewal pushes nothing, and closing the storage ends every subscription. Notifications
 //!   are hints that only wake requesters early: every decision stays with `request_lease`.
 //!   `eventstore_api::lease_changes::LeaseChangeHub` does the fan-out: publish each change
-//!   there and hand out its subscriptions. Without the capability, `subscribe_lease_changes`
-//!   returns `Unsupported`.
+//!   there and hand out its subscriptions. Without the capability, such a `subscribe` returns
+//!   `Unsupported`.
 //! - **`Capability::LeaseOutcomes`** (needs `Lease`): `request_leases_with_outcome` answers
 //!   as `request_leases` and says for each answer whether it took the lease over from
-//!   another owner that let it expire without a release; `release_lease_with_outcome` says
-//!   whether the caller held the lease ([`lease_outcomes`](crate::lease_outcomes)). Decide
-//!   both in the same step as the answer: `eventstore_api::in_process::LeaseTable` returns
-//!   them from `request_with_outcome` and `release`. Without the capability, both return
-//!   `Unsupported`, and electors count no takeovers.
-//! - **`Capability::RawPayloads`**: `query_raw` hands out payloads as the JSON text the
-//!   backend read, which typed streams decode from directly. Declare it when your backend
-//!   stores payloads as text and overrides `query_raw` to return that text; the default
-//!   writes `query`'s values out, correct but no cheaper. Typed replays then stream through
-//!   `query_raw_stream`, whose default pages through `query_raw`; a backend that overrides
-//!   `query_stream` to stream natively should override it too. Nothing a caller can observe
+//!   another owner that let it expire without a release; `release_leases` says for each lease
+//!   whether the caller held it ([`lease_outcomes`](crate::lease_outcomes)). Decide both in
+//!   the same step as the answer: `eventstore_api::in_process::LeaseTable` returns them from
+//!   `request_with_outcome` and `release`. Without the capability,
+//!   `request_leases_with_outcome` returns `Unsupported` and `release_leases`' default answers
+//!   `Unreported` outcomes; electors then count no takeovers.
+//! - **`Capability::RawPayloads`**: a `read` with `Payloads::Raw` hands out payloads as the
+//!   JSON text the backend read, which typed streams decode from directly. Declare it when
+//!   your backend stores payloads as text and overrides `read` to return that text; the
+//!   default writes `query`'s values out, correct but no cheaper. Typed replays then stream
+//!   raw reads; a backend that overrides `read` to stream natively serves both payload kinds
+//!   from that one method. Nothing a caller can observe
 //!   depends on it, so no scenario needs it and `tck_tests!` does not take it: every backend
 //!   runs the scenarios that hold `query_raw` to `query`
 //!   ([`query_raw_returns_what_query_returns_with_payloads_as_text`](crate::events::query_raw_returns_what_query_returns_with_payloads_as_text))
@@ -250,9 +295,10 @@
 //! That test fails when the list given to the macro and `supports` disagree. A backend
 //! written before leases existed still passes the kit, by refusing them honestly.
 //!
-//! # 8. Append hints
+//! # 9. Append hints
 //!
-//! With `Capability::AppendHints`, `subscribe_appends(stream)` hands out a subscription of
+//! With `Capability::AppendHints`, `subscribe(Subscription::Appends { stream })` hands out a
+//! subscription of
 //! **hints**: each says that events were appended to a stream the subscription covers, up to
 //! a reference ([`AppendHint`](eventstore_api::AppendHint)). A hint only wakes a reader early
 //! (a projector, a `query_stream` that follows the log): the read itself decides what is new,
@@ -273,10 +319,10 @@
 //!   whose stream covers it, `missed` tells them to read again when hints may have been lost
 //!   (a reconnect), and `close`, called from the storage's `close`, ends them all.
 //!
-//! Without the capability, `subscribe_appends` keeps its default body, which answers
-//! `Unsupported`; readers then poll.
+//! Without the capability, `subscribe` keeps its default body, which answers `Unsupported`;
+//! readers then poll.
 //!
-//! # 9. Beyond the scenarios
+//! # 10. Beyond the scenarios
 //!
 //! [`wrappers`](crate::wrappers) holds storages that wrap yours to stage what a healthy backend does not do on
 //! demand: [`wrappers::EventsOnly`](crate::wrappers::EventsOnly) hides its capabilities, [`wrappers::Unreliable`](crate::wrappers::Unreliable) stops

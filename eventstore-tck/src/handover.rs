@@ -10,11 +10,11 @@
 //! with `--include-ignored`), each scenario proves instead that `subscribe_lease_changes`
 //! answers `Unsupported`.
 
-use eventstore_api::EventStorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore::elector::{LeaderElector, Leadership, LeadershipWaitError, LeadershipWatch};
+use eventstore_api::EventStorageExt;
 use eventstore_api::{
     Capability, EventStorage, FencingToken, LeaseRequest, LeaseScope, LeaseStatus,
 };

@@ -1,7 +1,7 @@
 //! Scenarios: lease changes pushed to subscribers
 //! ([`eventstore_api::Capability::LeaseChanges`]).
 //!
-//! Each scenario proves one rule of [`EventStorage::subscribe_lease_changes`]: which change
+//! Each scenario proves one rule of [`EventStorageExt::subscribe_lease_changes`]: which change
 //! reaches which subscriber and what it names, that a renewal reaches nobody, and that
 //! closing the storage ends every subscription. Run on a backend that does not
 //! declare the capability (reported as ignored there unless run with `--include-ignored`),
@@ -12,13 +12,13 @@
 //! others, never longer than [`DEADLINE`]. Only the renewal scenario looks at the very first
 //! notice, because nothing may come before the release that follows the renewals.
 
-use eventstore_api::EventStorageExt;
 use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use eventstore_api::lease_changes::SUBSCRIBER_BACKLOG;
 use eventstore_api::Capability;
+use eventstore_api::EventStorageExt;
 use eventstore_api::{
     EventStorage, FencingToken, LeaseChange, LeaseChangeKind, LeaseChanges, LeaseNotice,
     LeaseScope, LeaseStatus,

@@ -3,13 +3,13 @@
 //! [`EventStorage::request_leases_with_outcome`] says whether an acquisition took the lease
 //! over from another owner that let it expire, which a leader may want to know before it acts
 //! (a takeover follows a crash or a stall; a planned handover does not);
-//! [`EventStorage::release_lease_with_outcome`] says whether the caller held the lease. Run on
+//! [`EventStorageExt::release_lease_with_outcome`] says whether the caller held the lease. Run on
 //! a backend that does not declare the capability, each scenario proves instead that both
 //! methods refuse with `Unsupported`.
 
-use eventstore_api::EventStorageExt;
 use std::time::Duration;
 
+use eventstore_api::EventStorageExt;
 use eventstore_api::{
     Capability, EventStorage, FencingToken, LeaseOutcome, LeaseRequest, LeaseStatus, ReleaseOutcome,
 };

@@ -3,12 +3,12 @@
 //! A storage's name, what several handles of one storage share, and `close`: idempotent,
 //! closing every handle, after which every call but `name` is `Closed`.
 
-use eventstore_api::EventStorageExt;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use eventstore_api::EventStorageExt;
 use eventstore_api::{
     AppendCriteria, Capability, Direction, EventFilter, EventId, EventStorage, EventStorageError,
     EventStreamId, Fence, FencingToken, LeaseScope, Limit, StorageResult, Tags,

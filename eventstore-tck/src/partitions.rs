@@ -10,7 +10,6 @@
 //! `--include-ignored`), each scenario proves instead that the elector refuses to start with
 //! `Unsupported`.
 
-use eventstore_api::EventStorageExt;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +20,7 @@ use eventstore::partitions::{
     seat_lease_name, GroupStatus, PartitionElector, PartitionWatch, FREE_SEATS, MAX_PARTITIONS,
 };
 use eventstore::projector::{PartitionedProjector, Projection, ProjectionError, Projector};
+use eventstore_api::EventStorageExt;
 use eventstore_api::{
     AppendCriteria, Capability, EventId, EventReference, EventStorage, EventStorageError,
     EventStreamId, EventToStore, Fence, StoredEvent,

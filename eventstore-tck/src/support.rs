@@ -1,12 +1,12 @@
 //! Small tools the scenarios share: polling with a deadline, the storage's clock, lease
 //! requests, and assertions on the errors the contract fixes.
 
-use eventstore_api::EventStorageExt;
 use std::fmt::Debug;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use eventstore_api::EventStorageExt;
 use eventstore_api::{
     Capability, EventStorage, EventStorageError, LeaseRequest, LeaseScope, StorageResult,
 };

@@ -115,11 +115,11 @@ impl EventStorage for VecStorage {
             .iter()
             .find(|event| &event.stream == stream && criteria.is_violated_by(event));
         if let (Some(event), Some(condition)) = (conflicting, &criteria.condition) {
-            return Err(EventStorageError::OptimisticLock {
-                stream: stream.to_string(),
-                expected_last: condition.expected_last,
-                conflicting: event.reference,
-            });
+            return Err(EventStorageError::optimistic_lock(
+                stream.to_string(),
+                condition.expected_last,
+                event.reference,
+            ));
         }
 
         // One instant for the whole batch.
@@ -198,7 +198,7 @@ impl EventStorage for VecStorage {
         // id, whatever position or tx the caller passed with it.
         let stored = state
             .event(reference.id)
-            .ok_or(EventStorageError::UnknownEvent { id: reference.id })?
+            .ok_or(EventStorageError::unknown_event(reference.id))?
             .reference;
         let bookmark = Bookmark {
             reader: reader.to_owned(),

@@ -28,7 +28,6 @@
 //! # Ok(()) }
 //! ```
 
-use crate::EventStorageExt;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::marker::PhantomData;
@@ -42,6 +41,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use serde_json::value::RawValue;
 
 use crate::event_stream::Events;
+use crate::EventStorageExt;
 use crate::{
     validate, AppendCriteria, Capability, Direction, EventFilter, EventReference, EventStorage,
     EventStorageError, EventStreamId, EventToStore, EventType, Fence, FilterItem, Limit,
@@ -500,9 +500,9 @@ impl<E: DomainEvent> TypedStream<E> {
 
     /// The events [`TypedStream::query`] returns, as a stream that holds a page or two of them
     /// at a time: for replaying a long history. Payloads are decoded as `query` decodes them:
-    /// from their JSON text ([`EventStorage::query_raw_stream`]) when the storage hands them
+    /// from their JSON text ([`EventStorageExt::query_raw_stream`]) when the storage hands them
     /// out as text ([`Capability::RawPayloads`]), else from the storage's values
-    /// ([`EventStorage::query_stream`]). An error, of the storage or of decoding, is the
+    /// ([`EventStorageExt::query_stream`]). An error, of the storage or of decoding, is the
     /// stream's last item.
     pub fn query_stream<'a>(
         &'a self,

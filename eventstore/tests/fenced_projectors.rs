@@ -350,12 +350,12 @@ async fn an_elected_projector_whose_typed_fenced_append_is_refused_waits_for_the
 
 /// A storage's refusal of a stale fence.
 fn stale_fence_refusal() -> eventstore::EventStorageError {
-    eventstore::EventStorageError::Fenced {
-        lease_name: LEASE.to_owned(),
-        presented: eventstore::FencingToken(3),
-        current: Some(eventstore::FencingToken(4)),
-        live: true,
-    }
+    eventstore::EventStorageError::fenced(
+        LEASE.to_owned(),
+        eventstore::FencingToken(3),
+        Some(eventstore::FencingToken(4)),
+        true,
+    )
 }
 
 #[test]

@@ -2,11 +2,11 @@
 //! shared by many groups and leases (and keeping every lease it ever granted) must not make
 //! each member's round read them all.
 
-use eventstore::EventStorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore::partitions::GroupStatus;
+use eventstore::EventStorageExt;
 use eventstore::{EventStorage, EventStorageError, LeaseRequest, PartitionElector};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, LONG_TTL};

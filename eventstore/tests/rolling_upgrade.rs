@@ -3,11 +3,11 @@
 //! is live, a member announces itself that way too, besides its seat, and stops once it is
 //! gone.
 
-use eventstore::EventStorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use eventstore::partitions::member_lease_name;
+use eventstore::EventStorageExt;
 use eventstore::{EventStorage, Lease, LeaseRequest, PartitionElector};
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, LONG_TTL};

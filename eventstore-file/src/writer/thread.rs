@@ -235,7 +235,7 @@ impl Writer {
                 }
                 None => plan.held.push(HeldAnswer::Done(
                     reply,
-                    Err(EventStorageError::UnknownEvent { id: reference.id }),
+                    Err(EventStorageError::unknown_event(reference.id)),
                 )),
             },
             Command::RemoveBookmark { reader, reply } => {
@@ -267,11 +267,11 @@ impl Writer {
                     .map(|event| event.reference)
             });
             if let Some(conflicting) = conflicting {
-                return Err(EventStorageError::OptimisticLock {
-                    stream: stream.to_string(),
-                    expected_last: condition.expected_last,
+                return Err(EventStorageError::optimistic_lock(
+                    stream.to_string(),
+                    condition.expected_last,
                     conflicting,
-                });
+                ));
             }
         }
         if events.is_empty() {

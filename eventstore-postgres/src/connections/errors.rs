@@ -43,23 +43,23 @@ impl Failing<'_> {
         self.health.observe(&error);
         match &error {
             sqlx::Error::PoolClosed => EventStorageError::Closed,
-            sqlx::Error::PoolTimedOut => EventStorageError::Timeout {
-                operation: format!("{}: waiting for a pooled connection", self.operation),
-                after: self.acquire_timeout,
-            },
+            sqlx::Error::PoolTimedOut => EventStorageError::timeout(
+                format!("{}: waiting for a pooled connection", self.operation),
+                self.acquire_timeout,
+            ),
             sqlx::Error::Database(db) => match db.code().as_deref() {
-                Some(LOCK_NOT_AVAILABLE) => EventStorageError::Timeout {
-                    operation: format!("{}: waiting for a lock", self.operation),
-                    after: self.lock_timeout,
-                },
-                Some(UNDEFINED_TABLE | UNDEFINED_FUNCTION) => EventStorageError::Schema {
-                    object: db.message().to_owned(),
-                    problem: format!(
+                Some(LOCK_NOT_AVAILABLE) => EventStorageError::timeout(
+                    format!("{}: waiting for a lock", self.operation),
+                    self.lock_timeout,
+                ),
+                Some(UNDEFINED_TABLE | UNDEFINED_FUNCTION) => EventStorageError::schema(
+                    db.message().to_owned(),
+                    format!(
                         "missing while trying to {}; create the schema (init mode Ensure, or \
                          apply the shipped DDL by hand)",
                         self.operation
                     ),
-                },
+                ),
                 _ => self.backend(error),
             },
             _ => self.backend(error),
@@ -100,7 +100,9 @@ mod tests {
             EventStorageError::Closed
         ));
         match FAILING.map(sqlx::Error::PoolTimedOut) {
-            EventStorageError::Timeout { operation, after } => {
+            EventStorageError::Timeout {
+                operation, after, ..
+            } => {
                 assert_eq!(after, Duration::from_secs(30));
                 assert!(
                     operation.starts_with("append to stream orders/default"),

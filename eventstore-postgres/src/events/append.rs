@@ -268,11 +268,11 @@ async fn check_criteria(
     let conflicting = decode_reference(&row).map_err(failing)?;
     let readable: bool = row.try_get("readable").map_err(failing)?;
     Err(Refusal {
-        error: EventStorageError::OptimisticLock {
-            stream: stream.to_string(),
-            expected_last: condition.expected_last,
+        error: EventStorageError::optimistic_lock(
+            stream.to_string(),
+            condition.expected_last,
             conflicting,
-        },
+        ),
         hidden_conflict: (!readable).then_some(conflicting.tx),
     })
 }

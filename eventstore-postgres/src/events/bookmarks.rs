@@ -93,7 +93,7 @@ async fn upsert(
     .map_err(|e| shared.settings.failing(operation).map(e))?;
     match placed {
         Some(_) => Ok(()),
-        None => Err(EventStorageError::UnknownEvent { id: reference.id }),
+        None => Err(EventStorageError::unknown_event(reference.id)),
     }
 }
 

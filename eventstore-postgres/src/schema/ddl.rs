@@ -345,7 +345,9 @@ async fn initialize_schema(
                         // A role that may not apply DDL: what is stale matters more to the
                         // operator than which statement it could not run.
                         (
-                            Some(EventStorageError::Schema { object, problem }),
+                            Some(EventStorageError::Schema {
+                                object, problem, ..
+                            }),
                             sqlx::Error::Database(refusal),
                         ) if refusal.code().as_deref() == Some(INSUFFICIENT_PRIVILEGE) => {
                             schema_error(
@@ -526,7 +528,9 @@ async fn check_catalog(
             .await
             .map_err(|error| Stale {
                 error: match error {
-                    EventStorageError::Schema { object, problem } => schema_error(
+                    EventStorageError::Schema {
+                        object, problem, ..
+                    } => schema_error(
                         object,
                         format!(
                             "{problem}; the tables record schema version {}, {NEWER_COMPATIBLE} \
@@ -754,10 +758,7 @@ fn function_bodies(script: &str) -> impl Iterator<Item = &str> {
 }
 
 fn schema_error(object: String, problem: impl Into<String>) -> EventStorageError {
-    EventStorageError::Schema {
-        object,
-        problem: problem.into(),
-    }
+    EventStorageError::schema(object, problem.into())
 }
 
 #[cfg(test)]

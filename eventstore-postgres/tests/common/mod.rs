@@ -255,6 +255,7 @@ pub fn assert_schema_error<T: std::fmt::Debug>(
         Err(eventstore::EventStorageError::Schema {
             object: o,
             problem: p,
+            ..
         }) => {
             assert_eq!(o, object, "problem: {p}");
             assert!(p.contains(problem), "{o}: {p:?} should say {problem:?}");

@@ -3,9 +3,9 @@
 //! none for an append that did not commit, other processes hearing them, and a killed listener
 //! connection.
 
-use eventstore::EventStorageExt;
 use std::time::Duration;
 
+use eventstore::EventStorageExt;
 use eventstore::{
     AppendCriteria, AppendHint, AppendHints, AppendNotice, Capability, EventFilter, EventStorage,
     EventStorageError, EventStreamId, EventToStore, LeaseNotice, LeaseScope, StoredEvent,

@@ -1,8 +1,8 @@
 //! Calls given up part-way (a caller's timeout around them) and what later calls find.
 
-use eventstore::EventStorageExt;
 use std::time::Duration;
 
+use eventstore::EventStorageExt;
 use eventstore::{EventStorage, LeaseScope};
 use sqlx::PgPool;
 use tokio::time::timeout;

@@ -4,11 +4,11 @@
 //! and once the listeners are back a release is pushed again: the standby takes over well
 //! before it would have polled.
 
-use eventstore::EventStorageExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eventstore::elector::{LeaderElector, Leadership, LeadershipWatch};
+use eventstore::EventStorageExt;
 use eventstore::{
     EventStorage, FencingToken, LeaseChange, LeaseChangeKind, LeaseNotice, LeaseScope,
 };

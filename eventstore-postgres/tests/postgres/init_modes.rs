@@ -1,10 +1,10 @@
 //! Init modes: Ensure (also from eight processes at once), Validate against drifted
 //! schemas, None, Recreate, and the shipped DDL applied by hand.
 
-use eventstore::EventStorageExt;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use eventstore::EventStorageExt;
 use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStorageError, EventStreamId,
     EventToStore, LeaseRequest, Limit, Tags,

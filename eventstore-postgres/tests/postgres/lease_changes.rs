@@ -2,9 +2,9 @@
 //! notified and in which order, what is not (renewals, refreshes, rolled-back changes), other
 //! processes hearing them, a killed listener connection, no listener at all, and `close`.
 
-use eventstore::EventStorageExt;
 use std::time::Duration;
 
+use eventstore::EventStorageExt;
 use eventstore::{
     Capability, EventStorage, EventStorageError, FencingToken, LeaseChange, LeaseChangeKind,
     LeaseChanges, LeaseNotice, LeaseRequest, LeaseScope, LeaseStatus,

@@ -174,7 +174,9 @@ async fn ensure_by_a_role_that_cannot_repair_the_schema_names_what_is_stale() {
         other => panic!("validate: {other:?}"),
     }
     match ensured {
-        Err(EventStorageError::Schema { object, problem }) => {
+        Err(EventStorageError::Schema {
+            object, problem, ..
+        }) => {
             assert_eq!(object, index);
             assert!(
                 problem.contains("cannot apply the shipped DDL") && problem.contains("permission"),

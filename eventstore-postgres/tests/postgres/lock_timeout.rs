@@ -55,7 +55,9 @@ async fn read_all(
 
 fn assert_timeout<T: std::fmt::Debug>(result: Result<T, EventStorageError>, started: Instant) {
     match result {
-        Err(EventStorageError::Timeout { after, operation }) => {
+        Err(EventStorageError::Timeout {
+            after, operation, ..
+        }) => {
             assert_eq!(after, LOCK_TIMEOUT, "{operation}");
             assert!(operation.contains("lock"), "{operation}");
         }

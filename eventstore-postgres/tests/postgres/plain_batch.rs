@@ -2,10 +2,10 @@
 //! locks: they wait for no decision on their leases, and a takeover that finds a contender
 //! lapsed while such a refresh makes it live again keeps it registered and counts it.
 
-use eventstore::EventStorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use eventstore::EventStorageExt;
 use eventstore::{
     EventStorage, FencingToken, LeaseChangeKind, LeaseRequest, LeaseResponse, LeaseScope,
     LeaseStatus,

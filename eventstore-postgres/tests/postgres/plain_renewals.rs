@@ -3,10 +3,10 @@
 //! answers from what that decision left, as `request_lease` would; and a takeover that finds
 //! a lease expired while such a renewal makes it live again leaves it to its holder.
 
-use eventstore::EventStorageExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use eventstore::EventStorageExt;
 use eventstore::{
     EventStorage, EventStorageError, FencingToken, LeaseChangeKind, LeaseRequest, LeaseResponse,
     LeaseScope, LeaseStatus,

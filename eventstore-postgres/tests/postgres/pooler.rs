@@ -2,11 +2,11 @@
 //! relies on session state, and without a direct connection to `LISTEN` the storage offers no
 //! push and says so.
 
-use eventstore::EventStorageExt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use eventstore::EventStorageExt;
 use eventstore::{
     Capability, EventStorage, EventStorageError, EventStreamId, LeaseRequest, LeaseScope,
 };

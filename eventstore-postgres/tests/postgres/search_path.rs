@@ -131,7 +131,9 @@ async fn a_function_without_its_pinned_path_is_refused_by_validate_and_repaired_
         .build()
         .await;
     match validated {
-        Err(EventStorageError::Schema { object, problem }) => {
+        Err(EventStorageError::Schema {
+            object, problem, ..
+        }) => {
             assert_eq!(object, format!("function {signature}"));
             assert!(problem.contains("search_path"), "{problem}");
         }
@@ -223,7 +225,9 @@ async fn ensure_refuses_to_create_tables_in_front_of_the_log() {
         .await
         .unwrap();
     match ensured {
-        Err(EventStorageError::Schema { object, problem }) => {
+        Err(EventStorageError::Schema {
+            object, problem, ..
+        }) => {
             assert!(object.starts_with("table "), "{object}");
             assert!(
                 problem.contains(&format!("schema {home}"))

@@ -2,11 +2,11 @@
 //! caller holds the stream without polling it, and a stream dropped while it reads a page
 //! holds no connection and leaves no transaction open.
 
-use eventstore::EventStorageExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use eventstore::EventStorageExt;
 use eventstore::{
     AppendCriteria, Direction, EventFilter, EventStorage, EventStream, EventStreamId, EventToStore,
     Limit,

@@ -182,6 +182,7 @@ fn assert_optimistic_lock<T: Debug>(
             stream,
             expected_last: reported_expected_last,
             conflicting: reported,
+            ..
         } => {
             assert_eq!(
                 reported, conflicting,

@@ -80,12 +80,12 @@ impl FenceMutant {
             // The token alone: a lease that expired or was released still passes.
             match lease {
                 Some(lease) if lease.fencing_token == fence.token => Ok(()),
-                _ => Err(EventStorageError::Fenced {
-                    lease_name: fence.lease_name.clone(),
-                    presented: fence.token,
-                    current: lease.map(|lease| lease.fencing_token),
-                    live: lease.is_some_and(|lease| !lease.is_expired_at(now)),
-                }),
+                _ => Err(EventStorageError::fenced(
+                    fence.lease_name.clone(),
+                    fence.token,
+                    lease.map(|lease| lease.fencing_token),
+                    lease.is_some_and(|lease| !lease.is_expired_at(now)),
+                )),
             }
         } else {
             fence.check(lease, now)

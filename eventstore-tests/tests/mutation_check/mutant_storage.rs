@@ -113,11 +113,7 @@ impl MutantStorage {
                 .admit(operation)
                 .map_err(|error| match error {
                     EventStorageError::InvalidInput { value, .. } => {
-                        EventStorageError::InvalidInput {
-                            field: String::new(),
-                            value,
-                            problem: String::new(),
-                        }
+                        EventStorageError::invalid("", value, "")
                     }
                     other => other,
                 })?;
@@ -190,19 +186,19 @@ impl EventStorage for MutantStorage {
         };
         let conflict = match (conflicting, &criteria.condition) {
             (Some(event), Some(condition)) if !self.is(Mutation::CriteriaIgnored) => {
-                Some(EventStorageError::OptimisticLock {
-                    stream: if self.is(Mutation::StreamInDebugForm) {
+                Some(EventStorageError::optimistic_lock(
+                    if self.is(Mutation::StreamInDebugForm) {
                         format!("{stream:?}")
                     } else {
                         stream.to_string()
                     },
-                    expected_last: if self.is(Mutation::OptimisticLockWithoutExpectedLast) {
+                    if self.is(Mutation::OptimisticLockWithoutExpectedLast) {
                         None
                     } else {
                         condition.expected_last
                     },
-                    conflicting: event.reference,
-                })
+                    event.reference,
+                ))
             }
             _ => None,
         };
@@ -369,7 +365,7 @@ impl EventStorage for MutantStorage {
         if self.is(Mutation::BookmarkEventBeforeReader) {
             let known = self.admit(Operation::Read)?.event(reference.id).is_some();
             if !known {
-                return Err(EventStorageError::UnknownEvent { id: reference.id });
+                return Err(EventStorageError::unknown_event(reference.id));
             }
         }
         let mut state = self.admit(Operation::Bookmark {
@@ -380,7 +376,7 @@ impl EventStorage for MutantStorage {
             Some(event) if !self.is(Mutation::BookmarkInTheCallersCoordinates) => event.reference,
             Some(_) => *reference,
             None if self.is(Mutation::BookmarkOfAnUnknownEventAccepted) => *reference,
-            None => return Err(EventStorageError::UnknownEvent { id: reference.id }),
+            None => return Err(EventStorageError::unknown_event(reference.id)),
         };
         let updated_at = match state.bookmarks.get(reader) {
             Some(previous) if self.is(Mutation::BookmarkUpdateTimeNotMoved) => previous.updated_at,

@@ -1,12 +1,12 @@
 //! A subscription to pushed lease changes set up on a task of its own, so that a storage
 //! that waits for it (a listener connection) never holds a lease loop's requests up.
 
-use crate::EventStorageExt;
 use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
 use crate::fallback::{is_unsupported, warn_fallback};
+use crate::EventStorageExt;
 use crate::{Capability, EventStorage, EventStorageError, LeaseChanges, LeaseScope};
 
 /// The subscription on its way, until it is ready. Dropped with its loop, it ends the task

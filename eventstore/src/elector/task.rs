@@ -495,10 +495,10 @@ pub(super) async fn release_within(
             }
             released
         }
-        Err(_elapsed) => Err(EventStorageError::Timeout {
-            operation: format!("release_lease({lease_name})"),
-            after: ttl,
-        }),
+        Err(_elapsed) => Err(EventStorageError::timeout(
+            format!("release_lease({lease_name})"),
+            ttl,
+        )),
     }
 }
 

@@ -10,7 +10,7 @@
 //! interval it
 //!
 //! 1. reads the group from the storage: the live members and who holds which partition,
-//!    judged on the storage's clock ([`EventStorage::get_leases_with_prefix`] of `{group}/`,
+//!    judged on the storage's clock ([`EventStorageExt::get_leases_with_prefix`] of `{group}/`,
 //!    the group's leases alone, and [`EventStorage::storage_time`], sent together);
 //! 2. computes its target: a balanced assignment (each of N members gets ⌊M/N⌋ or ⌈M/N⌉
 //!    partitions) that keeps every partition with its holder as far as balance allows, so a
@@ -70,7 +70,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`EventStorage::get_leases_with_prefix`]: crate::EventStorage::get_leases_with_prefix
+//! [`EventStorageExt::get_leases_with_prefix`]: crate::EventStorageExt::get_leases_with_prefix
 //! [`EventStorage::storage_time`]: crate::EventStorage::storage_time
 //! [`EventStorage::request_leases`]: crate::EventStorage::request_leases
 

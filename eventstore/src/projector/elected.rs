@@ -1,6 +1,5 @@
 //! A projector that runs only while its instance leads.
 
-use crate::EventStorageExt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -8,6 +7,7 @@ use super::failure_pause::FailurePause;
 use super::{unless_stopped, Projection, Projector, ProjectorError, ProjectorRun};
 use crate::elector::{Leadership, LeadershipWatch};
 use crate::fallback::OptionalMethod;
+use crate::EventStorageExt;
 use crate::{
     AppendHints, AppendNotice, Capability, EventReference, EventStorageError, Fence, FencingToken,
 };

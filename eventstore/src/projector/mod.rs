@@ -704,10 +704,10 @@ mod tests {
             "PostgreSQL failed to read a bookmark: connection reset",
             "the report names the cause too"
         );
-        let timed_out = ProjectorError::Storage(EventStorageError::Timeout {
-            operation: "read events".to_owned(),
-            after: Duration::from_secs(1),
-        });
+        let timed_out = ProjectorError::Storage(EventStorageError::timeout(
+            "read events".to_owned(),
+            Duration::from_secs(1),
+        ));
         assert!(timed_out.may_pass());
         assert!(!ProjectorError::Storage(EventStorageError::Closed).may_pass());
         let projection = ProjectorError::Projection {

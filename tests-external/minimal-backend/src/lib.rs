@@ -106,11 +106,11 @@ criteria: &criteria,
             .iter()
             .find(|event| &event.stream == stream && criteria.is_violated_by(event));
         if let (Some(event), Some(condition)) = (conflicting, &criteria.condition) {
-            return Err(EventStorageError::OptimisticLock {
-                stream: stream.to_string(),
-                expected_last: condition.expected_last,
-                conflicting: event.reference,
-            });
+            return Err(EventStorageError::optimistic_lock(
+                stream.to_string(),
+                condition.expected_last,
+                event.reference,
+            ));
         }
 
         let now = self.shared.clock.now();
@@ -180,7 +180,7 @@ criteria: &criteria,
         // Reported in this storage's coordinates, whatever position the caller passed.
         let stored = state
             .event(reference.id)
-            .ok_or(EventStorageError::UnknownEvent { id: reference.id })?
+            .ok_or(EventStorageError::unknown_event(reference.id))?
             .reference;
         let bookmark = Bookmark {
             reader: reader.to_owned(),

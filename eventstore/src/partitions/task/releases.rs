@@ -154,9 +154,9 @@ pub(crate) async fn release_within(
 ) -> Result<(), EventStorageError> {
     match timeout(ttl, storage.release_leases(lease_names, owner)).await {
         Ok(released) => released.map(drop),
-        Err(_elapsed) => Err(EventStorageError::Timeout {
-            operation: format!("release_leases({} leases)", lease_names.len()),
-            after: ttl,
-        }),
+        Err(_elapsed) => Err(EventStorageError::timeout(
+            format!("release_leases({} leases)", lease_names.len()),
+            ttl,
+        )),
     }
 }

@@ -155,13 +155,12 @@ impl PartitionLoop {
             .storage
             .list_leases(LeaseSelection::prefix(self.names.prefix()));
         let read = async { tokio::join!(group_leases, self.storage.storage_time()) };
-        let (leases, now) =
-            timeout(limit, read)
-                .await
-                .map_err(|_elapsed| EventStorageError::Timeout {
-                    operation: format!("reading partition group {}", self.shared.group),
-                    after: limit,
-                })?;
+        let (leases, now) = timeout(limit, read).await.map_err(|_elapsed| {
+            EventStorageError::timeout(
+                format!("reading partition group {}", self.shared.group),
+                limit,
+            )
+        })?;
         let status = GroupStatus::of_leases(&self.shared.group, leases?, now?);
         let (partitions, owner) = (self.shared.partitions, &self.shared.owner);
         Ok(GroupView::of_status(status, partitions, owner).plan(partitions, owner))
@@ -269,10 +268,10 @@ impl PartitionLoop {
         let storage = Arc::clone(&self.storage);
         match timeout(limit, async move { storage.request_leases(requests).await }).await {
             Ok(answer) => answer,
-            Err(_elapsed) => Err(EventStorageError::Timeout {
-                operation: format!("request_leases(group {})", self.shared.group),
-                after: limit,
-            }),
+            Err(_elapsed) => Err(EventStorageError::timeout(
+                format!("request_leases(group {})", self.shared.group),
+                limit,
+            )),
         }
     }
 
