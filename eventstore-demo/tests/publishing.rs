@@ -40,15 +40,28 @@ fn is_published(manifest: &toml::Table) -> bool {
         != Some(false)
 }
 
-/// The workspace crates `manifest` names as dependencies of any kind, dev-dependencies
-/// included: the registry needs each of them before it takes this crate.
+/// The workspace crates `manifest` names as dependencies the registry needs before it takes
+/// this crate: every normal and build dependency, and each dev-dependency with a version (cargo
+/// leaves a path-only dev-dependency out of the package, so the registry never needs it).
 fn workspace_dependencies(manifest: &toml::Table) -> Vec<String> {
+    let is_workspace_crate = |name: &str| name == "eventstore" || name.starts_with("eventstore-");
+    let has_version = |spec: &toml::Value| match spec {
+        toml::Value::Table(table) => {
+            table.contains_key("version") || table.contains_key("workspace")
+        }
+        _ => true,
+    };
     ["dependencies", "build-dependencies", "dev-dependencies"]
         .iter()
-        .filter_map(|section| manifest.get(*section).and_then(toml::Value::as_table))
-        .flat_map(|table| table.keys())
-        .filter(|name| name.starts_with("eventstore-"))
-        .cloned()
+        .filter_map(|section| Some((*section, manifest.get(*section)?.as_table()?)))
+        .flat_map(|(section, table)| {
+            table
+                .iter()
+                .filter(move |(name, spec)| {
+                    is_workspace_crate(name) && (section != "dev-dependencies" || has_version(spec))
+                })
+                .map(|(name, _)| name.clone())
+        })
         .collect()
 }
 
@@ -70,8 +83,8 @@ fn the_published_crates_have_an_order_to_be_published_in() {
     for (name, manifest) in members.iter().filter(|(_, m)| is_published(m)) {
         assert!(
             !needed_before(name, &members).contains(name),
-            "{name} would have to be on the registry before itself, through {:?}: tests that \
-             need a backend or the kit belong in eventstore-tests",
+            "{name} would have to be on the registry before itself, through {:?}: a dev-dependency \
+             on a backend or the kit must be path-only, so the package leaves it out",
             workspace_dependencies(manifest)
         );
     }
