@@ -5,10 +5,10 @@ use async_trait::async_trait;
 
 use crate::event_stream::{collect, EventStream, RawEventStream};
 use crate::{
-    AppendHints, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
-    EventStreamId, Lease, LeaseChanges, LeaseContender, LeaseScope, LeaseSelection, Limit,
-    RawStoredEvent, ReadEvent, ReadRequest, ReleaseOutcome, StorageResult, Subscribed,
-    Subscription,
+    AppendHints, Capability, Direction, EventFilter, EventReference, EventStorage,
+    EventStorageError, EventStreamId, Lease, LeaseChanges, LeaseContender, LeaseScope,
+    LeaseSelection, Limit, RawStoredEvent, ReadEvent, ReadRequest, ReleaseOutcome, StorageResult,
+    Subscribed, Subscription,
 };
 
 /// Conveniences on every [`EventStorage`] (`Arc<dyn EventStorage>` included): each is one
@@ -104,15 +104,23 @@ pub trait EventStorageExt: EventStorage {
     }
 
     /// Releases `lease_name` as [`release_lease`](EventStorage::release_lease) does, saying
-    /// whether the caller held it: [`release_leases`](EventStorage::release_leases) of one.
+    /// whether the caller held it: [`release_leases`](EventStorage::release_leases) of one, on
+    /// a storage that tells ([`Capability::LeaseOutcomes`]).
     ///
     /// # Errors
-    /// As [`EventStorage::release_lease`].
+    /// `Unsupported` without [`Capability::LeaseOutcomes`], releasing nothing: the answer
+    /// could not say what it promises. Otherwise as [`EventStorage::release_lease`].
     async fn release_lease_with_outcome(
         &self,
         lease_name: &str,
         owner: &str,
     ) -> StorageResult<ReleaseOutcome> {
+        if !self.supports(Capability::LeaseOutcomes) {
+            return Err(EventStorageError::unsupported(
+                "release_lease_with_outcome",
+                self.name(),
+            ));
+        }
         let mut outcomes = self.release_leases(&[lease_name.to_owned()], owner).await?;
         outcomes.pop().ok_or_else(|| {
             EventStorageError::backend(

@@ -15,7 +15,8 @@ use eventstore::decorator::Decorator;
 use eventstore::in_process::StorageClock;
 use eventstore::{
     AppendCriteria, Bookmark, Capability, EventReference, EventStorage, EventStorageError,
-    EventStreamId, EventToStore, Fence, StorageResult, StoredEvent, Tags,
+    EventStreamId, EventToStore, Fence, LeaseOutcome, LeaseRequest, StorageResult, StoredEvent,
+    Subscribed, Subscription, Tags,
 };
 use eventstore_memory::MemoryEventStorage;
 
@@ -110,6 +111,24 @@ impl Decorator for FenceMutant {
 
     fn supports(&self, capability: Capability) -> bool {
         matches!(capability, Capability::Lease | Capability::FencedWrites)
+    }
+
+    // The capabilities it does not declare are refused, as the trait's defaults refuse them.
+    async fn request_leases_with_outcome(
+        &self,
+        _requests: Vec<LeaseRequest>,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
+        Err(EventStorageError::unsupported(
+            "request_leases_with_outcome",
+            Decorator::name(self),
+        ))
+    }
+
+    async fn subscribe(&self, subscription: Subscription) -> StorageResult<Subscribed> {
+        Err(EventStorageError::unsupported(
+            subscription.operation(),
+            Decorator::name(self),
+        ))
     }
 
     async fn bookmark(
