@@ -1,5 +1,6 @@
 //! The storage's clock for backends that live in one process.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -34,8 +35,9 @@ pub const MAX_RATE_DIFFERENCE: i32 = 100;
 #[derive(Debug, Default)]
 pub struct StorageClock {
     last: Mutex<Option<Reading>>,
-    /// How far it was stepped forward by [`StorageClock::advance`], beyond the system's time.
-    stepped: Mutex<TimeDelta>,
+    /// How far it was stepped forward by [`StorageClock::advance`], beyond the system's time,
+    /// in nanoseconds: an atomic, so that a reading takes no second lock.
+    stepped_nanos: AtomicI64,
 }
 
 /// A reading of the clock, and when it was taken on the monotonic clock.
@@ -54,13 +56,13 @@ impl StorageClock {
     /// Now: the system's time as far as the pace of the monotonic clock since the previous
     /// reading allows (see [`StorageClock`]). Never earlier than the previous reading.
     pub fn now(&self) -> DateTime<Utc> {
-        let stepped = *self
-            .stepped
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let system = Utc::now()
-            .checked_add_signed(stepped)
-            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let stepped = self.stepped_nanos.load(Ordering::Relaxed);
+        let system = match stepped {
+            0 => Utc::now(),
+            stepped => Utc::now()
+                .checked_add_signed(TimeDelta::nanoseconds(stepped))
+                .unwrap_or(DateTime::<Utc>::MAX_UTC),
+        };
         self.read(system, Instant::now())
     }
 
@@ -70,15 +72,17 @@ impl StorageClock {
     /// in use is never stepped.
     pub fn advance(&self, by: TimeDelta) {
         let by = by.max(TimeDelta::zero());
-        let mut stepped = self
-            .stepped
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut last = self
             .last
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *stepped += by;
+        // Beyond ±292 years a step saturates; no test steps that far.
+        let nanos = by.num_nanoseconds().unwrap_or(i64::MAX);
+        let _ = self
+            .stepped_nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |stepped| {
+                Some(stepped.saturating_add(nanos))
+            });
         if let Some(reading) = last.as_mut() {
             reading.at = reading.at.checked_add_signed(by).unwrap_or(reading.at);
         }
