@@ -1011,8 +1011,9 @@ BEGIN
         '__prefix__release_leases(text[], text, text)',
         '__prefix__check_fence(text, bigint, text)'
     ] LOOP
-        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = %I, pg_temp',
-                                  v_function, pg_catalog.current_schema());
+        EXECUTE pg_catalog.format('ALTER FUNCTION %I.%s SET search_path = %I, pg_temp',
+                                  pg_catalog.current_schema(), v_function,
+                                  pg_catalog.current_schema());
     END LOOP;
 END
 $pin$;

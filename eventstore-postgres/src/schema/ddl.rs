@@ -6,6 +6,8 @@ use std::pin::Pin;
 use eventstore_api::{EventStorageError, StorageResult};
 use sqlx::{Executor, PgConnection, PgPool};
 
+use super::catalog::{self, Catalog};
+use super::drift;
 use super::init_mode::DatabaseInitMode;
 use super::prefix::TablePrefix;
 use super::schema_version::{self, SchemaVersion, Standing, SCHEMA_VERSION};
@@ -43,218 +45,6 @@ pub fn schema_sql(prefix: &str) -> StorageResult<String> {
 pub fn drop_sql(prefix: &str) -> StorageResult<String> {
     Ok(TablePrefix::parse(prefix)?.apply(DROP_SQL))
 }
-
-/// A column the backend reads or writes: name, type as `format_type` spells it (or the
-/// types it accepts, joined by " or "), NOT NULL.
-type ExpectedColumn = (&'static str, &'static str, bool);
-
-/// Every table (by suffix) and the columns it must have. Extra columns are allowed.
-const TABLES: &[(&str, &[ExpectedColumn])] = &[
-    (
-        "events",
-        &[
-            ("position", "bigint", true),
-            ("tx", "xid8", true),
-            ("id", "uuid", true),
-            ("stream_context", "text", true),
-            ("stream_purpose", "text", true),
-            ("event_type", "text", true),
-            ("payload", "json or jsonb", true),
-            ("tags", "text[]", true),
-            ("idempotency_key", "text", false),
-            ("stored_at", "timestamp with time zone", true),
-        ],
-    ),
-    (
-        "bookmarks",
-        &[
-            ("reader", "text", true),
-            ("event_id", "uuid", true),
-            ("tags", "text[]", true),
-            ("updated_at", "timestamp with time zone", true),
-        ],
-    ),
-    (
-        "leases",
-        &[
-            ("lease_name", "text", true),
-            ("owner", "text", true),
-            ("priority", "bigint", true),
-            ("fencing_token", "bigint", true),
-            ("acquired_at", "timestamp with time zone", true),
-            ("heartbeat_at", "timestamp with time zone", true),
-            ("ttl", "interval", true),
-            ("released", "boolean", true),
-        ],
-    ),
-    (
-        "lease_contenders",
-        &[
-            ("lease_name", "text", true),
-            ("owner", "text", true),
-            ("priority", "bigint", true),
-            ("heartbeat_at", "timestamp with time zone", true),
-            ("ttl", "interval", true),
-        ],
-    ),
-];
-
-/// A column default the storage relies on: its inserts name no value for the column.
-enum ExpectedDefault {
-    /// The default as `pg_get_expr` spells it.
-    Exactly(&'static str),
-    /// The next value of a sequence (`nextval(...)`), whichever sequence it is.
-    Sequence,
-}
-
-/// Every column default the storage relies on, by table and column: an event's position,
-/// transaction and time, and a new lease's `released`. A changed default would break the
-/// event order or the visibility barrier without any error.
-const DEFAULTS: &[(&str, &str, ExpectedDefault)] = &[
-    ("events", "position", ExpectedDefault::Sequence),
-    (
-        "events",
-        "tx",
-        ExpectedDefault::Exactly("pg_current_xact_id()"),
-    ),
-    ("events", "stored_at", ExpectedDefault::Exactly("now()")),
-    ("leases", "released", ExpectedDefault::Exactly("false")),
-];
-
-impl ExpectedDefault {
-    fn accepts(&self, default: Option<&str>) -> bool {
-        // `pg_get_expr` names the built-in function's schema when the session's search_path
-        // would find another of the same name first: the same default.
-        let default = default.map(|d| d.strip_prefix("pg_catalog.").unwrap_or(d));
-        match (self, default) {
-            (ExpectedDefault::Exactly(expected), Some(default)) => default == *expected,
-            (ExpectedDefault::Sequence, Some(default)) => default.starts_with("nextval("),
-            (_, None) => false,
-        }
-    }
-
-    /// What to show for it in an error.
-    fn describe(&self) -> &'static str {
-        match self {
-            ExpectedDefault::Exactly(expected) => expected,
-            ExpectedDefault::Sequence => "the next value of a sequence",
-        }
-    }
-}
-
-/// An index this storage uses, as the shipped DDL creates it.
-struct ExpectedIndex {
-    /// The name after the prefix.
-    suffix: &'static str,
-    /// The table it is on, after the prefix.
-    table: &'static str,
-    unique: bool,
-    /// Its access method, key and predicate as `pg_get_indexdef` gives them after `USING`,
-    /// without its storage options.
-    definition: &'static str,
-    /// The storage options it must have, as `pg_class.reloptions` lists them.
-    options: &'static [&'static str],
-}
-
-const fn index(
-    suffix: &'static str,
-    table: &'static str,
-    unique: bool,
-    definition: &'static str,
-) -> ExpectedIndex {
-    ExpectedIndex {
-        suffix,
-        table,
-        unique,
-        definition,
-        options: &[],
-    }
-}
-
-/// Every index this storage uses.
-const INDEXES: &[ExpectedIndex] = &[
-    index("events_pkey", "events", true, r#"btree ("position")"#),
-    index("events_id_key", "events", true, "btree (id)"),
-    index(
-        "events_order_idx",
-        "events",
-        false,
-        r#"btree (tx, "position")"#,
-    ),
-    index(
-        "events_context_idx",
-        "events",
-        false,
-        r#"btree (stream_context, tx, "position", stream_purpose)"#,
-    ),
-    index(
-        "events_type_idx",
-        "events",
-        false,
-        r#"btree (event_type, tx, "position")"#,
-    ),
-    ExpectedIndex {
-        options: &["gin_pending_list_limit=128"],
-        ..index("events_tags_idx", "events", false, "gin (tags)")
-    },
-    index(
-        "events_idempotency_idx",
-        "events",
-        true,
-        "btree (stream_context, stream_purpose, idempotency_key) \
-         WHERE (idempotency_key IS NOT NULL)",
-    ),
-    index("bookmarks_pkey", "bookmarks", true, "btree (reader)"),
-    index("leases_pkey", "leases", true, "btree (lease_name)"),
-    index(
-        "lease_contenders_pkey",
-        "lease_contenders",
-        true,
-        "btree (lease_name, owner)",
-    ),
-];
-
-/// An expected index as the catalog has it: the table it is on, whether it is unique, its
-/// definition and its storage options; all but the options are missing when the index is.
-#[derive(sqlx::FromRow)]
-struct CatalogIndex {
-    name: String,
-    table_name: Option<String>,
-    is_unique: Option<bool>,
-    definition: Option<String>,
-    options: Vec<String>,
-}
-
-impl CatalogIndex {
-    /// Its access method, key and predicate: `pg_get_indexdef` after `USING`, without the
-    /// storage options (compared apart).
-    fn method_key_and_predicate(&self) -> Option<String> {
-        // The last `USING`: the schema and table before it may hold the word too.
-        let (_, after_using) = self.definition.as_deref()?.rsplit_once(" USING ")?;
-        let Some(start) = after_using.find(" WITH (") else {
-            return Some(after_using.to_owned());
-        };
-        let end = start + after_using[start..].find(')')? + 1;
-        Some(format!("{}{}", &after_using[..start], &after_using[end..]))
-    }
-}
-
-/// Every function (by suffix) with its argument types.
-const FUNCTIONS: &[(&str, &str)] = &[
-    ("token_base", ""),
-    ("request_lease", "text, text, bigint, interval, text"),
-    (
-        "request_leases",
-        "text[], text[], bigint[], interval[], text",
-    ),
-    (
-        "request_plain_leases",
-        "text[], text[], bigint[], interval[], text",
-    ),
-    ("release_lease", "text, text, text"),
-    ("release_leases", "text[], text, text"),
-    ("check_fence", "text, bigint, text"),
-];
 
 /// Prepares the schema of `prefix` as `mode` says.
 ///
@@ -387,7 +177,8 @@ async fn refuse_tables_elsewhere(
     prefix: &TablePrefix,
     persistent: bool,
 ) -> StorageResult<()> {
-    let table_names: Vec<String> = TABLES.iter().map(|(table, _)| prefix.name(table)).collect();
+    let shipped = shipped_catalog(connection, prefix, persistent).await?;
+    let table_names: Vec<&str> = shipped.tables().collect();
     let elsewhere: Option<(String, String, Option<String>)> = sqlx::query_as(
         "SELECT t.name, n.nspname::text, current_schema()::text \
          FROM unnest($1::text[]) AS t(name) \
@@ -553,10 +344,11 @@ async fn check_catalog(
     }
 }
 
-/// Fails with `Schema` naming the first object that is missing or differs from what this
-/// storage uses; `exact` also compares the column defaults inserts rely on, index keys,
-/// predicates and options and function bodies with the shipped DDL's, which a newer version
-/// may have changed.
+/// Fails with `Schema` naming the first object the shipped DDL creates that is missing from
+/// the prefix or differs from what the DDL makes of it; `exact` compares every property,
+/// otherwise only those a newer version keeps (a column's type and nullability, an index's
+/// table and uniqueness), as a newer version may have changed the rest. Objects the DDL does
+/// not create (an index of the operator's, a newer version's column) are left alone.
 async fn validate_catalog(
     connection: &mut PgConnection,
     prefix: &TablePrefix,
@@ -564,291 +356,37 @@ async fn validate_catalog(
     exact: bool,
 ) -> StorageResult<()> {
     let failing = |e: sqlx::Error| catalog_failure(prefix, e);
-    let table_names: Vec<String> = TABLES.iter().map(|(table, _)| prefix.name(table)).collect();
-    let columns: Vec<(String, String, String, bool, Option<String>)> = sqlx::query_as(
-        "SELECT t.name, a.attname::text, format_type(a.atttypid, a.atttypmod), a.attnotnull, \
-                pg_get_expr(d.adbin, d.adrelid) \
-         FROM unnest($1::text[]) AS t(name) \
-         JOIN pg_attribute AS a ON a.attrelid = to_regclass(t.name) \
-         LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
-         WHERE a.attnum > 0 AND NOT a.attisdropped",
-    )
-    .bind(&table_names)
-    .persistent(persistent)
-    .fetch_all(&mut *connection)
-    .await
-    .map_err(failing)?;
-    for ((_, expected), table) in TABLES.iter().zip(&table_names) {
-        if !columns.iter().any(|(t, ..)| t == table) {
-            return Err(schema_error(format!("table {table}"), "is missing"));
-        }
-        for &(column, data_type, not_null) in expected.iter() {
-            let object = format!("column {table}.{column}");
-            let Some((_, _, actual_type, actual_not_null, _)) =
-                columns.iter().find(|(t, c, ..)| t == table && c == column)
-            else {
-                return Err(schema_error(object, "is missing"));
-            };
-            if !data_type
-                .split(" or ")
-                .any(|accepted| accepted == actual_type)
-            {
-                return Err(schema_error(
-                    object,
-                    format!("is {actual_type}, expected {data_type}"),
-                ));
-            }
-            if *actual_not_null != not_null {
-                let (actual, expected) = if not_null {
-                    ("nullable", "NOT NULL")
-                } else {
-                    ("NOT NULL", "nullable")
-                };
-                return Err(schema_error(
-                    object,
-                    format!("is {actual}, expected {expected}"),
-                ));
-            }
-        }
+    let shipped = shipped_catalog(connection, prefix, persistent).await?;
+    let found = catalog::read(connection, prefix, persistent)
+        .await
+        .map_err(failing)?;
+    match drift::first_difference(&shipped, &found, exact) {
+        Some(drift) => Err(schema_error(drift.object, drift.problem)),
+        None => Ok(()),
     }
-
-    if exact {
-        for (table, column, expected) in DEFAULTS {
-            let table = prefix.name(table);
-            let default = columns
-                .iter()
-                .find(|(t, c, ..)| *t == table && c == column)
-                .and_then(|(.., default)| default.as_deref());
-            if !expected.accepts(default) {
-                let actual =
-                    default.map_or_else(|| "no default".to_owned(), |d| format!("default {d}"));
-                return Err(schema_error(
-                    format!("column {table}.{column}"),
-                    format!(
-                        "has {actual}, expected {}: the storage's inserts leave the column to its \
-                         default (the shipped DDL does not change an existing column's default)",
-                        expected.describe()
-                    ),
-                ));
-            }
-        }
-    }
-
-    let index_names: Vec<String> = INDEXES
-        .iter()
-        .map(|index| prefix.name(index.suffix))
-        .collect();
-    let indexes: Vec<CatalogIndex> = sqlx::query_as(
-        "SELECT t.name, c.relname::text AS table_name, i.indisunique AS is_unique, \
-                pg_get_indexdef(i.indexrelid) AS definition, \
-                coalesce(ic.reloptions, '{}')::text[] AS options \
-         FROM unnest($1::text[]) AS t(name) \
-         LEFT JOIN pg_index AS i ON i.indexrelid = to_regclass(t.name) \
-         LEFT JOIN pg_class AS c ON c.oid = i.indrelid \
-         LEFT JOIN pg_class AS ic ON ic.oid = i.indexrelid",
-    )
-    .bind(&index_names)
-    .persistent(persistent)
-    .fetch_all(&mut *connection)
-    .await
-    .map_err(failing)?;
-    for (expected, name) in INDEXES.iter().zip(&index_names) {
-        let table = prefix.name(expected.table);
-        let object = format!("index {name}");
-        match indexes.iter().find(|index| index.name == *name) {
-            Some(
-                found @ CatalogIndex {
-                    table_name: Some(on),
-                    is_unique: Some(is_unique),
-                    options,
-                    ..
-                },
-            ) => {
-                if *on != table {
-                    return Err(schema_error(
-                        object,
-                        format!("is on table {on}, expected {table}"),
-                    ));
-                }
-                if *is_unique != expected.unique {
-                    return Err(schema_error(
-                        object,
-                        format!(
-                            "is {}unique, expected otherwise",
-                            if *is_unique { "" } else { "not " }
-                        ),
-                    ));
-                }
-                if !exact {
-                    continue;
-                }
-                let definition = found.method_key_and_predicate().unwrap_or_default();
-                if definition != expected.definition {
-                    return Err(schema_error(
-                        object,
-                        format!(
-                            "is {definition}, expected {}; the shipped DDL creates it as \
-                             expected once it is dropped",
-                            expected.definition
-                        ),
-                    ));
-                }
-                if let Some(missing) = expected
-                    .options
-                    .iter()
-                    .find(|option| !options.iter().any(|set| set == *option))
-                {
-                    return Err(schema_error(
-                        object,
-                        format!("has options {options:?}, expected {missing}"),
-                    ));
-                }
-            }
-            _ => return Err(schema_error(object, format!("is missing on table {table}"))),
-        }
-    }
-
-    let signatures: Vec<String> = FUNCTIONS
-        .iter()
-        .map(|(function, arguments)| format!("{}({arguments})", prefix.name(function)))
-        .collect();
-    // A function's search_path must be pinned to its own schema (see the end of the script).
-    let sources: Vec<(String, Option<String>, Option<bool>)> = sqlx::query_as(
-        "SELECT t.signature, p.prosrc, \
-                coalesce(p.proconfig @> ARRAY['search_path=' || quote_ident(n.nspname) \
-                                              || ', pg_temp'], false) \
-         FROM unnest($1::text[]) AS t(signature) \
-         LEFT JOIN pg_proc AS p ON p.oid = to_regprocedure(t.signature) \
-         LEFT JOIN pg_namespace AS n ON n.oid = p.pronamespace",
-    )
-    .bind(&signatures)
-    .persistent(persistent)
-    .fetch_all(&mut *connection)
-    .await
-    .map_err(failing)?;
-    let script = prefix.apply(SCHEMA_SQL);
-    for (signature, shipped) in signatures.iter().zip(function_bodies(&script)) {
-        let object = format!("function {signature}");
-        match sources.iter().find(|(s, ..)| s == signature) {
-            Some((_, Some(_), _)) if !exact => {}
-            Some((_, Some(source), Some(true))) if source == shipped => {}
-            Some((_, Some(source), _)) if source == shipped => {
-                return Err(schema_error(
-                    object,
-                    "does not pin its search_path to its own schema and pg_temp \
-                     (apply the shipped DDL again)",
-                ))
-            }
-            Some((_, Some(_), _)) => {
-                return Err(schema_error(
-                    object,
-                    "differs from the shipped definition (apply the shipped DDL again)",
-                ))
-            }
-            _ => return Err(schema_error(object, "is missing")),
-        }
-    }
-    Ok(())
 }
 
-/// The bodies of the functions `script` creates, in order: the text between each pair of
-/// `$$` quotes, as PostgreSQL keeps it in `pg_proc.prosrc`.
-fn function_bodies(script: &str) -> impl Iterator<Item = &str> {
-    script.split("$$").skip(1).step_by(2)
+/// What the shipped DDL creates for `prefix` on this server ([`catalog::shipped`]).
+async fn shipped_catalog(
+    connection: &mut PgConnection,
+    prefix: &TablePrefix,
+    persistent: bool,
+) -> StorageResult<Catalog> {
+    catalog::shipped(connection, prefix, persistent)
+        .await
+        .map_err(|error| {
+            EventStorageError::backend(
+                format!(
+                    "PostgreSQL could not make the scratch copy of the shipped DDL that the \
+                     schema of prefix {prefix} is compared with (it needs a session that may \
+                     create temporary objects: TEMPORARY on the database, and a server that \
+                     is not a standby)"
+                ),
+                error,
+            )
+        })
 }
 
 fn schema_error(object: String, problem: impl Into<String>) -> EventStorageError {
     EventStorageError::schema(object, problem.into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_script_creates_one_body_per_expected_function_in_order() {
-        let bodies: Vec<&str> = function_bodies(SCHEMA_SQL).collect();
-        assert_eq!(bodies.len(), FUNCTIONS.len());
-        for ((name, _), body) in FUNCTIONS.iter().zip(&bodies) {
-            let header = SCHEMA_SQL.split(body).next().unwrap();
-            let last_function = header
-                .rfind("CREATE OR REPLACE FUNCTION __prefix__")
-                .unwrap();
-            assert!(
-                header[last_function..].contains(&format!("__prefix__{name}(")),
-                "the body after {} is not {name}'s",
-                &header[last_function..]
-            );
-        }
-    }
-
-    #[test]
-    fn an_index_definition_is_read_after_its_last_using_without_its_options() {
-        let index = |definition: &str| CatalogIndex {
-            name: "i".into(),
-            table_name: Some("t".into()),
-            is_unique: Some(false),
-            definition: Some(definition.into()),
-            options: Vec::new(),
-        };
-        let cases = [
-            (
-                r#"CREATE INDEX p_events_tags_idx ON public.p_events USING gin (tags) WITH (gin_pending_list_limit='128')"#,
-                "gin (tags)",
-            ),
-            (
-                r#"CREATE UNIQUE INDEX p_events_pkey ON "rv USING x".p_events USING btree ("position")"#,
-                r#"btree ("position")"#,
-            ),
-            (
-                "CREATE UNIQUE INDEX i ON s.t USING btree (a) WITH (fillfactor='70') WHERE (a IS NOT NULL)",
-                "btree (a) WHERE (a IS NOT NULL)",
-            ),
-        ];
-        for (definition, expected) in cases {
-            assert_eq!(
-                index(definition).method_key_and_predicate().as_deref(),
-                Some(expected),
-                "{definition}"
-            );
-        }
-    }
-
-    #[test]
-    fn every_expected_object_is_created_by_the_script() {
-        for (table, columns) in TABLES {
-            assert!(SCHEMA_SQL.contains(&format!("CREATE TABLE IF NOT EXISTS __prefix__{table} (")));
-            for (column, ..) in columns.iter() {
-                assert!(
-                    SCHEMA_SQL.contains(&format!("    {column} ")),
-                    "{table}.{column}"
-                );
-            }
-        }
-        for index in INDEXES {
-            assert!(
-                SCHEMA_SQL.contains(&format!("__prefix__{}", index.suffix)),
-                "{}",
-                index.suffix
-            );
-        }
-    }
-
-    #[test]
-    fn every_expected_default_is_the_scripts() {
-        for (table, column, expected) in DEFAULTS {
-            let defined = SCHEMA_SQL
-                .lines()
-                .any(|line| match line.trim().strip_prefix(column) {
-                    Some(rest) if rest.starts_with(' ') => match expected {
-                        ExpectedDefault::Exactly(default) => {
-                            rest.contains(&format!("DEFAULT {default}"))
-                        }
-                        ExpectedDefault::Sequence => rest.trim_start().starts_with("bigserial"),
-                    },
-                    _ => false,
-                });
-            assert!(defined, "{table}.{column}");
-        }
-    }
 }

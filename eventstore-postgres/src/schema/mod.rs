@@ -1,7 +1,9 @@
 //! The database schema: the shipped DDL and what opening a storage does with it, the version
 //! the tables record, and the table prefix that names them.
 
+mod catalog;
 mod ddl;
+mod drift;
 mod init_mode;
 pub(crate) mod prefix;
 mod schema_version;

@@ -36,6 +36,7 @@ mod projector_faults;
 mod read_only_sessions;
 mod read_your_writes;
 mod restart;
+mod schema_drift;
 mod schema_versions;
 mod search_path;
 mod session_locks;
