@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use sqlx::postgres::types::Oid;
 use sqlx::{Connection, Executor, PgConnection};
 
-use super::ddl::SCHEMA_SQL;
 use super::prefix::TablePrefix;
+use super::scripts::SCHEMA_SQL;
 
 /// What kind of object a catalog entry is, in the order validation looks at them: a dropped
 /// column takes its indexes and constraints with it, and is what an operator must restore.

@@ -7,7 +7,9 @@ mod drift;
 mod init_mode;
 pub(crate) mod prefix;
 mod schema_version;
+mod scripts;
 
 pub(crate) use ddl::initialize;
-pub use ddl::{drop_sql, is_newer_schema, schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
+pub use ddl::is_newer_schema;
 pub use init_mode::DatabaseInitMode;
+pub use scripts::{drop_sql, schema_sql, DROP_SQL, GRANTS_SQL, SCHEMA_SQL};
