@@ -8,15 +8,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use eventstore::decorator::Decorator;
 use eventstore::elector::{LeaderElector, Leadership};
 use eventstore::projector::{
     BookmarkReading, ElectedProjector, PartitionedProjector, Projection, ProjectionError,
     Projector, ProjectorError, ProjectorRun,
 };
 use eventstore::{
-    AppendCriteria, Bookmark, Capability, Direction, EventFilter, EventId, EventReference,
-    EventStorage, EventStorageError, EventStreamId, EventToStore, Fence, FencingToken,
-    LeaseRequest, LeaseStatus, Limit, PartitionElector, StorageResult, StoredEvent, Tags,
+    AppendCriteria, Direction, EventFilter, EventReference, EventStorage, EventStorageError,
+    EventStreamId, EventToStore, Fence, FencingToken, LeaseRequest, LeaseStatus, Limit,
+    PartitionElector, StorageResult, StoredEvent,
 };
 use eventstore_memory::MemoryEventStorage;
 
@@ -339,21 +340,13 @@ struct ObservedReads {
 }
 
 #[async_trait]
-impl EventStorage for ObservedReads {
-    fn name(&self) -> &str {
-        self.inner.name()
+impl Decorator for ObservedReads {
+    type Inner = MemoryEventStorage;
+
+    fn inner(&self) -> &MemoryEventStorage {
+        &self.inner
     }
-    fn supports(&self, capability: Capability) -> bool {
-        self.inner.supports(capability)
-    }
-    async fn append(
-        &self,
-        criteria: AppendCriteria,
-        stream: &EventStreamId,
-        events: Vec<EventToStore>,
-    ) -> StorageResult<Vec<StoredEvent>> {
-        self.inner.append(criteria, stream, events).await
-    }
+
     async fn query(
         &self,
         filter: &EventFilter,
@@ -369,32 +362,6 @@ impl EventStorage for ObservedReads {
         self.inner
             .query(filter, stream, after, limit, direction)
             .await
-    }
-    async fn get_event_by_id(&self, id: EventId) -> StorageResult<Option<StoredEvent>> {
-        self.inner.get_event_by_id(id).await
-    }
-    async fn head(&self, stream: &EventStreamId) -> StorageResult<Option<EventReference>> {
-        self.inner.head(stream).await
-    }
-    async fn bookmark(
-        &self,
-        reader: &str,
-        position: &EventReference,
-        tags: Tags,
-    ) -> StorageResult<()> {
-        self.inner.bookmark(reader, position, tags).await
-    }
-    async fn get_bookmark(&self, reader: &str) -> StorageResult<Option<EventReference>> {
-        self.inner.get_bookmark(reader).await
-    }
-    async fn remove_bookmark(&self, reader: &str) -> StorageResult<()> {
-        self.inner.remove_bookmark(reader).await
-    }
-    async fn get_bookmarks(&self) -> StorageResult<Vec<Bookmark>> {
-        self.inner.get_bookmarks().await
-    }
-    async fn close(&self) -> StorageResult<()> {
-        self.inner.close().await
     }
 }
 
