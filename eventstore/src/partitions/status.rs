@@ -61,7 +61,7 @@ impl GroupStatus {
     /// # Errors
     /// `InvalidInput` for a name no group can have (blank, or with a `/`: `work/seats` would
     /// read the seats of `work` as partitions), without reading a lease; `Closed` comes first,
-    /// as in every storage call. What the storage's [`EventStorageExt::get_leases_with_prefix`]
+    /// as in every storage call. What the storage's [`EventStorageExt::get_leases_with_prefix`](crate::EventStorageExt::get_leases_with_prefix)
     /// and [`EventStorage::storage_time`] fail with: `Unsupported` without leases, say.
     pub async fn read(storage: &dyn EventStorage, group: &str) -> Result<Self, EventStorageError> {
         if let Err(invalid) = validate_group_name(group) {

@@ -38,7 +38,7 @@ impl<P: Projection> ProjectorBuilder<P> {
         self
     }
 
-    /// At most this many events per batch ([`DEFAULT_BATCH_SIZE`] by default).
+    /// At most this many events per batch ([`DEFAULT_BATCH_SIZE`](super::DEFAULT_BATCH_SIZE) by default).
     pub fn batch_size(mut self, batch_size: u64) -> Self {
         self.batch_size = batch_size;
         self

@@ -28,7 +28,7 @@ impl ProjectorError {
     /// longer leads.
     ///
     /// The projection's own errors count too: a refused fenced append in
-    /// [`Projection::after_batch`] says the same, wherever it sits in the error's chain, as
+    /// [`Projection::after_batch`](super::Projection::after_batch) says the same, wherever it sits in the error's chain, as
     /// the storage's error or as the typed facade's
     /// ([`TypedStream::fenced`](crate::store::TypedStream::fenced)), which shows the storage's
     /// as its own.

@@ -69,7 +69,8 @@
 //!
 //! # Fences
 //!
-//! Given a [`Fence`], the projector bookmarks with [`EventStorage::bookmark_fenced`]: a
+//! Given a [`Fence`](crate::Fence), the projector bookmarks with
+//! [`EventStorage::bookmark_fenced`](crate::EventStorage::bookmark_fenced): a
 //! superseded leader that wakes up cannot move the bookmark, forwards or backwards.
 //! See [`crate::guide`] for running a projector on the one elected instance, and
 //! [`PartitionedProjector`] for one projector per partition of a [`crate::PartitionElector`].
