@@ -61,6 +61,18 @@ impl MemoryEventStorage {
         MemoryEventStorage::default()
     }
 
+    /// A new, empty storage on `clock`: [`StorageClock::on_tokio_time`] for tests and
+    /// simulations that run on tokio's paused time, where a ttl then passes when the test
+    /// advances the clock and not before.
+    pub fn with_clock(clock: StorageClock) -> Self {
+        MemoryEventStorage {
+            shared: Arc::new(Shared {
+                clock,
+                ..Shared::default()
+            }),
+        }
+    }
+
     /// The storage's clock: lease expiry, `storage_time` and the times the storage stamps
     /// (events, bookmarks) are all read from it. A test may step it forward
     /// ([`StorageClock::advance`]) to check what the storage judges by it.

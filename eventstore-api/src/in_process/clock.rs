@@ -31,13 +31,28 @@ pub const MAX_RATE_DIFFERENCE: i32 = 100;
 /// measure time on the same monotonic clock as the leases.
 ///
 /// [`StorageClock::advance`] steps it forward on purpose, as a test steps a storage's clock to
-/// check that a backend judges time by this clock alone.
+/// check that a backend judges time by this clock alone. [`StorageClock::on_tokio_time`] makes
+/// one that follows tokio's clock instead, for tests and simulations that run on paused time.
 #[derive(Debug, Default)]
 pub struct StorageClock {
+    source: Source,
     last: Mutex<Option<Reading>>,
     /// How far it was stepped forward by [`StorageClock::advance`], beyond the system's time,
     /// in nanoseconds: an atomic, so that a reading takes no second lock.
     stepped_nanos: AtomicI64,
+}
+
+/// Where a clock reads the time from.
+#[derive(Debug, Clone, Copy, Default)]
+enum Source {
+    /// The system's clock, paced by the process's monotonic clock.
+    #[default]
+    System,
+    /// tokio's clock, from `origin`, which it read as `origin_time`.
+    Tokio {
+        origin_time: DateTime<Utc>,
+        origin: tokio::time::Instant,
+    },
 }
 
 /// A reading of the clock, and when it was taken on the monotonic clock.
@@ -56,14 +71,43 @@ impl StorageClock {
     /// Now: the system's time as far as the pace of the monotonic clock since the previous
     /// reading allows (see [`StorageClock`]). Never earlier than the previous reading.
     pub fn now(&self) -> DateTime<Utc> {
+        let (system, taken) = match self.source {
+            Source::System => (Utc::now(), Instant::now()),
+            Source::Tokio {
+                origin_time,
+                origin,
+            } => {
+                let taken = tokio::time::Instant::now();
+                let elapsed =
+                    TimeDelta::from_std(taken.duration_since(origin)).unwrap_or(TimeDelta::MAX);
+                let time = origin_time
+                    .checked_add_signed(elapsed)
+                    .unwrap_or(DateTime::<Utc>::MAX_UTC);
+                (time, taken.into_std())
+            }
+        };
         let stepped = self.stepped_nanos.load(Ordering::Relaxed);
         let system = match stepped {
-            0 => Utc::now(),
-            stepped => Utc::now()
+            0 => system,
+            stepped => system
                 .checked_add_signed(TimeDelta::nanoseconds(stepped))
                 .unwrap_or(DateTime::<Utc>::MAX_UTC),
         };
-        self.read(system, Instant::now())
+        self.read(system, taken)
+    }
+
+    /// A clock that reads `origin_time` now and then advances exactly as tokio's clock does:
+    /// under paused time (`tokio::time::pause`, `#[tokio::test(start_paused = true)]`), only
+    /// when the test or simulation advances it, so that a ttl of minutes passes at once and a
+    /// run repeats to the nanosecond. Outside a runtime, tokio's clock is the monotonic one.
+    pub fn on_tokio_time(origin_time: DateTime<Utc>) -> Self {
+        StorageClock {
+            source: Source::Tokio {
+                origin_time,
+                origin: tokio::time::Instant::now(),
+            },
+            ..StorageClock::default()
+        }
     }
 
     /// Steps the clock forward by `by` at once (a negative `by` counts as zero: the clock
@@ -203,6 +247,21 @@ mod tests {
         assert_eq!(
             clock.read(stepped, taken),
             start() + seconds(10) - TimeDelta::milliseconds(100)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_on_tokio_time_advances_exactly_as_the_paused_clock_does() {
+        let origin = start();
+        let clock = StorageClock::on_tokio_time(origin);
+        assert_eq!(clock.now(), origin);
+        tokio::time::advance(std::time::Duration::from_secs(3600)).await;
+        assert_eq!(clock.now(), origin + seconds(3600));
+        clock.advance(seconds(10));
+        assert_eq!(
+            clock.now(),
+            origin + seconds(3610),
+            "a step adds to tokio's time"
         );
     }
 
