@@ -47,6 +47,10 @@
 //! (`fn inner(&self) -> &dyn EventStorage { &*self.0 }`): `Arc` is a storage of its own, and
 //! a module that has both traits in scope could not tell which `append` of it is meant.
 //!
+//! Inside the impl, `self.name()` is ambiguous (a decorator is an [`EventStorage`] too, and
+//! both traits have `name`): write `Decorator::name(self)` for the decorator's name, as an
+//! `Unsupported` error of its own would give it, or `self.inner().name()` for the inner one's.
+//!
 //! `Arc<T>` and `Box<T>` of a storage are storages too: they forward every method.
 
 use std::sync::Arc;
