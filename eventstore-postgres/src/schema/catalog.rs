@@ -120,6 +120,10 @@ impl Catalog {
     }
 }
 
+/// How a function's settings show its search_path when it is pinned to the function's own
+/// schema, whichever schema that is (the function query writes it so).
+pub(crate) const OWN_SCHEMA_PIN: &str = "search_path=(its own schema), pg_temp";
+
 /// The prefix the scratch copy is made under: longer than any prefix a storage accepts (at
 /// most 32 characters), so it is no storage's, and absent from the script, so replacing it
 /// by the real prefix is exact. Its longest name stays within PostgreSQL's 63 bytes.
@@ -222,24 +226,25 @@ async fn read_in(
 ) -> Result<Catalog, sqlx::Error> {
     let mut objects = Vec::new();
 
-    let tables: Vec<String> = sqlx::query_scalar(
+    let tables: Vec<(String,)> = rows_in(
+        connection,
         "SELECT c.relname::text FROM pg_catalog.pg_class AS c \
          WHERE c.relnamespace = $1 AND c.relkind IN ('r', 'p') \
            AND left(c.relname, length($2)) = $2 \
          ORDER BY c.oid",
+        schema,
+        prefix,
+        persistent,
     )
-    .bind(schema)
-    .bind(prefix)
-    .persistent(persistent)
-    .fetch_all(&mut *connection)
     .await?;
-    objects.extend(tables.into_iter().map(|name| Object {
+    objects.extend(tables.into_iter().map(|(name,)| Object {
         kind: Kind::Table,
         name,
         facets: Vec::new(),
     }));
 
-    let columns: Vec<(String, String, String, bool, Option<String>)> = sqlx::query_as(
+    let columns: Vec<(String, String, String, bool, Option<String>)> = rows_in(
+        connection,
         "SELECT c.relname::text, a.attname::text, \
                 pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull, \
                 pg_catalog.pg_get_expr(d.adbin, d.adrelid) \
@@ -250,11 +255,10 @@ async fn read_in(
            AND left(c.relname, length($2)) = $2 \
            AND a.attnum > 0 AND NOT a.attisdropped \
          ORDER BY c.oid, a.attnum",
+        schema,
+        prefix,
+        persistent,
     )
-    .bind(schema)
-    .bind(prefix)
-    .persistent(persistent)
-    .fetch_all(&mut *connection)
     .await?;
     objects.extend(
         columns
@@ -270,17 +274,17 @@ async fn read_in(
             }),
     );
 
-    let constraints: Vec<(String, String, String)> = sqlx::query_as(
+    let constraints: Vec<(String, String, String)> = rows_in(
+        connection,
         "SELECT con.conname::text, c.relname::text, pg_catalog.pg_get_constraintdef(con.oid) \
          FROM pg_catalog.pg_constraint AS con \
          JOIN pg_catalog.pg_class AS c ON c.oid = con.conrelid \
          WHERE c.relnamespace = $1 AND left(c.relname, length($2)) = $2 \
          ORDER BY c.oid, con.oid",
+        schema,
+        prefix,
+        persistent,
     )
-    .bind(schema)
-    .bind(prefix)
-    .persistent(persistent)
-    .fetch_all(&mut *connection)
     .await?;
     objects.extend(
         constraints
@@ -295,7 +299,8 @@ async fn read_in(
             }),
     );
 
-    let indexes: Vec<(String, String, bool, String, Vec<String>)> = sqlx::query_as(
+    let indexes: Vec<(String, String, bool, String, Vec<String>)> = rows_in(
+        connection,
         "SELECT ic.relname::text, c.relname::text, i.indisunique, \
                 pg_catalog.pg_get_indexdef(i.indexrelid), \
                 coalesce(ic.reloptions, '{}')::text[] \
@@ -304,11 +309,10 @@ async fn read_in(
          JOIN pg_catalog.pg_class AS c ON c.oid = i.indrelid \
          WHERE c.relnamespace = $1 AND left(c.relname, length($2)) = $2 \
          ORDER BY c.oid, ic.oid",
+        schema,
+        prefix,
+        persistent,
     )
-    .bind(schema)
-    .bind(prefix)
-    .persistent(persistent)
-    .fetch_all(&mut *connection)
     .await?;
     objects.extend(
         indexes
@@ -329,7 +333,8 @@ async fn read_in(
     );
 
     // A function's search_path must be pinned to its own schema, whichever that is.
-    let functions: Vec<FunctionRow> = sqlx::query_as(
+    let functions: Vec<FunctionRow> = rows_in(
+        connection,
         "SELECT p.proname::text || '(' || coalesce( \
                       (SELECT string_agg(pg_catalog.format_type(a.t, NULL), ', ' ORDER BY a.n) \
                        FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, n)), '') \
@@ -352,11 +357,10 @@ async fn read_in(
              JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace \
              WHERE p.pronamespace = $1 AND left(p.proname, length($2)) = $2 \
              ORDER BY p.oid",
+        schema,
+        prefix,
+        persistent,
     )
-    .bind(schema)
-    .bind(prefix)
-    .persistent(persistent)
-    .fetch_all(&mut *connection)
     .await?;
     objects.extend(functions.into_iter().map(|function| Object {
         kind: Kind::Function,
@@ -389,6 +393,26 @@ struct FunctionRow {
     /// Its settings, the pin of its search_path to its own schema shown as such.
     settings: Vec<String>,
     body: String,
+}
+
+/// The rows `sql` selects from the objects of `schema` (its `$1`) whose names, or whose
+/// tables' names, start with `prefix` (its `$2`).
+async fn rows_in<T>(
+    connection: &mut PgConnection,
+    sql: &'static str,
+    schema: Oid,
+    prefix: &str,
+    persistent: bool,
+) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .bind(schema)
+        .bind(prefix)
+        .persistent(persistent)
+        .fetch_all(connection)
+        .await
 }
 
 fn facet(name: &'static str, value: String, exact_only: bool) -> Facet {

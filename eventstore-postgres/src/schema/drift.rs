@@ -1,7 +1,7 @@
 //! The first difference between what the shipped DDL creates and what a prefix holds, worded
 //! for the operator who has to repair it.
 
-use super::catalog::{Catalog, Facet, Kind, Object};
+use super::catalog::{Catalog, Facet, Kind, Object, OWN_SCHEMA_PIN};
 
 /// An object of the shipped DDL that a prefix lacks or holds otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,7 +89,7 @@ fn describe(kind: Kind, facet: &Facet, actual: &str) -> String {
                 .to_owned()
         }
         (Kind::Function, "settings")
-            if expected.contains("(its own schema)") && !actual.contains("(its own schema)") =>
+            if expected.contains(OWN_SCHEMA_PIN) && !actual.contains(OWN_SCHEMA_PIN) =>
         {
             "does not pin its search_path to its own schema and pg_temp (apply the shipped DDL \
              again)"

@@ -2,30 +2,15 @@
 //! is named; so are a changed function body and a changed column default; and the schema of
 //! every version this crate has shipped upgrades to one `Validate` accepts.
 
-use eventstore::{EventStorage, EventStorageError};
-use eventstore_postgres::{schema_sql, DatabaseInitMode, PostgresEventStorage};
+use eventstore::EventStorage;
+use eventstore_postgres::{schema_sql, DatabaseInitMode};
 use sqlx::{Executor, PgPool};
 
 use crate::common;
+use crate::schema_versions::{create_schema, open};
 
 /// The schema script of every version this crate has shipped, by version.
 const SHIPPED_SCHEMAS: &[(&str, &str)] = &[("0.1.0", include_str!("shipped_schemas/0.1.0.sql"))];
-
-async fn open(
-    prefix: &str,
-    mode: DatabaseInitMode,
-) -> Result<PostgresEventStorage, EventStorageError> {
-    common::builder(prefix).init_mode(mode).build().await
-}
-
-async fn create_schema(prefix: &str) {
-    open(prefix, DatabaseInitMode::Ensure)
-        .await
-        .expect("ensure")
-        .close()
-        .await
-        .unwrap();
-}
 
 /// Every column, constraint, index and function of `prefix`, each with the statement that
 /// drops it and how `Validate` names it, read from the catalog: the list follows whatever

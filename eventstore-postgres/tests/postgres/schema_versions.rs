@@ -16,7 +16,8 @@ use crate::common;
 /// A version far beyond any this library will reach.
 const NEWER: u32 = 1000;
 
-async fn open(
+/// A storage on `prefix`, its schema prepared as `mode` says.
+pub(crate) async fn open(
     prefix: &str,
     mode: DatabaseInitMode,
 ) -> Result<PostgresEventStorage, EventStorageError> {
@@ -24,7 +25,7 @@ async fn open(
 }
 
 /// Creates the prefix's schema with `Ensure`, then lets the storage go.
-async fn create_schema(prefix: &str) {
+pub(crate) async fn create_schema(prefix: &str) {
     open(prefix, DatabaseInitMode::Ensure)
         .await
         .expect("ensure")
