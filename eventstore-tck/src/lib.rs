@@ -16,6 +16,7 @@
 
 mod factory;
 pub mod guide;
+pub mod history;
 pub mod support;
 
 pub mod applicability;

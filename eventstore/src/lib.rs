@@ -43,6 +43,7 @@ mod fallback;
 pub mod guide;
 pub mod partitions;
 pub mod projector;
+pub mod simulation;
 pub mod store;
 pub mod telemetry;
 

@@ -2,9 +2,11 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::EventStorageError;
 
 /// How far the storage's clock may run faster or slower than the process's monotonic clock
 /// while it follows the system's clock: one part in this many.
@@ -48,10 +50,12 @@ enum Source {
     /// The system's clock, paced by the process's monotonic clock.
     #[default]
     System,
-    /// tokio's clock, from `origin`, which it read as `origin_time`.
+    /// tokio's clock, from `origin`, which it read as `origin_time`, running `skew_ppm`
+    /// parts per million fast (slow when negative).
     Tokio {
         origin_time: DateTime<Utc>,
         origin: tokio::time::Instant,
+        skew_ppm: i32,
     },
 }
 
@@ -76,10 +80,10 @@ impl StorageClock {
             Source::Tokio {
                 origin_time,
                 origin,
+                skew_ppm,
             } => {
                 let taken = tokio::time::Instant::now();
-                let elapsed =
-                    TimeDelta::from_std(taken.duration_since(origin)).unwrap_or(TimeDelta::MAX);
+                let elapsed = skewed(taken.duration_since(origin), skew_ppm);
                 let time = origin_time
                     .checked_add_signed(elapsed)
                     .unwrap_or(DateTime::<Utc>::MAX_UTC);
@@ -105,9 +109,41 @@ impl StorageClock {
             source: Source::Tokio {
                 origin_time,
                 origin: tokio::time::Instant::now(),
+                skew_ppm: 0,
             },
             ..StorageClock::default()
         }
+    }
+
+    /// A clock like [`StorageClock::on_tokio_time`] that runs `skew_ppm` parts per million
+    /// fast against tokio's clock (slow when negative): a storage whose clock ticks at another
+    /// rate than its clients', as a simulation checks the electors against. An elector's
+    /// safety margin covers a rate difference of one part in [`MAX_RATE_DIFFERENCE`], so that
+    /// is the most this accepts either way.
+    ///
+    /// # Errors
+    /// [`EventStorageError::InvalidInput`] for a skew beyond one part in
+    /// [`MAX_RATE_DIFFERENCE`] (10,000 ppm).
+    pub fn on_skewed_tokio_time(
+        origin_time: DateTime<Utc>,
+        skew_ppm: i32,
+    ) -> Result<Self, EventStorageError> {
+        let most = PPM / MAX_RATE_DIFFERENCE;
+        if skew_ppm.unsigned_abs() > most.unsigned_abs() {
+            return Err(EventStorageError::invalid(
+                "clock skew",
+                format!("{skew_ppm} ppm"),
+                format!(
+                    "must be within ±{most} ppm (one part in {MAX_RATE_DIFFERENCE}), the rate \
+                     difference an elector's safety margin covers"
+                ),
+            ));
+        }
+        let mut clock = StorageClock::on_tokio_time(origin_time);
+        if let Source::Tokio { skew_ppm: skew, .. } = &mut clock.source {
+            *skew = skew_ppm;
+        }
+        Ok(clock)
     }
 
     /// Steps the clock forward by `by` at once (a negative `by` counts as zero: the clock
@@ -148,6 +184,15 @@ impl StorageClock {
         *last = Some(reading);
         reading.at
     }
+}
+
+/// Parts in a million.
+const PPM: i32 = 1_000_000;
+
+/// `elapsed` on a clock running `skew_ppm` parts per million fast.
+fn skewed(elapsed: Duration, skew_ppm: i32) -> TimeDelta {
+    let nanos = elapsed.as_nanos() * u128::from((PPM + skew_ppm).unsigned_abs()) / 1_000_000;
+    i64::try_from(nanos).map_or(TimeDelta::MAX, TimeDelta::nanoseconds)
 }
 
 /// The reading after `last` for a system time of `system`, taken at `taken`: `system`, held
@@ -263,6 +308,23 @@ mod tests {
             origin + seconds(3610),
             "a step adds to tokio's time"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_skewed_clock_on_tokio_time_runs_at_its_rate_within_the_bound() {
+        let origin = start();
+        let fast = StorageClock::on_skewed_tokio_time(origin, 10_000).unwrap();
+        let slow = StorageClock::on_skewed_tokio_time(origin, -5_000).unwrap();
+        tokio::time::advance(std::time::Duration::from_secs(1000)).await;
+        assert_eq!(fast.now(), origin + seconds(1010));
+        assert_eq!(slow.now(), origin + seconds(995));
+        for skew in [10_001, -10_001, i32::MIN] {
+            let refused = StorageClock::on_skewed_tokio_time(origin, skew).unwrap_err();
+            assert!(
+                refused.to_string().contains("clock skew"),
+                "{skew}: {refused}"
+            );
+        }
     }
 
     #[test]

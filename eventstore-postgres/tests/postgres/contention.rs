@@ -10,12 +10,16 @@ use eventstore::{
     FencingToken, LeaseRequest, LeaseStatus,
 };
 use eventstore_postgres::PostgresEventStorage;
+use eventstore_tck::history::{CheckOptions, History, Recorder};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use tokio::sync::Barrier;
 
 use crate::common;
+
+/// How far apart the server's judgement of expiry and the recorded instants may be.
+const TOLERANCE_MS: u64 = 5;
 
 async fn two_pools() -> Option<[Arc<PostgresEventStorage>; 2]> {
     common::try_pool().await?;
@@ -132,18 +136,23 @@ async fn overlapping_batches_in_opposite_orders_never_deadlock() {
 /// random priority and now and then with a ttl that lapses before the next batch, and release
 /// a lease they lead now and then: plain renewals and refreshes (no lease lock) run beside
 /// takeovers, step-downs and registrations (under the locks). No batch fails (no deadlock
-/// reaches a caller), and every answer names one holder per lease and token.
+/// reaches a caller), every answer names one holder per lease and token, and the recorded
+/// history of every lease is linearizable against the lease rules.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mixed_batches_never_deadlock_and_name_one_holder_per_tenure() {
     let Some(storages) = two_pools().await else {
         return;
     };
+    let history = History::new();
+    let recorders = storages
+        .clone()
+        .map(|storage| Arc::new(Recorder::with_history(storage, history.clone())));
     let names: Vec<String> = (0..12).map(|n| format!("partition-{n:02}")).collect();
     let seed: u64 = rand::random();
     println!("seed {seed}");
     let tasks: Vec<_> = (0..6u64)
         .map(|n| {
-            let storage = Arc::clone(&storages[n as usize % 2]);
+            let storage = Arc::clone(&recorders[n as usize % 2]);
             let names = names.clone();
             tokio::spawn(async move {
                 let mut rng = StdRng::seed_from_u64(seed.wrapping_add(n));
@@ -202,6 +211,15 @@ async fn mixed_batches_never_deadlock_and_name_one_holder_per_tenure() {
         "leases changed hands ({tenures} tenures of {} leases, seed {seed})",
         names.len()
     );
+    // The server judges expiry by `now()` at its transaction's start, which may precede the
+    // moment a request waiting on a lease lock takes effect.
+    let checked = CheckOptions::new()
+        .tolerance(Duration::from_millis(TOLERANCE_MS))
+        .check(&history);
+    match checked {
+        Ok(summary) => println!("linearizable: {summary:?}"),
+        Err(failure) => panic!("{failure}(seed {seed})"),
+    }
     for storage in storages {
         storage.close().await.unwrap();
     }

@@ -7,13 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::subscribing::Subscribing;
-use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::leadership::{Leadership, Shared, Tenure};
 use crate::fallback::OptionalMethod;
-use crate::telemetry;
+use crate::{simulation, telemetry};
 use crate::{
     Capability, EventStorage, EventStorageError, FencingToken, LeaseChangeKind, LeaseChanges,
     LeaseNotice, LeaseOutcome, LeaseRequest, LeaseResponse, LeaseScope, LeaseStatus, StorageResult,
@@ -91,16 +90,16 @@ pub(super) struct HandoverState {
 /// `base` shortened by up to a fifth at random, so that instances drift apart instead of
 /// requesting in lockstep. Never longer than `base`, so renewals keep their margin.
 pub(crate) fn jittered(base: Duration) -> Duration {
-    base.mul_f64(rand::thread_rng().gen_range(0.8..=1.0))
+    base.mul_f64(simulation::fraction(0.8, 1.0))
 }
 
 /// A few milliseconds at random: contenders woken by one notice do not ask in one burst.
 pub(crate) fn herd_jitter() -> Duration {
-    Duration::from_micros(rand::thread_rng().gen_range(0..=HERD_JITTER_MICROS))
+    HERD_JITTER.mul_f64(simulation::fraction(0.0, 1.0))
 }
 
 /// The most a woken contender waits before it asks, so that a herd spreads out.
-const HERD_JITTER_MICROS: u64 = 3_000;
+const HERD_JITTER: Duration = Duration::from_millis(3);
 
 impl ElectionLoop {
     /// Requests on every interval, and early when a pushed change asks for it, until shut
@@ -126,8 +125,13 @@ impl ElectionLoop {
             {
                 Wake::Shutdown => return self.release_and_stop().await,
                 Wake::StepDownAcknowledged(token) => {
+                    let stepped_down = Instant::now();
                     self.hand_over(token).await;
-                    next_request = Instant::now() + self.sit_out_after_step_down(&signals);
+                    // The sit-out counts from the step-down: a release that hung (up to a
+                    // ttl) left the preferred contender all that time to ask, and sitting out
+                    // in full after it would leave the lease unled for two ttls.
+                    next_request =
+                        (stepped_down + self.sit_out_after_step_down(&signals)).max(Instant::now());
                     // No notice may cut the sit-out short: the preferred contender goes first.
                     not_before = next_request;
                     continue;
@@ -394,7 +398,7 @@ impl ElectionLoop {
                 return Some(
                     self.settings
                         .handover_grace
-                        .mul_f64(rand::thread_rng().gen()),
+                        .mul_f64(simulation::fraction(0.0, 1.0)),
                 );
             }
             LeaseNotice::Changed(change) => change,

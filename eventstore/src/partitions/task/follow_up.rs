@@ -2,11 +2,10 @@
 
 use std::time::Duration;
 
-use rand::Rng;
-
 use super::PartitionLoop;
 use crate::elector::herd_jitter;
 use crate::partitions::names::GroupLease;
+use crate::simulation;
 use crate::{LeaseChangeKind, LeaseNotice};
 
 /// What a pushed change calls for.
@@ -28,7 +27,7 @@ impl PartitionLoop {
                 let spread = self
                     .settings
                     .handover_grace
-                    .mul_f64(rand::thread_rng().gen());
+                    .mul_f64(simulation::fraction(0.0, 1.0));
                 return Some((FollowUp::Look, spread));
             }
             LeaseNotice::Changed(change) => change,

@@ -5,6 +5,7 @@ use rand::seq::SliceRandom;
 
 use crate::partitions::names::{member_lease_name, seat_lease_name};
 use crate::partitions::view::Plan;
+use crate::simulation;
 use crate::{LeaseResponse, LeaseStatus};
 
 /// A member's announcement of itself, as the last view of the group and the last answers had
@@ -33,7 +34,8 @@ impl Membership {
         let mut held = plan.seats.held.iter().copied();
         let kept = held.next();
         self.seated = kept.is_some();
-        self.seat = kept.or_else(|| plan.seats.free.choose(&mut rand::thread_rng()).copied());
+        self.seat =
+            kept.or_else(|| simulation::with_rng(|rng| plan.seats.free.choose(rng).copied()));
         self.extra_seats = held.collect();
         self.as_before = plan.earlier_member_live;
         self.as_before_sent &= self.as_before;

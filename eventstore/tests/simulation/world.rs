@@ -1,0 +1,199 @@
+//! What one seed's run shares: its random streams, its trace, its counters, and the
+//! violations its checks found.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use chrono::{DateTime, Utc};
+use eventstore::{Fence, FencingToken, Lease};
+use eventstore_tck::history::{CheckOptions, History};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::time::Instant;
+
+/// Locks `mutex`; a check that panicked leaves nothing half-done worth refusing.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The shared state of one run.
+#[derive(Debug)]
+pub(crate) struct World {
+    start: Instant,
+    faults_until: Instant,
+    /// A broken storage, for the test of the checks: every requester is told it leads.
+    pub(crate) grants_everyone: bool,
+    faults: Mutex<StdRng>,
+    counters: Mutex<Counters>,
+    trace: Mutex<Vec<String>>,
+    violations: Mutex<Vec<String>>,
+    /// Every lease request and release as the members saw it, for the linearizability check.
+    pub(crate) history: History,
+    /// Per lease, the newest token the storage granted and to whom.
+    granted: Mutex<BTreeMap<String, (FencingToken, String)>>,
+}
+
+/// What a run counts.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Counters {
+    /// Calls a link delayed, lost, refused or hung.
+    pub(crate) faults: u64,
+    /// Members crashed, restarted, shut down, added, removed or reprioritized.
+    pub(crate) lifecycle: u64,
+    /// Fenced writes the storage accepted.
+    pub(crate) fenced_accepted: u64,
+    /// Fenced writes the storage refused because their tenure was over: a zombie's.
+    pub(crate) fenced_refused: u64,
+}
+
+impl World {
+    /// A world for `seed`, its faults on from now until `faults_for` has passed.
+    pub(crate) fn new(seed: u64, faults_for: std::time::Duration, grants_everyone: bool) -> World {
+        let start = Instant::now();
+        World {
+            start,
+            faults_until: start + faults_for,
+            grants_everyone,
+            faults: Mutex::new(StdRng::seed_from_u64(seed)),
+            counters: Mutex::default(),
+            trace: Mutex::default(),
+            violations: Mutex::default(),
+            granted: Mutex::default(),
+            history: History::new(),
+        }
+    }
+
+    /// Virtual time since the run began.
+    pub(crate) fn elapsed(&self) -> std::time::Duration {
+        Instant::now() - self.start
+    }
+
+    /// When the faults stop.
+    pub(crate) fn faults_until(&self) -> Instant {
+        self.faults_until
+    }
+
+    pub(crate) fn faults_on(&self) -> bool {
+        Instant::now() < self.faults_until
+    }
+
+    pub(crate) fn fault_rng(&self) -> MutexGuard<'_, StdRng> {
+        lock(&self.faults)
+    }
+
+    pub(crate) fn count_fault(&self) {
+        lock(&self.counters).faults += 1;
+    }
+
+    pub(crate) fn count_lifecycle(&self) {
+        lock(&self.counters).lifecycle += 1;
+    }
+
+    pub(crate) fn counters(&self) -> Counters {
+        *lock(&self.counters)
+    }
+
+    /// Adds a line to the trace, stamped with the virtual time.
+    pub(crate) fn trace(&self, line: String) {
+        let at = self.elapsed();
+        lock(&self.trace).push(format!("{:>9.3}s {line}", at.as_secs_f64()));
+    }
+
+    pub(crate) fn take_trace(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.trace))
+    }
+
+    /// Records a broken invariant, stamped with the virtual time.
+    pub(crate) fn violation(&self, what: String) {
+        let line = format!("{:.3}s: {what}", self.elapsed().as_secs_f64());
+        self.trace(format!("VIOLATION {what}"));
+        lock(&self.violations).push(line);
+    }
+
+    /// Checks the lease history against the contract's rules: some order of the calls, each
+    /// taking effect within its span (a failed one maybe never), explains every answer. The
+    /// storage's clock runs up to one part in a hundred off tokio's, so expiry is judged
+    /// within that much of a ttl; and no call spends longer than `longest_on_the_way` between
+    /// its caller and the storage, so a call its caller gave up on took effect by then, or
+    /// never.
+    pub(crate) fn check_history(
+        &self,
+        ttl: std::time::Duration,
+        longest_on_the_way: std::time::Duration,
+    ) {
+        let margin = std::time::Duration::from_millis(1);
+        let options = CheckOptions::new()
+            .tolerance(ttl / 100 + margin)
+            .unknown_horizon(longest_on_the_way + margin);
+        if let Err(failure) = options.check(&self.history) {
+            self.violation(format!("the lease history does not linearize: {failure}"));
+        }
+    }
+
+    pub(crate) fn take_violations(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.violations))
+    }
+
+    /// The storage granted (or renewed) `lease_name` to `owner` under `token`: a new token
+    /// must be above every one before it, and one token belongs to one owner.
+    pub(crate) fn granted(&self, lease_name: &str, owner: &str, token: FencingToken) {
+        let mut granted = lock(&self.granted);
+        match granted.get(lease_name) {
+            Some((newest, holder)) if token < *newest => {
+                let what = format!(
+                    "{lease_name:?} granted to {owner} under {token}, below {newest} of {holder}"
+                );
+                drop(granted);
+                self.violation(what);
+            }
+            Some((newest, holder)) if token == *newest && holder != owner => {
+                let what =
+                    format!("{lease_name:?} token {token} granted to {owner} and to {holder}");
+                drop(granted);
+                self.violation(what);
+            }
+            _ => {
+                granted.insert(lease_name.to_owned(), (token, owner.to_owned()));
+            }
+        }
+    }
+
+    /// A fenced write was applied: accepted (`accepted`) or refused, while the storage held
+    /// `lease` at `now`. Accepted only under the lease's live token; refused otherwise.
+    pub(crate) fn fenced_write(
+        &self,
+        fence: &Fence,
+        lease: Option<Lease>,
+        now: DateTime<Utc>,
+        accepted: bool,
+    ) {
+        let live_token = lease
+            .filter(|lease| now <= lease.expires_at())
+            .map(|lease| lease.fencing_token);
+        let newest = lock(&self.granted)
+            .get(&fence.lease_name)
+            .map(|(token, _)| *token);
+        let holds = live_token == Some(fence.token) && newest == Some(fence.token);
+        {
+            let mut counters = lock(&self.counters);
+            if accepted {
+                counters.fenced_accepted += 1;
+            } else {
+                counters.fenced_refused += 1;
+            }
+        }
+        if accepted && !holds {
+            self.violation(format!(
+                "a write under {} {} accepted while the live token was {live_token:?} and \
+                 the newest granted {newest:?}",
+                fence.lease_name, fence.token
+            ));
+        }
+        if !accepted && holds {
+            self.violation(format!(
+                "a write under {} {} refused while that tenure was live",
+                fence.lease_name, fence.token
+            ));
+        }
+    }
+}
