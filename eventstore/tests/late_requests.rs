@@ -16,7 +16,7 @@ use eventstore::elector::{LeaderElector, Leadership};
 use eventstore::partitions::PartitionElector;
 use eventstore::{
     Capability, EventStorage, FencingToken, Lease, LeaseRequest, LeaseResponse, LeaseSelection,
-    StorageResult,
+    ReleaseOutcome, StorageResult,
 };
 use eventstore_memory::MemoryEventStorage;
 use eventstore_tck::support::{eventually, DEADLINE};
@@ -36,6 +36,8 @@ struct LateRequests {
     delay_millis: AtomicU64,
     /// How long a read of the leases takes, on the caller's task.
     read_delay_millis: AtomicU64,
+    /// How long a release takes, on the caller's task.
+    release_delay_millis: AtomicU64,
     /// Reads of the leases begun and not yet answered.
     reads_under_way: AtomicUsize,
     on_their_way: Arc<AtomicUsize>,
@@ -48,6 +50,7 @@ impl LateRequests {
             inner: Arc::new(MemoryEventStorage::new()),
             delay_millis: AtomicU64::new(0),
             read_delay_millis: AtomicU64::new(0),
+            release_delay_millis: AtomicU64::new(0),
             reads_under_way: AtomicUsize::new(0),
             on_their_way: Arc::new(AtomicUsize::new(0)),
             arrived: Arc::new(AtomicUsize::new(0)),
@@ -139,6 +142,16 @@ impl Decorator for LateRequests {
     ) -> StorageResult<Vec<LeaseResponse>> {
         self.late(|inner| Box::pin(async move { inner.request_leases(requests).await }))
             .await
+    }
+
+    async fn release_leases(
+        &self,
+        lease_names: &[String],
+        owner: &str,
+    ) -> StorageResult<Vec<ReleaseOutcome>> {
+        let delay = self.release_delay_millis.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        self.inner.release_leases(lease_names, owner).await
     }
 
     async fn get_leases(&self) -> StorageResult<Vec<Lease>> {
@@ -365,6 +378,50 @@ async fn a_hung_read_of_the_group_does_not_cost_the_partitions_a_member_renews()
          storage) while every lease request was answered at once and only reads of the group \
          hung"
     );
+    member.abort();
+}
+
+/// The same for a release: a member hands half its partitions over to a newcomer while every
+/// release hangs, and lease requests and reads are answered at once. A release given up only
+/// after a ttl held the round up past the deadline of the partitions the member keeps: it lost
+/// them too, though nothing but the release hung. Releases are now given up after half the
+/// time left, yet the member still loses what it keeps: the rounds after the handover read the
+/// group and release the handed-over partitions again (the storage still records them as the
+/// member's), and the renewal does not come in time.
+#[tokio::test]
+#[ignore = "known: a member whose releases hang still loses the partitions it keeps"]
+async fn a_hung_release_does_not_cost_the_partitions_a_member_keeps() {
+    let storage = Arc::new(LateRequests::new());
+    let ttl = Duration::from_secs(1);
+    let member = member_holding_every_partition(&storage, 4, ttl, 800).await;
+    let watch = member.watch();
+    storage.release_delay_millis.store(60_000, Ordering::SeqCst);
+    let newcomer = PartitionElector::builder(storage.clone(), "work", 4)
+        .owner("b")
+        .ttl(ttl)
+        .request_interval(Duration::from_millis(800))
+        .start()
+        .expect("timings the builder accepts");
+    eventually("the member to hand two partitions over", || async {
+        watch.held().len() == 2 && watch.handing_over().is_empty()
+    })
+    .await;
+    let kept: Vec<u32> = watch.held().into_keys().collect();
+    let began = std::time::Instant::now();
+    let mut lost_at = None;
+    while began.elapsed() < Duration::from_secs(3) {
+        let held: Vec<u32> = watch.held().into_keys().collect();
+        if lost_at.is_none() && kept.iter().any(|partition| !held.contains(partition)) {
+            lost_at = Some((began.elapsed(), held));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        lost_at, None,
+        "(when, and what was still held) the member stopped counting on a partition it kept \
+         {kept:?} while only its release of the others hung"
+    );
+    newcomer.abort();
     member.abort();
 }
 

@@ -5,9 +5,21 @@ use std::collections::BTreeMap;
 use eventstore::FencingToken;
 use tokio::time::Instant;
 
+use crate::faults::{Call, LONGEST_ON_THE_WAY};
 use crate::fleet::{Election, Fleet};
 use crate::world::World;
-use crate::{INTERVAL, PARTITIONS, TTL};
+use crate::{Timings, PARTITIONS, TTL};
+
+/// A lease a live member stopped believing it holds, and when.
+#[derive(Debug)]
+struct Loss {
+    owner: String,
+    lease_name: String,
+    at: Instant,
+}
+
+/// How soon a release that explains a loss is sent, at most.
+const EXPLAINED_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The checks of one run and what they remember between samples.
 #[derive(Debug)]
@@ -15,8 +27,12 @@ pub(crate) struct Checks {
     election: Election,
     /// Per lease, the newest token a member believed it held, and that member.
     newest: BTreeMap<String, (FencingToken, String)>,
-    /// What each member believed at the previous sample, for the trace.
-    beliefs: BTreeMap<String, Vec<(String, FencingToken)>>,
+    /// What each member (by its place in the fleet: a restart is another member) believed
+    /// at the previous sample.
+    beliefs: BTreeMap<usize, Vec<(String, FencingToken)>>,
+    /// What live members stopped believing they hold, to be judged once a release that
+    /// explains it would have been sent.
+    losses: Vec<Loss>,
     /// Once the faults stop, by when everything must be held, and balanced.
     deadline: Instant,
     held_all: bool,
@@ -24,12 +40,13 @@ pub(crate) struct Checks {
 }
 
 impl Checks {
-    pub(crate) fn new(election: Election, world: &World) -> Checks {
+    pub(crate) fn new(election: Election, timings: Timings, world: &World) -> Checks {
         Checks {
             election,
             newest: BTreeMap::new(),
             beliefs: BTreeMap::new(),
-            deadline: world.faults_until() + TTL + INTERVAL * 2,
+            losses: Vec::new(),
+            deadline: world.faults_until() + TTL + timings.interval * 2,
             held_all: false,
             balanced: false,
         }
@@ -40,15 +57,28 @@ impl Checks {
     /// the faults have stopped long enough, everything held (and partitions balanced).
     pub(crate) fn sample(&mut self, fleet: &Fleet, world: &World) {
         let mut holders: BTreeMap<String, Vec<(String, FencingToken)>> = BTreeMap::new();
-        for member in fleet.members.iter().filter(|m| m.runs()) {
+        for (place, member) in fleet.members.iter().enumerate().filter(|(_, m)| m.runs()) {
             let fences = member.watch.fences();
             let belief: Vec<(String, FencingToken)> = fences
                 .iter()
                 .map(|fence| (fence.lease_name.clone(), fence.token))
                 .collect();
-            if self.beliefs.get(&member.owner) != Some(&belief) {
+            if self.beliefs.get(&place) != Some(&belief) {
                 world.trace(format!("{} believes it holds {belief:?}", member.owner));
-                self.beliefs.insert(member.owner.clone(), belief);
+                let before = self.beliefs.insert(place, belief.clone());
+                if member.is_live() {
+                    let lost = before
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|(lease_name, _)| {
+                            !belief.iter().any(|(held, _)| held == lease_name)
+                        });
+                    self.losses.extend(lost.map(|(lease_name, _)| Loss {
+                        owner: member.owner.clone(),
+                        lease_name,
+                        at: Instant::now(),
+                    }));
+                }
             }
             for fence in fences {
                 self.token_seen(&fence.lease_name, fence.token, &member.owner, world);
@@ -65,6 +95,39 @@ impl Checks {
         }
         if !world.faults_on() {
             self.liveness(fleet, &holders, world);
+        }
+        self.judge_losses(world);
+    }
+
+    /// A live member loses what it holds only for a cause: it released it (handing over,
+    /// stepping down), or a fault struck one of its lease requests. A loss for no cause is
+    /// a renewal the elector failed to make in time over a healthy link: a renewal timed from
+    /// a slow answer, say. A partition member's round reads the group and sends its releases
+    /// before it renews, each given up after half the time left, so a read or release that
+    /// hangs may still cost a renewal when the interval leaves little room: for partitions, a
+    /// fault on any of the member's calls is a cause.
+    fn judge_losses(&mut self, world: &World) {
+        let now = Instant::now();
+        let (due, waiting): (Vec<Loss>, Vec<Loss>) = std::mem::take(&mut self.losses)
+            .into_iter()
+            .partition(|loss| now >= loss.at + EXPLAINED_WITHIN);
+        self.losses = waiting;
+        for loss in due {
+            let released = world.released_since(
+                &loss.owner,
+                &loss.lease_name,
+                loss.at - LONGEST_ON_THE_WAY - EXPLAINED_WITHIN,
+            );
+            let since = loss.at - TTL * 2 - LONGEST_ON_THE_WAY;
+            let struck = world.fault_since(&loss.owner, Call::Request, since)
+                || (self.election == Election::Partitions
+                    && world.fault_since(&loss.owner, Call::Other, since));
+            if !released && !struck {
+                world.violation(format!(
+                    "{} lost {:?} with no fault on its requests and no release",
+                    loss.owner, loss.lease_name
+                ));
+            }
         }
     }
 

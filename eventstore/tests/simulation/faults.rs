@@ -25,6 +25,15 @@ use tokio::time::sleep;
 use crate::world::World;
 use crate::TTL;
 
+/// What a call asks of the storage, as far as the checks care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Call {
+    /// A lease request: a fault on it excuses losing a lease.
+    Request,
+    /// Anything else: releases, reads, writes.
+    Other,
+}
+
 /// What a link did to one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fault {
@@ -42,8 +51,12 @@ pub(crate) enum Fault {
     Hang(std::time::Duration),
 }
 
+/// The most a healthy link takes each way.
+pub(crate) const LATENCY: std::time::Duration = std::time::Duration::from_millis(150);
+
 /// The longest a call spends between its caller and the storage: a hang.
-pub(crate) const LONGEST_ON_THE_WAY: std::time::Duration = TTL.saturating_mul(2);
+pub(crate) const LONGEST_ON_THE_WAY: std::time::Duration =
+    TTL.saturating_mul(2).saturating_add(LATENCY);
 
 /// One member's link to the shared storage.
 #[derive(Debug)]
@@ -82,36 +95,40 @@ impl Link {
         fault
     }
 
-    /// Applies `call` to the storage with the fault the seed picks for it.
+    /// Applies `call` to the storage with the fault the seed picks for it, after the
+    /// link's latency there, and answers after its latency back.
     async fn faulty<T>(
         &self,
+        call: Call,
         what: &str,
         apply: impl FnOnce() -> StorageResult<T>,
     ) -> StorageResult<T> {
         let fault = self.pick();
+        let (there, back) = self.world.latency();
         self.world
             .trace(format!("{} {what}: {fault:?}", self.member));
-        let lost = || EventStorageError::backend("the answer was lost", "simulated fault");
-        match fault {
-            Fault::None => apply(),
-            Fault::DelayThere(delay) | Fault::Hang(delay) => {
-                sleep(delay).await;
-                apply()
-            }
-            Fault::DelayBack(delay) => {
-                let answer = apply();
-                sleep(delay).await;
-                answer
-            }
-            Fault::LostAnswer => {
-                let _ = apply();
-                Err(lost())
-            }
-            Fault::Refused => Err(EventStorageError::backend(
-                "the request was refused",
-                "simulated fault",
-            )),
+        if fault != Fault::None {
+            self.world.fault_on(&self.member, call);
         }
+        let lost = || EventStorageError::backend("the answer was lost", "simulated fault");
+        let (there, back) = match fault {
+            Fault::DelayThere(delay) | Fault::Hang(delay) => (there + delay, back),
+            Fault::DelayBack(delay) => (there, back + delay),
+            _ => (there, back),
+        };
+        sleep(there).await;
+        let answer = match fault {
+            Fault::Refused => {
+                return Err(EventStorageError::backend(
+                    "the request was refused",
+                    "simulated fault",
+                ))
+            }
+            Fault::LostAnswer => apply().and(Err(lost())),
+            _ => apply(),
+        };
+        sleep(back).await;
+        answer
     }
 
     /// The lease as the storage holds it now.
@@ -185,7 +202,7 @@ impl Decorator for Link {
         let owner = request.owner.clone();
         let what = format!("request {}", request.lease_name);
         let mut outcomes = self
-            .faulty(&what, || self.apply_requests(vec![request]))
+            .faulty(Call::Request, &what, || self.apply_requests(vec![request]))
             .await?;
         let outcome = outcomes.pop().expect("one answer per request");
         Ok(self.as_told(outcome.response, &owner))
@@ -208,7 +225,9 @@ impl Decorator for Link {
     ) -> StorageResult<Vec<LeaseOutcome>> {
         let owners: Vec<String> = requests.iter().map(|r| r.owner.clone()).collect();
         let what = format!("request {} leases", requests.len());
-        let outcomes = self.faulty(&what, || self.apply_requests(requests)).await?;
+        let outcomes = self
+            .faulty(Call::Request, &what, || self.apply_requests(requests))
+            .await?;
         Ok(outcomes
             .into_iter()
             .zip(&owners)
@@ -221,7 +240,8 @@ impl Decorator for Link {
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
         let names = [lease_name.to_owned()];
-        self.faulty(&format!("release {lease_name}"), || {
+        self.world.releasing(owner, &names);
+        self.faulty(Call::Other, &format!("release {lease_name}"), || {
             self.apply_release(&names, owner)
         })
         .await
@@ -234,8 +254,11 @@ impl Decorator for Link {
         owner: &str,
     ) -> StorageResult<Vec<ReleaseOutcome>> {
         let what = format!("release {} leases", lease_names.len());
-        self.faulty(&what, || self.apply_release(lease_names, owner))
-            .await
+        self.world.releasing(owner, lease_names);
+        self.faulty(Call::Other, &what, || {
+            self.apply_release(lease_names, owner)
+        })
+        .await
     }
 
     async fn append_fenced(
@@ -246,12 +269,20 @@ impl Decorator for Link {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let what = format!("fenced write under {} {}", fence.lease_name, fence.token);
-        self.faulty(&what, || {
+        self.faulty(Call::Other, &what, || {
             let lease = self.lease(&fence.lease_name);
             let now = at_once(self.storage.storage_time())?;
             let written = at_once(self.storage.append_fenced(fence, criteria, stream, events));
             self.world.fenced_write(fence, lease, now, written.is_ok());
             written
+        })
+        .await
+    }
+
+    async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
+        let what = format!("read of {selection:?}");
+        self.faulty(Call::Other, &what, || {
+            at_once(self.storage.list_leases(selection))
         })
         .await
     }
@@ -264,7 +295,7 @@ impl Decorator for Link {
         tags: Tags,
     ) -> StorageResult<()> {
         let what = format!("fenced bookmark under {} {}", fence.lease_name, fence.token);
-        self.faulty(&what, || {
+        self.faulty(Call::Other, &what, || {
             let lease = self.lease(&fence.lease_name);
             let now = at_once(self.storage.storage_time())?;
             let written = at_once(self.storage.bookmark_fenced(fence, reader, reference, tags));

@@ -22,7 +22,7 @@ use tokio::time::sleep;
 use crate::faults::link;
 use crate::projection::{projector, Ledger};
 use crate::world::World;
-use crate::{INTERVAL, LEASE, PARTITIONS, TTL};
+use crate::{Timings, LEASE, PARTITIONS, TTL};
 
 /// What the members elect on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,8 @@ impl Member {
         }
     }
 
-    fn is_live(&self) -> bool {
+    /// Whether the member runs and has not been asked to stop.
+    pub(crate) fn is_live(&self) -> bool {
         matches!(self.run, Run::Live(_))
     }
 }
@@ -112,6 +113,7 @@ pub(crate) struct Fleet {
     storage: MemoryEventStorage,
     world: Arc<World>,
     ledger: Arc<Ledger>,
+    timings: Timings,
     rng: StdRng,
     pub(crate) members: Vec<Member>,
     next_id: usize,
@@ -127,6 +129,7 @@ impl Fleet {
         storage: MemoryEventStorage,
         world: Arc<World>,
         ledger: Arc<Ledger>,
+        timings: Timings,
         seed: u64,
         members: usize,
     ) -> Fleet {
@@ -135,6 +138,7 @@ impl Fleet {
             storage,
             world,
             ledger,
+            timings,
             rng: StdRng::seed_from_u64(seed ^ 0x5eed_f1ee_7000_0000),
             members: Vec::new(),
             next_id: 0,
@@ -157,24 +161,46 @@ impl Fleet {
             link(&self.storage, &owner, &self.world),
             self.world.history.clone(),
         ));
+        self.world.started(&owner);
+        let interval = self.timings.interval;
+        // The first margin the builder accepts: the smallest, or the default.
+        let margins = self.timings.margins();
         let (elector, watch) = match self.election {
             Election::Leader => {
-                let elector = LeaderElector::builder(storage.clone(), LEASE)
-                    .owner(owner.clone())
-                    .priority(priority)
-                    .ttl(TTL)
-                    .request_interval(INTERVAL)
-                    .start()
+                let elector = margins
+                    .iter()
+                    .find_map(|margin| {
+                        let builder = LeaderElector::builder(storage.clone(), LEASE)
+                            .owner(owner.clone())
+                            .priority(priority)
+                            .ttl(TTL)
+                            .request_interval(interval);
+                        match margin {
+                            Some(margin) => builder.safety_margin(*margin),
+                            None => builder,
+                        }
+                        .start()
+                        .ok()
+                    })
                     .expect("a leader elector starts");
                 let watch = Watch::Leader(elector.watch());
                 (Elector::Leader(elector), watch)
             }
             Election::Partitions => {
-                let elector = PartitionElector::builder(storage.clone(), LEASE, PARTITIONS)
-                    .owner(owner.clone())
-                    .ttl(TTL)
-                    .request_interval(INTERVAL)
-                    .start()
+                let elector = margins
+                    .iter()
+                    .find_map(|margin| {
+                        let builder = PartitionElector::builder(storage.clone(), LEASE, PARTITIONS)
+                            .owner(owner.clone())
+                            .ttl(TTL)
+                            .request_interval(interval);
+                        match margin {
+                            Some(margin) => builder.safety_margin(*margin),
+                            None => builder,
+                        }
+                        .start()
+                        .ok()
+                    })
                     .expect("a partition elector starts");
                 let watch = Watch::Partitions(elector.watch());
                 (Elector::Partitions(elector), watch)
@@ -271,6 +297,7 @@ impl Fleet {
         if let Run::Live(elector) = std::mem::replace(&mut member.run, Run::Gone) {
             elector.abort();
         }
+        self.world.stopped(&member.owner);
     }
 
     /// A graceful shutdown: the member releases what it holds and stops.
@@ -279,8 +306,10 @@ impl Fleet {
         if let Run::Live(elector) = std::mem::replace(&mut member.run, Run::Gone) {
             self.world.trace(format!("{} shuts down", member.owner));
             member.work.iter().for_each(JoinHandle::abort);
+            let (world, owner) = (self.world.clone(), member.owner.clone());
             member.run = Run::ShuttingDown(tokio::spawn(async move {
                 let _ = elector.shutdown().await;
+                world.stopped(&owner);
             }));
         }
     }
@@ -330,7 +359,7 @@ async fn project(storage: Arc<dyn EventStorage>, watch: Watch, ledger: Arc<Ledge
                     .await
             }
         };
-        sleep(INTERVAL).await;
+        sleep(POLL_INTERVAL).await;
     }
 }
 
@@ -343,7 +372,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(200);
 async fn write_while_holding(storage: Arc<dyn EventStorage>, watch: Watch, mut rng: StdRng) {
     let stream = EventStreamId::for_context("simulation");
     loop {
-        sleep(INTERVAL.mul_f64(rng.gen_range(0.1..0.6))).await;
+        sleep(TTL.mul_f64(rng.gen_range(0.03..0.2))).await;
         let fences = watch.fences();
         let Some(fence) = fences.choose(&mut rng).cloned() else {
             continue;

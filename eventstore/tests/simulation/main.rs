@@ -47,7 +47,6 @@ use crate::projection::Ledger;
 use crate::world::{Counters, World};
 
 const TTL: Duration = Duration::from_secs(3);
-const INTERVAL: Duration = Duration::from_secs(1);
 /// The lease of the leader electors, and the group of the partition electors.
 const LEASE: &str = "sim";
 const PARTITIONS: u32 = 8;
@@ -63,6 +62,39 @@ const PRODUCE_EVERY: Duration = Duration::from_millis(50);
 const CATCH_UP: Duration = Duration::from_secs(10);
 /// How often the checks look at every member.
 const SAMPLE_EVERY: Duration = Duration::from_millis(5);
+
+/// The request interval and safety margin of one run's electors, picked by the seed among
+/// what the builders accept.
+#[derive(Debug, Clone, Copy)]
+struct Timings {
+    /// A third of the ttl (the default), or 0.8 of it, which leaves a renewal room for one
+    /// round trip of a healthy link.
+    interval: Duration,
+    /// The smallest safety margin the builder accepts rather than the default.
+    smallest_margin: bool,
+}
+
+impl Timings {
+    fn for_seed(rng: &mut StdRng) -> Timings {
+        Timings {
+            interval: if rng.gen_bool(0.5) {
+                TTL / 3
+            } else {
+                TTL.mul_f64(0.8)
+            },
+            smallest_margin: rng.gen_bool(0.5),
+        }
+    }
+
+    /// The margins to try, in order; `None` is the default.
+    fn margins(&self) -> Vec<Option<Duration>> {
+        if self.smallest_margin {
+            vec![Some(TTL / 1000), Some(TTL / 100), None]
+        } else {
+            vec![None]
+        }
+    }
+}
 
 /// What one run found.
 #[derive(Debug)]
@@ -80,9 +112,11 @@ fn origin() -> DateTime<Utc> {
 
 async fn run(seed: u64, election: Election, grants_everyone: bool) -> Outcome {
     let world = Arc::new(World::new(seed, FAULTS_FOR, grants_everyone));
-    let skew_ppm = StdRng::seed_from_u64(!seed).gen_range(-10_000..=10_000);
+    let mut settings = StdRng::seed_from_u64(!seed);
+    let skew_ppm = settings.gen_range(-10_000..=10_000);
+    let timings = Timings::for_seed(&mut settings);
     world.trace(format!(
-        "{election:?}: the storage's clock runs {skew_ppm} ppm fast"
+        "{election:?}: the storage's clock runs {skew_ppm} ppm fast; {timings:?}"
     ));
     let clock = StorageClock::on_skewed_tokio_time(origin(), skew_ppm).expect("a skew in bounds");
     let storage = MemoryEventStorage::with_clock(clock);
@@ -92,10 +126,11 @@ async fn run(seed: u64, election: Election, grants_everyone: bool) -> Outcome {
         storage.clone(),
         world.clone(),
         ledger.clone(),
+        timings,
         seed,
         MEMBERS,
     );
-    let mut checks = Checks::new(election, &world);
+    let mut checks = Checks::new(election, timings, &world);
     let start = Instant::now();
     let mut next_step = start + Duration::from_secs(1);
     let mut last_member_ensured = false;

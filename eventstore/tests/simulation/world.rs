@@ -1,15 +1,18 @@
 //! What one seed's run shares: its random streams, its trace, its counters, and the
 //! violations its checks found.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use eventstore::{Fence, FencingToken, Lease};
 use eventstore_tck::history::{CheckOptions, History};
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
+
+use crate::faults::{Call, LATENCY};
 
 /// Locks `mutex`; a check that panicked leaves nothing half-done worth refusing.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -29,6 +32,12 @@ pub(crate) struct World {
     violations: Mutex<Vec<String>>,
     /// Every lease request and release as the members saw it, for the linearizability check.
     pub(crate) history: History,
+    /// Members stopped (crashed, or shut down and done): the storage must grant them nothing.
+    stopped: Mutex<BTreeSet<String>>,
+    /// Per member and kind of call, when a fault last struck one.
+    faults_on: Mutex<BTreeMap<(String, Call), Instant>>,
+    /// Per member and lease, when the member last sent a release of it.
+    releases: Mutex<BTreeMap<(String, String), Instant>>,
     /// Per lease, the newest token the storage granted and to whom.
     granted: Mutex<BTreeMap<String, (FencingToken, String)>>,
 }
@@ -60,6 +69,9 @@ impl World {
             violations: Mutex::default(),
             granted: Mutex::default(),
             history: History::new(),
+            stopped: Mutex::default(),
+            faults_on: Mutex::default(),
+            releases: Mutex::default(),
         }
     }
 
@@ -79,6 +91,51 @@ impl World {
 
     pub(crate) fn fault_rng(&self) -> MutexGuard<'_, StdRng> {
         lock(&self.faults)
+    }
+
+    /// How long a healthy link takes there and back for one call.
+    pub(crate) fn latency(&self) -> (Duration, Duration) {
+        let mut rng = self.fault_rng();
+        let mut one_way = || LATENCY.mul_f64(rng.gen_range(0.0..=1.0));
+        (one_way(), one_way())
+    }
+
+    /// A fault struck a `call` of `member`.
+    pub(crate) fn fault_on(&self, member: &str, call: Call) {
+        lock(&self.faults_on).insert((member.to_owned(), call), Instant::now());
+    }
+
+    /// Whether a fault struck a `call` of `member` at or after `since`.
+    pub(crate) fn fault_since(&self, member: &str, call: Call, since: Instant) -> bool {
+        lock(&self.faults_on)
+            .get(&(member.to_owned(), call))
+            .is_some_and(|at| *at >= since)
+    }
+
+    /// `owner` sends a release of `lease_names`.
+    pub(crate) fn releasing(&self, owner: &str, lease_names: &[String]) {
+        let now = Instant::now();
+        let mut releases = lock(&self.releases);
+        for name in lease_names {
+            releases.insert((owner.to_owned(), name.clone()), now);
+        }
+    }
+
+    /// Whether `owner` sent a release of `lease_name` at or after `since`.
+    pub(crate) fn released_since(&self, owner: &str, lease_name: &str, since: Instant) -> bool {
+        lock(&self.releases)
+            .get(&(owner.to_owned(), lease_name.to_owned()))
+            .is_some_and(|at| *at >= since)
+    }
+
+    /// `owner` stopped: crashed, or its shutdown returned.
+    pub(crate) fn stopped(&self, owner: &str) {
+        lock(&self.stopped).insert(owner.to_owned());
+    }
+
+    /// `owner` runs again (restarted under its old id).
+    pub(crate) fn started(&self, owner: &str) {
+        lock(&self.stopped).remove(owner);
     }
 
     pub(crate) fn count_fault(&self) {
@@ -137,6 +194,11 @@ impl World {
     /// The storage granted (or renewed) `lease_name` to `owner` under `token`: a new token
     /// must be above every one before it, and one token belongs to one owner.
     pub(crate) fn granted(&self, lease_name: &str, owner: &str, token: FencingToken) {
+        if lock(&self.stopped).contains(owner) {
+            self.violation(format!(
+                "{lease_name:?} granted under {token} to {owner}, which has stopped"
+            ));
+        }
         let mut granted = lock(&self.granted);
         match granted.get(lease_name) {
             Some((newest, holder)) if token < *newest => {

@@ -78,8 +78,9 @@ impl PartitionLoop {
         self.release(due).await;
     }
 
-    /// Releases `partitions` in one call, given up after a ttl (a hung storage must not hang
-    /// the loop; what is not released expires). Until the call returns they count as
+    /// Releases `partitions` in one call, given up after a ttl, or sooner while partitions are
+    /// held (see [`PartitionLoop::before_renewals`]): a hung storage must not hang the loop;
+    /// what is not released expires. Until the call returns they count as
     /// `releasing`, for a shutdown that cuts it short.
     async fn release(&mut self, partitions: Vec<u32>) {
         // A member leaving with nothing held asks nothing (a closed storage would answer an
@@ -107,8 +108,10 @@ impl PartitionLoop {
         &self,
         lease_names: &[String],
     ) -> Result<(), EventStorageError> {
-        let (owner, ttl) = (&self.shared.owner, self.settings.ttl);
-        let released = release_within(self.storage.as_ref(), lease_names, owner, ttl).await;
+        let owner = &self.shared.owner;
+        // A hung release of partitions handed over must not hold up the renewal of those kept.
+        let limit = self.before_renewals(self.settings.ttl);
+        let released = release_within(self.storage.as_ref(), lease_names, owner, limit).await;
         if let Err(error) = &released {
             tracing::warn!(group = %self.shared.group, %owner, leases = ?lease_names,
                 error = %error.report(), "release failed; the leases expire after their ttl");

@@ -34,6 +34,18 @@ pub(super) enum Scope {
 }
 
 impl PartitionLoop {
+    /// How long a call in the loop may take: `cap`, or half the time left until what is
+    /// held lapses if that comes sooner, so that a call that hangs (a read of the group, a
+    /// release) still leaves time for the renewal that follows it.
+    pub(super) fn before_renewals(&self, cap: Duration) -> Duration {
+        let now = Instant::now();
+        self.shared
+            .holdings()
+            .deadline
+            .filter(|deadline| *deadline > now)
+            .map_or(cap, |deadline| (deadline - now).div_f64(2.0).min(cap))
+    }
+
     /// Reads the group, updates the target, sends what `scope` asks for and publishes the
     /// answers; how soon to look again.
     pub(super) async fn round(&mut self, scope: Scope) -> Result<Pace, EventStorageError> {
@@ -143,14 +155,7 @@ impl PartitionLoop {
     /// left until what is held lapses, if that comes sooner: a hung read must not hold up the
     /// renewal that follows it past the deadline.
     async fn read_plan(&self) -> Result<Plan, EventStorageError> {
-        let left = self
-            .shared
-            .holdings()
-            .deadline
-            .map(|deadline| deadline.saturating_duration_since(Instant::now()) / 2);
-        let limit = left.map_or(self.settings.request_interval, |left| {
-            left.min(self.settings.request_interval)
-        });
+        let limit = self.before_renewals(self.settings.request_interval);
         let group_leases = self
             .storage
             .list_leases(LeaseSelection::prefix(self.names.prefix()));
