@@ -46,7 +46,8 @@ impl Checks {
             newest: BTreeMap::new(),
             beliefs: BTreeMap::new(),
             losses: Vec::new(),
-            deadline: world.faults_until() + TTL + timings.interval * 2,
+            // The faults stop when the last call they held up has landed.
+            deadline: world.faults_until() + LONGEST_ON_THE_WAY + TTL + timings.interval * 2,
             held_all: false,
             balanced: false,
         }
@@ -121,7 +122,8 @@ impl Checks {
             let since = loss.at - TTL * 2 - LONGEST_ON_THE_WAY;
             let struck = world.fault_since(&loss.owner, Call::Request, since)
                 || (self.election == Election::Partitions
-                    && world.fault_since(&loss.owner, Call::Other, since));
+                    && (world.fault_since(&loss.owner, Call::Other, since)
+                        || world.fault_since(&loss.owner, Call::Release, since)));
             if !released && !struck {
                 world.violation(format!(
                     "{} lost {:?} with no fault on its requests and no release",

@@ -20,7 +20,7 @@ use eventstore::{
 use eventstore_memory::MemoryEventStorage;
 use futures_util::FutureExt;
 use rand::Rng;
-use tokio::time::sleep;
+use tokio::time::{sleep, Instant};
 
 use crate::world::World;
 use crate::TTL;
@@ -30,6 +30,8 @@ use crate::TTL;
 pub(crate) enum Call {
     /// A lease request: a fault on it excuses losing a lease.
     Request,
+    /// A release.
+    Release,
     /// Anything else: releases, reads, writes.
     Other,
 }
@@ -54,12 +56,13 @@ pub(crate) enum Fault {
 /// The most a healthy link takes each way.
 pub(crate) const LATENCY: std::time::Duration = std::time::Duration::from_millis(150);
 
-/// The longest a call spends between its caller and the storage: a hang.
+/// The longest a call spends between its caller and the storage: a hang of two ttls on top
+/// of the latency there.
 pub(crate) const LONGEST_ON_THE_WAY: std::time::Duration =
     TTL.saturating_mul(2).saturating_add(LATENCY);
 
 /// One member's link to the shared storage.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Link {
     pub(crate) storage: MemoryEventStorage,
     pub(crate) member: String,
@@ -86,7 +89,7 @@ impl Link {
             72..=83 => Fault::DelayBack(long(&mut rng)),
             84..=89 => Fault::LostAnswer,
             90..=95 => Fault::Refused,
-            _ => Fault::Hang(LONGEST_ON_THE_WAY),
+            _ => Fault::Hang(TTL * 2),
         };
         drop(rng);
         if fault != Fault::None {
@@ -96,12 +99,18 @@ impl Link {
     }
 
     /// Applies `call` to the storage with the fault the seed picks for it, after the
-    /// link's latency there, and answers after its latency back.
-    async fn faulty<T>(
+    /// link's latency there, and answers after its latency back. Once sent, a lease request
+    /// reaches the storage whether or not its caller still waits (it travels on a task of its
+    /// own), as a request on the wire does. Any other call its caller gives up on never
+    /// arrives: delivered late, a release (which names the lease and the owner, not the
+    /// tenure) ends a later tenure of the same owner behind its back, and a bookmark written
+    /// earlier in a tenure lands after a later one and moves it back. Both are known
+    /// weaknesses of the contract's calls, not of the runtime's use of them.
+    async fn faulty<T: Send + 'static>(
         &self,
         call: Call,
         what: &str,
-        apply: impl FnOnce() -> StorageResult<T>,
+        apply: impl FnOnce(&Link) -> StorageResult<T> + Send + 'static,
     ) -> StorageResult<T> {
         let fault = self.pick();
         let (there, back) = self.world.latency();
@@ -116,16 +125,22 @@ impl Link {
             Fault::DelayBack(delay) => (there, back + delay),
             _ => (there, back),
         };
-        sleep(there).await;
-        let answer = match fault {
-            Fault::Refused => {
-                return Err(EventStorageError::backend(
+        let link = self.clone();
+        let on_the_wire = async move {
+            sleep(there).await;
+            match fault {
+                Fault::Refused => Err(EventStorageError::backend(
                     "the request was refused",
                     "simulated fault",
-                ))
+                )),
+                Fault::LostAnswer => apply(&link).and(Err(lost())),
+                _ => apply(&link),
             }
-            Fault::LostAnswer => apply().and(Err(lost())),
-            _ => apply(),
+        };
+        let answer = if call == Call::Request {
+            tokio::spawn(on_the_wire).await.expect("a call on the wire")
+        } else {
+            on_the_wire.await
         };
         sleep(back).await;
         answer
@@ -139,16 +154,30 @@ impl Link {
     }
 
     /// Applies a batch of requests and shows the oracle what the storage granted.
-    fn apply_requests(&self, requests: Vec<LeaseRequest>) -> StorageResult<Vec<LeaseOutcome>> {
+    fn apply_requests(
+        &self,
+        requests: Vec<LeaseRequest>,
+        sent: Instant,
+    ) -> StorageResult<Vec<LeaseOutcome>> {
         let asked: Vec<(String, String)> = requests
             .iter()
             .map(|r| (r.lease_name.clone(), r.owner.clone()))
             .collect();
         let outcomes = at_once(self.storage.request_leases_with_outcome(requests))?;
         for ((lease_name, owner), outcome) in asked.iter().zip(&outcomes) {
+            self.world.trace(format!(
+                "  applied: {owner} asked {lease_name}: {:?} {} of {}",
+                outcome.response.status,
+                outcome.response.fencing_token,
+                outcome.response.current_owner
+            ));
             if outcome.response.status.is_leader() {
-                self.world
-                    .granted(lease_name, owner, outcome.response.fencing_token);
+                self.world.granted(
+                    lease_name,
+                    owner,
+                    outcome.response.fencing_token,
+                    Instant::now() - sent,
+                );
             }
         }
         Ok(outcomes)
@@ -201,8 +230,11 @@ impl Decorator for Link {
     async fn request_lease(&self, request: LeaseRequest) -> StorageResult<LeaseResponse> {
         let owner = request.owner.clone();
         let what = format!("request {}", request.lease_name);
+        let sent = Instant::now();
         let mut outcomes = self
-            .faulty(Call::Request, &what, || self.apply_requests(vec![request]))
+            .faulty(Call::Request, &what, move |link| {
+                link.apply_requests(vec![request], sent)
+            })
             .await?;
         let outcome = outcomes.pop().expect("one answer per request");
         Ok(self.as_told(outcome.response, &owner))
@@ -225,8 +257,11 @@ impl Decorator for Link {
     ) -> StorageResult<Vec<LeaseOutcome>> {
         let owners: Vec<String> = requests.iter().map(|r| r.owner.clone()).collect();
         let what = format!("request {} leases", requests.len());
+        let sent = Instant::now();
         let outcomes = self
-            .faulty(Call::Request, &what, || self.apply_requests(requests))
+            .faulty(Call::Request, &what, move |link| {
+                link.apply_requests(requests, sent)
+            })
             .await?;
         Ok(outcomes
             .into_iter()
@@ -239,11 +274,14 @@ impl Decorator for Link {
     }
 
     async fn release_lease(&self, lease_name: &str, owner: &str) -> StorageResult<()> {
-        let names = [lease_name.to_owned()];
+        let names = vec![lease_name.to_owned()];
         self.world.releasing(owner, &names);
-        self.faulty(Call::Other, &format!("release {lease_name}"), || {
-            self.apply_release(&names, owner)
-        })
+        let owner = owner.to_owned();
+        self.faulty(
+            Call::Release,
+            &format!("release {lease_name}"),
+            move |link| link.apply_release(&names, &owner),
+        )
         .await
         .map(drop)
     }
@@ -255,8 +293,9 @@ impl Decorator for Link {
     ) -> StorageResult<Vec<ReleaseOutcome>> {
         let what = format!("release {} leases", lease_names.len());
         self.world.releasing(owner, lease_names);
-        self.faulty(Call::Other, &what, || {
-            self.apply_release(lease_names, owner)
+        let (names, owner) = (lease_names.to_vec(), owner.to_owned());
+        self.faulty(Call::Release, &what, move |link| {
+            link.apply_release(&names, &owner)
         })
         .await
     }
@@ -269,11 +308,15 @@ impl Decorator for Link {
         events: Vec<EventToStore>,
     ) -> StorageResult<Vec<StoredEvent>> {
         let what = format!("fenced write under {} {}", fence.lease_name, fence.token);
-        self.faulty(Call::Other, &what, || {
-            let lease = self.lease(&fence.lease_name);
-            let now = at_once(self.storage.storage_time())?;
-            let written = at_once(self.storage.append_fenced(fence, criteria, stream, events));
-            self.world.fenced_write(fence, lease, now, written.is_ok());
+        let (fence, stream) = (fence.clone(), stream.clone());
+        self.faulty(Call::Other, &what, move |link| {
+            let lease = link.lease(&fence.lease_name);
+            let now = at_once(link.storage.storage_time())?;
+            let written = at_once(
+                link.storage
+                    .append_fenced(&fence, criteria, &stream, events),
+            );
+            link.world.fenced_write(&fence, lease, now, written.is_ok());
             written
         })
         .await
@@ -281,8 +324,8 @@ impl Decorator for Link {
 
     async fn list_leases(&self, selection: LeaseSelection) -> StorageResult<Vec<Lease>> {
         let what = format!("read of {selection:?}");
-        self.faulty(Call::Other, &what, || {
-            at_once(self.storage.list_leases(selection))
+        self.faulty(Call::Other, &what, move |link| {
+            at_once(link.storage.list_leases(selection))
         })
         .await
     }
@@ -295,11 +338,15 @@ impl Decorator for Link {
         tags: Tags,
     ) -> StorageResult<()> {
         let what = format!("fenced bookmark under {} {}", fence.lease_name, fence.token);
-        self.faulty(Call::Other, &what, || {
-            let lease = self.lease(&fence.lease_name);
-            let now = at_once(self.storage.storage_time())?;
-            let written = at_once(self.storage.bookmark_fenced(fence, reader, reference, tags));
-            self.world.fenced_write(fence, lease, now, written.is_ok());
+        let (fence, reader, reference) = (fence.clone(), reader.to_owned(), *reference);
+        self.faulty(Call::Other, &what, move |link| {
+            let lease = link.lease(&fence.lease_name);
+            let now = at_once(link.storage.storage_time())?;
+            let written = at_once(
+                link.storage
+                    .bookmark_fenced(&fence, &reader, &reference, tags),
+            );
+            link.world.fenced_write(&fence, lease, now, written.is_ok());
             written
         })
         .await

@@ -297,7 +297,6 @@ impl Fleet {
         if let Run::Live(elector) = std::mem::replace(&mut member.run, Run::Gone) {
             elector.abort();
         }
-        self.world.stopped(&member.owner);
     }
 
     /// A graceful shutdown: the member releases what it holds and stops.

@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use crate::faults::{Call, LATENCY};
+use crate::TTL;
 
 /// Locks `mutex`; a check that panicked leaves nothing half-done worth refusing.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -32,7 +33,8 @@ pub(crate) struct World {
     violations: Mutex<Vec<String>>,
     /// Every lease request and release as the members saw it, for the linearizability check.
     pub(crate) history: History,
-    /// Members stopped (crashed, or shut down and done): the storage must grant them nothing.
+    /// Members whose shutdown returned: the storage must grant them nothing a request they
+    /// would still have waited for asked.
     stopped: Mutex<BTreeSet<String>>,
     /// Per member and kind of call, when a fault last struck one.
     faults_on: Mutex<BTreeMap<(String, Call), Instant>>,
@@ -128,7 +130,7 @@ impl World {
             .is_some_and(|at| *at >= since)
     }
 
-    /// `owner` stopped: crashed, or its shutdown returned.
+    /// `owner`'s shutdown returned.
     pub(crate) fn stopped(&self, owner: &str) {
         lock(&self.stopped).insert(owner.to_owned());
     }
@@ -191,12 +193,23 @@ impl World {
         std::mem::take(&mut *lock(&self.violations))
     }
 
-    /// The storage granted (or renewed) `lease_name` to `owner` under `token`: a new token
-    /// must be above every one before it, and one token belongs to one owner.
-    pub(crate) fn granted(&self, lease_name: &str, owner: &str, token: FencingToken) {
-        if lock(&self.stopped).contains(owner) {
+    /// The storage granted (or renewed) `lease_name` to `owner` under `token`, for a request
+    /// sent `in_flight` ago: a new token must be above every one before it, one token belongs
+    /// to one owner, and a member whose shutdown returned gets nothing from a request it
+    /// would still have waited for (a shutdown lets the requests under way arrive, each for
+    /// as long as its own timeout, at least the ttl less the default margin, before it
+    /// releases).
+    pub(crate) fn granted(
+        &self,
+        lease_name: &str,
+        owner: &str,
+        token: FencingToken,
+        in_flight: Duration,
+    ) {
+        if lock(&self.stopped).contains(owner) && in_flight < TTL.mul_f64(0.95) {
             self.violation(format!(
-                "{lease_name:?} granted under {token} to {owner}, which has stopped"
+                "{lease_name:?} granted under {token} to {owner} after its shutdown returned, \
+                 by a request sent {in_flight:?} before"
             ));
         }
         let mut granted = lock(&self.granted);

@@ -318,9 +318,13 @@ async fn while_waiting<T>(
             Ok(()) = shutdown.changed() => return None,
             output = &mut work => return Some(output),
             () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                tracing::warn!(group = %shared.group, owner = %shared.owner,
-                    "deadline passed without a confirmed renewal; holding no partition");
-                shared.lapse(false);
+                // The work may have renewed meanwhile (a round renews, then releases): only
+                // the deadline waited for, still unmoved, lapses.
+                if shared.holdings().deadline == deadline {
+                    tracing::warn!(group = %shared.group, owner = %shared.owner,
+                        "deadline passed without a confirmed renewal; holding no partition");
+                    shared.lapse(false);
+                }
             }
         }
     }
