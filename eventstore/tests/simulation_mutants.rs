@@ -165,11 +165,12 @@ fn run(mutant: &Mutant, copy: &Path, target: &Path, seeds: u64) -> (bool, u64) {
         );
     };
     if violations > 0 {
+        // The first violation, as the run printed it.
         let first = stderr
             .lines()
-            .find(|line| line.contains("s: "))
-            .unwrap_or_default()
-            .trim();
+            .map(str::trim)
+            .find(|line| line.starts_with('"'))
+            .unwrap_or_default();
         println!("{}: caught at seed {} ({first})", mutant.name, ran - 1);
     } else {
         println!("{}: MISSED in {ran} seeds: {}", mutant.name, mutant.race);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use eventstore::FencingToken;
 use tokio::time::Instant;
 
-use crate::faults::{Call, LONGEST_ON_THE_WAY};
+use crate::faults::{Call, LATENCY, LONGEST_ON_THE_WAY};
 use crate::fleet::{Election, Fleet};
 use crate::world::World;
 use crate::{Timings, PARTITIONS, TTL};
@@ -119,7 +119,9 @@ impl Checks {
                 &loss.lease_name,
                 loss.at - LONGEST_ON_THE_WAY - EXPLAINED_WITHIN,
             );
-            let since = loss.at - TTL * 2 - LONGEST_ON_THE_WAY;
+            // A fault on a call sent at `t` can cost what a request before it confirmed, which
+            // lapses by `t` plus a ttl; a loss later than that has another cause.
+            let since = loss.at - TTL - LATENCY * 2;
             let struck = world.fault_since(&loss.owner, Call::Request, since)
                 || (self.election == Election::Partitions
                     && (world.fault_since(&loss.owner, Call::Other, since)
