@@ -1,6 +1,7 @@
 //! The members of one run: electors that join, crash, restart, shut down and change
 //! priority on a seeded schedule, each with a worker that writes through its fence.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +90,8 @@ pub(crate) struct Member {
     pub(crate) watch: Watch,
     run: Run,
     work: [JoinHandle<()>; 2],
+    /// Cleared when the process stops: what it believes counts no more.
+    runs: Arc<AtomicBool>,
 }
 
 impl Member {
@@ -212,11 +215,13 @@ impl Fleet {
             watch.clone(),
             StdRng::seed_from_u64(self.rng.gen()),
         ));
+        let runs = self.world.believer(&owner, watch.clone());
         self.members.push(Member {
             owner,
             watch,
             run: Run::Live(elector),
             work: [projecting, writing],
+            runs,
         });
     }
 
@@ -294,6 +299,7 @@ impl Fleet {
         let member = &mut self.members[i];
         self.world.trace(format!("{} crashes", member.owner));
         member.work.iter().for_each(JoinHandle::abort);
+        member.runs.store(false, Ordering::Relaxed);
         if let Run::Live(elector) = std::mem::replace(&mut member.run, Run::Gone) {
             elector.abort();
         }
@@ -305,9 +311,14 @@ impl Fleet {
         if let Run::Live(elector) = std::mem::replace(&mut member.run, Run::Gone) {
             self.world.trace(format!("{} shuts down", member.owner));
             member.work.iter().for_each(JoinHandle::abort);
-            let (world, owner) = (self.world.clone(), member.owner.clone());
+            let (world, owner, runs) = (
+                self.world.clone(),
+                member.owner.clone(),
+                member.runs.clone(),
+            );
             member.run = Run::ShuttingDown(tokio::spawn(async move {
                 let _ = elector.shutdown().await;
+                runs.store(false, Ordering::Relaxed);
                 world.stopped(&owner);
             }));
         }
@@ -327,6 +338,7 @@ impl Fleet {
     pub(crate) fn stop(self) {
         for member in self.members {
             member.work.iter().for_each(JoinHandle::abort);
+            member.runs.store(false, Ordering::Relaxed);
             match member.run {
                 Run::Live(elector) => elector.abort(),
                 Run::ShuttingDown(task) => task.abort(),

@@ -2,7 +2,8 @@
 //! violations its checks found.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -13,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use crate::faults::{Call, LATENCY};
+use crate::fleet::Watch;
 use crate::TTL;
 
 /// Locks `mutex`; a check that panicked leaves nothing half-done worth refusing.
@@ -40,8 +42,18 @@ pub(crate) struct World {
     faults_on: Mutex<BTreeMap<(String, Call), Instant>>,
     /// Per member and lease, when the member last sent a release of it.
     releases: Mutex<BTreeMap<(String, String), Instant>>,
+    /// Every member's view of what it holds, while its process runs.
+    believers: Mutex<Vec<Believer>>,
     /// Per lease, the newest token the storage granted and to whom.
     granted: Mutex<BTreeMap<String, (FencingToken, String)>>,
+}
+
+/// A member's view of what it holds, and whether its process still runs.
+#[derive(Debug)]
+struct Believer {
+    owner: String,
+    watch: Watch,
+    runs: Arc<AtomicBool>,
 }
 
 /// What a run counts.
@@ -72,6 +84,7 @@ impl World {
             granted: Mutex::default(),
             history: History::new(),
             stopped: Mutex::default(),
+            believers: Mutex::default(),
             faults_on: Mutex::default(),
             releases: Mutex::default(),
         }
@@ -128,6 +141,17 @@ impl World {
         lock(&self.releases)
             .get(&(owner.to_owned(), lease_name.to_owned()))
             .is_some_and(|at| *at >= since)
+    }
+
+    /// Registers a member's view of what it holds; the flag says whether its process runs.
+    pub(crate) fn believer(&self, owner: &str, watch: Watch) -> Arc<AtomicBool> {
+        let runs = Arc::new(AtomicBool::new(true));
+        lock(&self.believers).push(Believer {
+            owner: owner.to_owned(),
+            watch,
+            runs: runs.clone(),
+        });
+        runs
     }
 
     /// `owner`'s shutdown returned.
@@ -206,6 +230,25 @@ impl World {
         token: FencingToken,
         in_flight: Duration,
     ) {
+        // Granted while another running member still counts on it by its own clock: the
+        // margin an elector keeps must cover the storage's clock running fast.
+        let others: Vec<(String, FencingToken)> = lock(&self.believers)
+            .iter()
+            .filter(|b| b.owner != owner && b.runs.load(Ordering::Relaxed))
+            .flat_map(|b| {
+                let fences = b.watch.fences();
+                fences
+                    .into_iter()
+                    .filter(|fence| fence.lease_name == lease_name)
+                    .map(|fence| (b.owner.clone(), fence.token))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if !others.is_empty() {
+            self.violation(format!(
+                "{lease_name:?} granted under {token} to {owner} while {others:?} still count on it"
+            ));
+        }
         if lock(&self.stopped).contains(owner) && in_flight < TTL.mul_f64(0.95) {
             self.violation(format!(
                 "{lease_name:?} granted under {token} to {owner} after its shutdown returned, \
