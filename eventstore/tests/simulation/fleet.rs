@@ -170,41 +170,27 @@ impl Fleet {
         let margins = self.timings.margins();
         let (elector, watch) = match self.election {
             Election::Leader => {
-                let elector = margins
-                    .iter()
-                    .find_map(|margin| {
-                        let builder = LeaderElector::builder(storage.clone(), LEASE)
-                            .owner(owner.clone())
-                            .priority(priority)
-                            .ttl(TTL)
-                            .request_interval(interval);
-                        match margin {
-                            Some(margin) => builder.safety_margin(*margin),
-                            None => builder,
-                        }
+                let elector = first_accepted(&margins, |margin| {
+                    LeaderElector::builder(storage.clone(), LEASE)
+                        .owner(owner.clone())
+                        .priority(priority)
+                        .ttl(TTL)
+                        .request_interval(interval)
+                        .safety_margin(margin)
                         .start()
-                        .ok()
-                    })
-                    .expect("a leader elector starts");
+                });
                 let watch = Watch::Leader(elector.watch());
                 (Elector::Leader(elector), watch)
             }
             Election::Partitions => {
-                let elector = margins
-                    .iter()
-                    .find_map(|margin| {
-                        let builder = PartitionElector::builder(storage.clone(), LEASE, PARTITIONS)
-                            .owner(owner.clone())
-                            .ttl(TTL)
-                            .request_interval(interval);
-                        match margin {
-                            Some(margin) => builder.safety_margin(*margin),
-                            None => builder,
-                        }
+                let elector = first_accepted(&margins, |margin| {
+                    PartitionElector::builder(storage.clone(), LEASE, PARTITIONS)
+                        .owner(owner.clone())
+                        .ttl(TTL)
+                        .request_interval(interval)
+                        .safety_margin(margin)
                         .start()
-                        .ok()
-                    })
-                    .expect("a partition elector starts");
+                });
                 let watch = Watch::Partitions(elector.watch());
                 (Elector::Partitions(elector), watch)
             }
@@ -346,6 +332,17 @@ impl Fleet {
             }
         }
     }
+}
+
+/// An elector started with the first of `margins` its builder accepts.
+fn first_accepted<T>(
+    margins: &[Duration],
+    start: impl Fn(Duration) -> Result<T, EventStorageError>,
+) -> T {
+    margins
+        .iter()
+        .find_map(|&margin| start(margin).ok())
+        .expect("an elector starts with one of the margins")
 }
 
 /// A member's projector: elected, or of the partitions it holds. A projector that ends on an

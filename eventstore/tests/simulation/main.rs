@@ -92,12 +92,12 @@ impl Timings {
         }
     }
 
-    /// The margins to try, in order; `None` is the default.
-    fn margins(&self) -> Vec<Option<Duration>> {
+    /// The margins to try, in order, down to the builders' default (a twentieth of the ttl).
+    fn margins(&self) -> Vec<Duration> {
         if self.smallest_margin {
-            vec![Some(TTL / 1000), Some(TTL / 100), None]
+            vec![TTL / 1000, TTL / 100, TTL / 20]
         } else {
-            vec![None]
+            vec![TTL / 20]
         }
     }
 }
