@@ -115,6 +115,11 @@ impl ElectorBuilder {
     /// lease; it then passes on no step-down request from that contender for a ttl (it
     /// probably died) and, should it hand over again, waits a whole request interval, for a
     /// contender that may only poll. Only used with storages that push lease changes.
+    ///
+    /// Set it longer than a request takes to reach the storage (the default suits a storage
+    /// a few milliseconds away): the preferred contender's request must arrive before the one
+    /// the instance that stepped down sends after the grace, or that instance takes the lease
+    /// back and the handover waits a ttl.
     pub fn handover_grace(mut self, grace: Duration) -> Self {
         self.handover_grace = Some(grace);
         self

@@ -60,6 +60,16 @@ impl PartitionLoop {
             {
                 Some((FollowUp::Look, Duration::ZERO))
             }
+            // Another member asks for a partition this member holds as its own target: the
+            // two computed the target from different reads (one read before a move the other
+            // saw), and neither outranks the other. Reading again settles it.
+            (GroupLease::Partition(partition), LeaseChangeKind::ContenderJoined { owner, .. })
+                if owner != me
+                    && self.target.contains(&partition)
+                    && self.shared.holdings().held.contains_key(&partition) =>
+            {
+                Some((FollowUp::Look, herd_jitter()))
+            }
             _ => None,
         }
     }

@@ -153,7 +153,8 @@ impl PartitionLoop {
         };
         let mut settling_wait = FIRST_SETTLING_WAIT;
         loop {
-            let scope = match self.wait(&mut due, &mut changes, &mut subscribing).await {
+            let wake = self.wait(&mut due, &mut changes, &mut subscribing).await;
+            let scope = match self.renewing_instead(wake, &due) {
                 Wake::Shutdown => return self.release_all().await,
                 Wake::Handovers => {
                     // A release that hangs must not keep the deadline from lapsing.
@@ -218,6 +219,23 @@ impl PartitionLoop {
             } else {
                 settling_wait = FIRST_SETTLING_WAIT;
             }
+        }
+    }
+
+    /// A look or a claim the renewal would have to wait for renews instead. The renewal's
+    /// room (from when it is due to the deadline, what the interval and the margin leave of
+    /// the ttl) holds one round: a look that starts within it, or within half an interval of
+    /// the renewal when the room is larger, could push the renewal past the deadline. A
+    /// renewal asks for every target partition, so it does what the look or claim would have.
+    fn renewing_instead(&self, wake: Wake, due: &Due) -> Wake {
+        let settings = &self.settings;
+        let room = settings
+            .ttl
+            .saturating_sub(settings.request_interval + settings.safety_margin);
+        let window = room.min(settings.request_interval / 2);
+        match wake {
+            Wake::Look | Wake::Claim if due.renewal <= Instant::now() + window => Wake::Renewal,
+            other => other,
         }
     }
 
