@@ -82,6 +82,22 @@ const MUTANTS: &[Mutant] = &[
         fixed: "        let limit = self.before_renewals(self.settings.request_interval);",
         broken: "        let limit = self.settings.request_interval;",
     },
+    Mutant {
+        name: "look-delays-renewal",
+        race: "a look or a claim that started just before a partition member's renewal pushed \
+               the renewal past the deadline when the interval left room for one round only",
+        file: "eventstore/src/partitions/task/mod.rs",
+        fixed: "            Wake::Look | Wake::Claim if due.renewal <= Instant::now() + window => Wake::Renewal,",
+        broken: "            Wake::Look | Wake::Claim if false && due.renewal <= Instant::now() + window => Wake::Renewal,",
+    },
+    Mutant {
+        name: "stale-target-at-equal-priority",
+        race: "a member that read the group before a move kept asking for a partition another \
+               member asked for as its own, at the same priority, until its next renewal",
+        file: "eventstore/src/partitions/task/follow_up.rs",
+        fixed: "            (GroupLease::Partition(partition), LeaseChangeKind::ContenderJoined { owner, .. })\n                if owner != me\n",
+        broken: "            (GroupLease::Partition(partition), LeaseChangeKind::ContenderJoined { owner, .. })\n                if false && owner != me\n",
+    },
 ];
 
 fn workspace() -> PathBuf {

@@ -56,6 +56,9 @@ pub(crate) enum Fault {
 /// The most a healthy link takes each way.
 pub(crate) const LATENCY: std::time::Duration = std::time::Duration::from_millis(150);
 
+/// The most a link takes each way once the planned changes begin: a local network.
+pub(crate) const LAN_LATENCY: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The longest a call spends between its caller and the storage: a hang of two ttls on top
 /// of the latency there.
 pub(crate) const LONGEST_ON_THE_WAY: std::time::Duration =

@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
 
-use crate::faults::link;
+use crate::faults::{link, LATENCY};
 use crate::projection::{projector, Ledger};
 use crate::world::World;
 use crate::{Timings, LEASE, PARTITIONS, TTL};
@@ -88,6 +88,8 @@ enum Run {
 pub(crate) struct Member {
     pub(crate) owner: String,
     pub(crate) watch: Watch,
+    /// The priority a leader elector asks with.
+    pub(crate) priority: i64,
     run: Run,
     work: [JoinHandle<()>; 2],
     /// Cleared when the process stops: what it believes counts no more.
@@ -121,6 +123,11 @@ pub(crate) struct Fleet {
     pub(crate) members: Vec<Member>,
     next_id: usize,
 }
+
+/// How long the members other than the preferred one hold back after a release: longer
+/// than a request takes to reach the storage over a healthy link, as the builders ask, or
+/// the preferred contender's request comes second.
+const HANDOVER_GRACE: Duration = LATENCY.saturating_mul(2);
 
 /// The most members live at once.
 const MOST_MEMBERS: usize = 7;
@@ -177,6 +184,7 @@ impl Fleet {
                         .ttl(TTL)
                         .request_interval(interval)
                         .safety_margin(margin)
+                        .handover_grace(HANDOVER_GRACE)
                         .start()
                 });
                 let watch = Watch::Leader(elector.watch());
@@ -189,6 +197,7 @@ impl Fleet {
                         .ttl(TTL)
                         .request_interval(interval)
                         .safety_margin(margin)
+                        .handover_grace(HANDOVER_GRACE)
                         .start()
                 });
                 let watch = Watch::Partitions(elector.watch());
@@ -205,6 +214,7 @@ impl Fleet {
         self.members.push(Member {
             owner,
             watch,
+            priority,
             run: Run::Live(elector),
             work: [projecting, writing],
             runs,
@@ -252,6 +262,7 @@ impl Fleet {
                         self.members[i].owner
                     ));
                     elector.set_priority(priority);
+                    self.members[i].priority = priority;
                 }
             }
             80..=91 => {
@@ -271,6 +282,45 @@ impl Fleet {
                     self.shut_down(i);
                 }
             }
+        }
+        self.world.count_lifecycle();
+        Duration::from_millis(self.rng.gen_range(200..3_000))
+    }
+
+    /// Makes one planned change, as an operator would once the faults are over: members
+    /// join and leave gracefully, and a leader's priority changes (a planned handover).
+    /// Some member stays live. How long until the next one: often less than the group
+    /// needs to settle, so that a change meets the moves of the one before.
+    pub(crate) fn planned_step(&mut self) -> Duration {
+        let mut live: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].is_live())
+            .collect();
+        live.shuffle(&mut self.rng);
+        let (joining, leaving) = match self.rng.gen_range(0..4) {
+            0 => (self.rng.gen_range(1..=2), 0),
+            1 if live.len() > 1 => (0, 1),
+            2 if self.election == Election::Leader && !live.is_empty() => {
+                let i = live[0];
+                let priority = self.rng.gen_range(0..3);
+                if let Run::Live(Elector::Leader(elector)) = &self.members[i].run {
+                    let owner = &self.members[i].owner;
+                    self.world
+                        .trace(format!("{owner} takes priority {priority} as planned"));
+                    elector.set_priority(priority);
+                    self.members[i].priority = priority;
+                }
+                (0, 0)
+            }
+            // One joins as another leaves: what both hold moves at once.
+            _ => (1, 1),
+        };
+        for _ in 0..joining.min(MOST_MEMBERS - live.len()) {
+            let owner = self.new_owner();
+            self.world.trace(format!("{owner} joins as planned"));
+            self.add(owner, 0);
+        }
+        for &i in live.iter().take(leaving) {
+            self.shut_down(i);
         }
         self.world.count_lifecycle();
         Duration::from_millis(self.rng.gen_range(200..3_000))

@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use crate::faults::{Call, LATENCY};
+use crate::faults::{Call, LAN_LATENCY, LATENCY};
 use crate::fleet::Watch;
 use crate::TTL;
 
@@ -27,6 +27,8 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct World {
     start: Instant,
     faults_until: Instant,
+    /// When the planned changes begin, over links as fast as a local network's.
+    planned_from: Instant,
     /// A broken storage, for the test of the checks: every requester is told it leads.
     pub(crate) grants_everyone: bool,
     faults: Mutex<StdRng>,
@@ -70,12 +72,19 @@ pub(crate) struct Counters {
 }
 
 impl World {
-    /// A world for `seed`, its faults on from now until `faults_for` has passed.
-    pub(crate) fn new(seed: u64, faults_for: std::time::Duration, grants_everyone: bool) -> World {
+    /// A world for `seed`: its faults on from now until `faults_for` has passed, its links
+    /// those of a local network from `planned_from` on.
+    pub(crate) fn new(
+        seed: u64,
+        faults_for: Duration,
+        planned_from: Duration,
+        grants_everyone: bool,
+    ) -> World {
         let start = Instant::now();
         World {
             start,
             faults_until: start + faults_for,
+            planned_from: start + planned_from,
             grants_everyone,
             faults: Mutex::new(StdRng::seed_from_u64(seed)),
             counters: Mutex::default(),
@@ -91,7 +100,7 @@ impl World {
     }
 
     /// Virtual time since the run began.
-    pub(crate) fn elapsed(&self) -> std::time::Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         Instant::now() - self.start
     }
 
@@ -108,10 +117,16 @@ impl World {
         lock(&self.faults)
     }
 
-    /// How long a healthy link takes there and back for one call.
+    /// How long a healthy link takes there and back for one call: up to [`LATENCY`] each
+    /// way, or [`LAN_LATENCY`] once the planned changes begin.
     pub(crate) fn latency(&self) -> (Duration, Duration) {
+        let most = if Instant::now() < self.planned_from {
+            LATENCY
+        } else {
+            LAN_LATENCY
+        };
         let mut rng = self.fault_rng();
-        let mut one_way = || LATENCY.mul_f64(rng.gen_range(0.0..=1.0));
+        let mut one_way = || most.mul_f64(rng.gen_range(0.0..=1.0));
         (one_way(), one_way())
     }
 
