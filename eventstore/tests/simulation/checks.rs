@@ -240,15 +240,13 @@ impl Checks {
         if leaving.iter().any(|m| !m.watch.fences().is_empty()) {
             return false;
         }
-        let held: Vec<usize> = live.iter().map(|m| m.watch.fences().len()).collect();
-        let most = held.iter().max().copied().unwrap_or(0);
-        let least = held.iter().min().copied().unwrap_or(0);
-        let highest = live.iter().map(|m| m.priority).max();
         match self.election {
-            Election::Leader => live
-                .iter()
-                .any(|m| !m.watch.fences().is_empty() && Some(m.priority) == highest),
-            Election::Partitions => most - least <= 1,
+            Election::Leader => {
+                let highest = live.iter().map(|m| m.priority).max();
+                live.iter()
+                    .any(|m| !m.watch.fences().is_empty() && Some(m.priority) == highest)
+            }
+            Election::Partitions => evenly_held(live.into_iter()),
         }
     }
 
@@ -264,14 +262,14 @@ impl Checks {
         if self.election == Election::Leader {
             return true;
         }
-        let counts: Vec<usize> = fleet
-            .members
-            .iter()
-            .filter(|m| m.runs())
-            .map(|m| m.watch.fences().len())
-            .collect();
-        let most = counts.iter().max().copied().unwrap_or(0);
-        let least = counts.iter().min().copied().unwrap_or(0);
-        most - least <= 1
+        evenly_held(fleet.members.iter().filter(|m| m.runs()))
     }
+}
+
+/// Whether no one of `members` holds more than one partition more than another.
+fn evenly_held<'a>(members: impl Iterator<Item = &'a Member>) -> bool {
+    let counts: Vec<usize> = members.map(|m| m.watch.fences().len()).collect();
+    let most = counts.iter().max().copied().unwrap_or(0);
+    let least = counts.iter().min().copied().unwrap_or(0);
+    most - least <= 1
 }

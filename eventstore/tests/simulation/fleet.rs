@@ -256,14 +256,7 @@ impl Fleet {
             65..=79 if !live.is_empty() && self.election == Election::Leader => {
                 let i = *live.choose(&mut self.rng).expect("some member is live");
                 let priority = self.rng.gen_range(0..3);
-                if let Run::Live(Elector::Leader(elector)) = &self.members[i].run {
-                    self.world.trace(format!(
-                        "{} takes priority {priority}",
-                        self.members[i].owner
-                    ));
-                    elector.set_priority(priority);
-                    self.members[i].priority = priority;
-                }
+                self.set_priority(i, priority, "");
             }
             80..=91 => {
                 for _ in 0..self.rng.gen_range(1..=3) {
@@ -302,13 +295,7 @@ impl Fleet {
             2 if self.election == Election::Leader && !live.is_empty() => {
                 let i = live[0];
                 let priority = self.rng.gen_range(0..3);
-                if let Run::Live(Elector::Leader(elector)) = &self.members[i].run {
-                    let owner = &self.members[i].owner;
-                    self.world
-                        .trace(format!("{owner} takes priority {priority} as planned"));
-                    elector.set_priority(priority);
-                    self.members[i].priority = priority;
-                }
+                self.set_priority(i, priority, " as planned");
                 (0, 0)
             }
             // One joins as another leaves: what both hold moves at once.
@@ -324,6 +311,18 @@ impl Fleet {
         }
         self.world.count_lifecycle();
         Duration::from_millis(self.rng.gen_range(200..3_000))
+    }
+
+    /// Gives live leader member `i` a new priority, traced with `how` after it.
+    fn set_priority(&mut self, i: usize, priority: i64, how: &str) {
+        let member = &mut self.members[i];
+        if let Run::Live(Elector::Leader(elector)) = &member.run {
+            let owner = &member.owner;
+            self.world
+                .trace(format!("{owner} takes priority {priority}{how}"));
+            elector.set_priority(priority);
+            member.priority = priority;
+        }
     }
 
     fn runs(&self, owner: &str) -> bool {
