@@ -11,7 +11,13 @@ use crate::output::{print_json, print_text};
 use crate::store::{postgres_prefix, PostgresTarget, StoreDescription, Target};
 
 /// The tables of one prefix, by suffix.
-const TABLES: [&str; 4] = ["events", "bookmarks", "leases", "lease_contenders"];
+const TABLES: [&str; 5] = [
+    "events",
+    "event_tags",
+    "bookmarks",
+    "leases",
+    "lease_contenders",
+];
 
 /// The JSON document of `eventstore schema ACTION --json`: the prefix, and what the action
 /// found or did. A failure is a line on standard error, as for every command.

@@ -597,7 +597,7 @@ async fn schema_print_check_apply_and_drop_do_what_they_say() {
     let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stdout.starts_with("created the schema"), "{run:?}");
-    assert_eq!(tables_of(&pool, &prefix).await.len(), 4);
+    assert_eq!(tables_of(&pool, &prefix).await.len(), 5);
     let run = eventstore(&["schema", "apply", "--url", &url, "--prefix", &prefix]).await;
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stdout.contains("is in place"), "{run:?}");
@@ -620,7 +620,8 @@ async fn schema_print_check_apply_and_drop_do_what_they_say() {
         run.stdout,
         format!(
             "completed the schema of prefix {prefix}: created tables {prefix}bookmarks; tables \
-             {prefix}events, {prefix}leases, {prefix}lease_contenders were in place\n"
+             {prefix}events, {prefix}event_tags, {prefix}leases, {prefix}lease_contenders were \
+             in place\n"
         )
     );
     let run = eventstore(&["schema", "check", "--url", &url, "--prefix", &prefix]).await;
@@ -628,7 +629,7 @@ async fn schema_print_check_apply_and_drop_do_what_they_say() {
 
     let run = eventstore(&["schema", "drop", "--url", &url, "--prefix", &prefix]).await;
     run.assert_refused(2, &["--yes", &prefix]);
-    assert_eq!(tables_of(&pool, &prefix).await.len(), 4, "nothing dropped");
+    assert_eq!(tables_of(&pool, &prefix).await.len(), 5, "nothing dropped");
 
     let run = eventstore(&[
         "schema", "drop", "--yes", "--url", &url, "--prefix", &prefix,
@@ -993,10 +994,16 @@ async fn schema_actions_answer_one_json_document_each() {
     };
     let url = database_url();
     let prefix = unique_prefix();
-    let tables: Vec<String> = ["events", "bookmarks", "leases", "lease_contenders"]
-        .iter()
-        .map(|table| format!("{prefix}{table}"))
-        .collect();
+    let tables: Vec<String> = [
+        "events",
+        "event_tags",
+        "bookmarks",
+        "leases",
+        "lease_contenders",
+    ]
+    .iter()
+    .map(|table| format!("{prefix}{table}"))
+    .collect();
     let schema = |action: &[&str]| {
         let args: Vec<String> = ["schema"]
             .iter()

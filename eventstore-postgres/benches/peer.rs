@@ -17,9 +17,14 @@
 //! typed stream of the facade, whose events decode from their payloads' text as the peer's
 //! do; the peer reads its stream as always.
 //!
-//! A last table says where a read's time goes: each store's rows of the read stream fetched
+//! A second table says where a read's time goes: each store's rows of the read stream fetched
 //! undecoded in one statement on the plan of its read (ours also with only the peer's
 //! content, a position and a payload), beside each store's whole read.
+//!
+//! A last one reads a tag on fresh tables, as a new user would right after writing: events
+//! of five tags spread over the ten streams of one context, written in batches, then one
+//! tag's 20,000 read back scoped to the context (the peer: by its domain id) before anything
+//! has analyzed either table (autovacuum is off for them).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -458,6 +463,120 @@ async fn main() {
         println!("| {what} | {a:.0} | {b:.0} | {:.2}× |", a / b);
     }
     fetch_floors(&stores, &admin, &peer_pool, &tag).await;
+    fresh_tag_reads(&url, &admin, &tag).await;
+}
+
+/// Tags of the fresh tables, and events per tag.
+const FRESH_TAGS: usize = 5;
+const FRESH_PER_TAG: usize = 20_000;
+/// Streams of the fresh tables' one context (`fresh`, purposes `p0`…).
+const FRESH_STREAMS: usize = 10;
+
+/// The last table: a read of one tag scoped to a context, on fresh tables of both stores
+/// never analyzed; medians of `ROUNDS` alternating reads.
+async fn fresh_tag_reads(url: &str, admin: &PgPool, tag: &str) {
+    let prefix = format!("peer{tag}_fresh_");
+    let ours = PostgresEventStorage::builder()
+        .url(url)
+        .prefix(&prefix)
+        .build()
+        .await
+        .expect("our fresh storage");
+    let schema = format!("peer{tag}_fresh");
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(admin)
+        .await
+        .unwrap();
+    let options: PgConnectOptions = url.parse().unwrap();
+    let peer_pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options.options([("search_path", schema.as_str())]))
+        .await
+        .unwrap();
+    for statement in PEER_SCHEMA {
+        sqlx::query(statement).execute(&peer_pool).await.unwrap();
+    }
+    for table in [
+        format!("{prefix}events"),
+        format!("{prefix}event_tags"),
+        format!("{schema}.event"),
+    ] {
+        sqlx::query(&format!(
+            "ALTER TABLE {table} SET (autovacuum_enabled = false)"
+        ))
+        .execute(admin)
+        .await
+        .unwrap();
+    }
+    let peer = Peer::new_uninitialized(peer_pool, Json::<PeerEvent>::default());
+    let events = FRESH_TAGS * FRESH_PER_TAG;
+    for first in (0..events).step_by(1_000) {
+        for stream in 0..FRESH_STREAMS {
+            let batch: Vec<_> = (first..first + 1_000)
+                .filter(|n| n % FRESH_STREAMS == stream)
+                .collect();
+            let stream = EventStreamId::new("fresh", format!("p{stream}"));
+            let ours_batch = batch
+                .iter()
+                .map(|&n| our_event(n, &format!("t{}", n / FRESH_STREAMS % FRESH_TAGS)))
+                .collect();
+            ours.append(AppendCriteria::none(), &stream, ours_batch)
+                .await
+                .unwrap();
+        }
+        let peer_batch = (first..first + 1_000)
+            .map(|n| PeerEvent::Measured {
+                run_id: format!("t{}", n / FRESH_STREAMS % FRESH_TAGS),
+                n: n as i64,
+                label: label(n),
+            })
+            .collect();
+        peer.append_without_validation(peer_batch).await.unwrap();
+    }
+    let context = EventStreamId::for_context("fresh").any_purpose();
+    let filter = EventFilter::for_tags(Tags::from_pairs([("run", "t2")]));
+    let mut times = [Vec::new(), Vec::new()];
+    for round in 0..ROUNDS {
+        let order = if round % 2 == 0 {
+            [Side::Ours, Side::Peer]
+        } else {
+            [Side::Peer, Side::Ours]
+        };
+        for side in order {
+            let start = Instant::now();
+            let read = match side {
+                Side::Ours => ours
+                    .query(&filter, &context, None, Limit::none(), Direction::Forward)
+                    .await
+                    .unwrap()
+                    .len(),
+                Side::Peer => {
+                    let query = disintegrate::query!(PeerEvent; run_id == "t2".to_owned());
+                    count_events(peer.stream(&query).collect().await)
+                }
+            };
+            assert_eq!(read, FRESH_PER_TAG, "{side:?} read the fresh tag");
+            times[usize::from(side == Side::Peer)].push(start.elapsed());
+        }
+    }
+    let median_ms = |times: &mut Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2].as_secs_f64() * 1e3
+    };
+    let [mut ours_times, mut peer_times] = times;
+    let (a, b) = (median_ms(&mut ours_times), median_ms(&mut peer_times));
+    println!(
+        "\n| fresh tables, never analyzed: {FRESH_PER_TAG} events of one tag in a context of \
+         {FRESH_STREAMS} streams and {FRESH_TAGS} tags | ours | disintegrate | ours / theirs |"
+    );
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| read them by tag, events/s (median of {ROUNDS}) | {:.0} | {:.0} | {:.2}× |",
+        FRESH_PER_TAG as f64 / a * 1e3,
+        FRESH_PER_TAG as f64 / b * 1e3,
+        b / a
+    );
+    ours.close().await.unwrap();
 }
 
 /// Where a read's time goes, both stores side by side: each one's rows of the read stream

@@ -22,7 +22,7 @@ const ROUNDS: usize = 21;
 /// Events per entity tag: what the read returns.
 const PER_TAG: i64 = 1_000;
 
-/// A store of `events` events on a fresh prefix, autovacuum off for its table.
+/// A store of `events` events on a fresh prefix, autovacuum off for its tables.
 async fn store(url: &str, admin: &PgPool, events: i64) -> (String, PostgresEventStorage) {
     let prefix = format!("bench{:08x}_", rand::random::<u32>());
     let storage = PostgresEventStorage::builder()
@@ -31,12 +31,14 @@ async fn store(url: &str, admin: &PgPool, events: i64) -> (String, PostgresEvent
         .build()
         .await
         .expect("a storage on DATABASE_URL");
-    sqlx::query(&format!(
-        "ALTER TABLE {prefix}events SET (autovacuum_enabled = false)"
-    ))
-    .execute(admin)
-    .await
-    .unwrap();
+    for table in ["events", "event_tags"] {
+        sqlx::query(&format!(
+            "ALTER TABLE {prefix}{table} SET (autovacuum_enabled = false)"
+        ))
+        .execute(admin)
+        .await
+        .unwrap();
+    }
     let tags = events / PER_TAG;
     // Event g is in stream g % 100; entity tag g % tags, a multiple of 100 apart, stays in it.
     for first in (0..events).step_by(10_000) {
@@ -109,7 +111,7 @@ async fn main() {
     for analyzed in [false, true] {
         if analyzed {
             for (prefix, _) in [&small, &large] {
-                sqlx::query(&format!("ANALYZE {prefix}events"))
+                sqlx::query(&format!("ANALYZE {prefix}events, {prefix}event_tags"))
                     .execute(&admin)
                     .await
                     .unwrap();
@@ -139,7 +141,13 @@ async fn main() {
     }
     for (prefix, storage) in [small, large] {
         storage.close().await.unwrap();
-        for table in ["bookmarks", "lease_contenders", "leases", "events"] {
+        for table in [
+            "bookmarks",
+            "lease_contenders",
+            "leases",
+            "event_tags",
+            "events",
+        ] {
             sqlx::query(&format!("DROP TABLE IF EXISTS {prefix}{table} CASCADE"))
                 .execute(&admin)
                 .await

@@ -5,6 +5,10 @@
 -- Events are only ever added: no UPDATE, no DELETE.
 GRANT SELECT, INSERT ON __prefix__events TO __app_role__;
 GRANT USAGE ON SEQUENCE __prefix__events_position_seq TO __app_role__;
+-- The tag index is read; the trigger of an insert writes it with its owner's privileges.
+GRANT SELECT ON __prefix__event_tags TO __app_role__;
+-- Reads run their pages through this function, with the caller's privileges.
+GRANT EXECUTE ON FUNCTION __prefix__read_page(text, text[]) TO __app_role__;
 
 -- Bookmarks are placed (insert or update) and removed.
 GRANT SELECT, INSERT, UPDATE, DELETE ON __prefix__bookmarks TO __app_role__;

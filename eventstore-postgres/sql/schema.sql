@@ -14,8 +14,8 @@ DECLARE
         pg_catalog.obj_description(pg_catalog.to_regclass('__prefix__events'), 'pg_class')
         FROM 'eventstore-postgres schema_version=([0-9]{1,9})')::integer;
 BEGIN
-    IF v_recorded > 1 THEN
-        RAISE EXCEPTION 'the tables of prefix __prefix__ record schema version %, newer than this script''s version 1: apply the DDL of that version instead', v_recorded
+    IF v_recorded > 2 THEN
+        RAISE EXCEPTION 'the tables of prefix __prefix__ record schema version %, newer than this script''s version 2: apply the DDL of that version instead', v_recorded
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
 END
@@ -60,17 +60,89 @@ CREATE INDEX IF NOT EXISTS __prefix__events_context_idx
     ON __prefix__events (stream_context, tx, position, stream_purpose);
 CREATE INDEX IF NOT EXISTS __prefix__events_type_idx
     ON __prefix__events (event_type, tx, position);
--- A GIN index gathers new entries in a pending list and merges them into its tree in batches,
--- and every search reads the whole list. Near the default limit of 4 MB, looking up a tag few
--- events carry (a DCB condition on a new entity) took 16 ms, against 0.05 ms once merged. At
--- 128 kB a search reads little, and appends cost what they did. Set apart as well, for indexes
--- created before.
-CREATE INDEX IF NOT EXISTS __prefix__events_tags_idx
-    ON __prefix__events USING gin (tags) WITH (gin_pending_list_limit = 128);
-ALTER INDEX __prefix__events_tags_idx SET (gin_pending_list_limit = 128);
+-- Version 1 found tags through a GIN index on tags (__prefix__events_tags_idx), which knows
+-- which events carry a tag but not in which order: every page of a tag read gathered and
+-- sorted all of the tag's events in the stream. The tag index below replaces it. A store of
+-- version 1 keeps it, since instances of version 1 still look for it during a rolling
+-- upgrade; drop it once none runs any more, and appends no longer pay for it.
 CREATE UNIQUE INDEX IF NOT EXISTS __prefix__events_idempotency_idx
     ON __prefix__events (stream_context, stream_purpose, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+
+-- Each tag of each event, in the order reads want: a tag's events in a context (and, with the
+-- purpose checked on the index entry, in a stream) by the primary key, in every stream by
+-- the second index, each walked in (tx, position) order and stopped after a page. Rows are
+-- written by the trigger below, for every insert into the events table, whoever makes it.
+-- Stores of version 1 are filled from their events when the table is created.
+CREATE TABLE IF NOT EXISTS __prefix__event_tags (
+    tag            text COLLATE "C" NOT NULL,
+    stream_context text COLLATE "C" NOT NULL,
+    tx             xid8   NOT NULL,
+    position       bigint NOT NULL,
+    stream_purpose text COLLATE "C" NOT NULL,
+    CONSTRAINT __prefix__event_tags_pkey
+        PRIMARY KEY (tag, stream_context, tx, position, stream_purpose)
+);
+CREATE INDEX IF NOT EXISTS __prefix__event_tags_order_idx
+    ON __prefix__event_tags (tag, tx, position);
+
+-- One statement per insert, however many events it adds: the transition table holds them.
+-- It runs with its owner's privileges, so that a role that may insert events need not be
+-- granted the tag index: an application of version 1 keeps appending to a store upgraded
+-- under it with the grants it had. Its search_path is pinned (below), as every function's.
+CREATE OR REPLACE FUNCTION __prefix__index_event_tags()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $$
+BEGIN
+    INSERT INTO __prefix__event_tags (tag, stream_context, tx, position, stream_purpose)
+    SELECT tag, added.stream_context, added.tx, added.position, added.stream_purpose
+      FROM added_events AS added CROSS JOIN LATERAL pg_catalog.unnest(added.tags) AS tag;
+    RETURN NULL;
+END
+$$;
+
+DO $tag_index$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger
+                    WHERE tgrelid = '__prefix__events'::regclass
+                      AND tgname = '__prefix__events_tags_trigger') THEN
+        -- The events stored without the trigger: a store of version 1 upgrading, or one
+        -- whose trigger was dropped (those already indexed are kept). The lock keeps appends
+        -- out until the trigger is in place, so that none is missed.
+        LOCK TABLE __prefix__events IN SHARE ROW EXCLUSIVE MODE;
+        INSERT INTO __prefix__event_tags (tag, stream_context, tx, position, stream_purpose)
+        SELECT tag, e.stream_context, e.tx, e.position, e.stream_purpose
+          FROM __prefix__events AS e CROSS JOIN LATERAL pg_catalog.unnest(e.tags) AS tag
+            ON CONFLICT DO NOTHING;
+        -- The function named with its schema: a schema of temporary objects, where the schema
+        -- check reads a scratch copy of this script, is never searched for functions.
+        EXECUTE pg_catalog.format(
+            'CREATE TRIGGER __prefix__events_tags_trigger AFTER INSERT ON __prefix__events '
+            'REFERENCING NEW TABLE AS added_events FOR EACH STATEMENT '
+            'EXECUTE FUNCTION %I.__prefix__index_event_tags()', pg_catalog.current_schema());
+    END IF;
+END
+$tag_index$;
+
+-- Runs the statement of one page of a read, which the storage writes with its values as the
+-- elements of p_arguments ($1 in the statement): planned for those values, with sorts and
+-- bitmap scans ruled out. Every read shape has an index that yields its events in order, and
+-- a page stops after what it returns; but where a table has no statistics yet, or stale ones
+-- (a store read right after its writes), the planner guesses that a context, a type or a
+-- tag holds a few hundred events, gathers all of them in a bitmap and sorts them: every
+-- page of a read then costs the whole context or tag. It runs with the caller's privileges.
+CREATE OR REPLACE FUNCTION __prefix__read_page(p_statement text, p_arguments text[])
+RETURNS SETOF __prefix__events
+LANGUAGE plpgsql
+SET enable_sort = off
+SET enable_bitmapscan = off
+AS $$
+BEGIN
+    RETURN QUERY EXECUTE p_statement USING p_arguments;
+END
+$$;
 
 -- Where each reader got to. The foreign key keeps a bookmark from naming an unknown event.
 CREATE TABLE IF NOT EXISTS __prefix__bookmarks (
@@ -1004,6 +1076,8 @@ DECLARE
 BEGIN
     FOREACH v_function IN ARRAY ARRAY[
         '__prefix__token_base()',
+        '__prefix__index_event_tags()',
+        '__prefix__read_page(text, text[])',
         '__prefix__request_lease(text, text, bigint, interval, text)',
         '__prefix__request_leases(text[], text[], bigint[], interval[], text)',
         '__prefix__request_plain_leases(text[], text[], bigint[], interval[], text)',
@@ -1019,4 +1093,4 @@ END
 $pin$;
 
 -- The schema version these objects are (see the start of the script).
-COMMENT ON TABLE __prefix__events IS 'eventstore-postgres schema_version=1 oldest_compatible=1';
+COMMENT ON TABLE __prefix__events IS 'eventstore-postgres schema_version=2 oldest_compatible=1';

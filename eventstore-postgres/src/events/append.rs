@@ -23,6 +23,7 @@ use super::filter_sql::{
 use super::rows::{concrete, decode_event, decode_reference, EVENT_COLUMNS};
 use super::tags_column;
 use super::visibility;
+use super::walks::{self, Walk};
 use crate::leases::fencing;
 use crate::notifications::append_notification;
 use crate::shared::Shared;
@@ -293,10 +294,13 @@ fn checks_matches(criteria: &AppendCriteria) -> bool {
 /// because it guesses that a tag it has no statistics for is carried by one event in 200;
 /// but a tag nobody carries yet (every new entity's) or an entity untouched since long before
 /// the expected event made that walk read the whole stream, or all of it since that event.
-/// So the matches are found first, by the plan that reads fewest rows for all of them (the
-/// tags index for a rare tag, the stream's index from the expected event when few came
-/// after), and only then the first of them is picked, with the conditions written plainly
-/// so that the planner can weigh them.
+/// A filter whose every item names tags walks the tag index instead (see [`walks`]): the
+/// first match after the expected event is the first entry of a tag's walk within the
+/// stream, and a tag nobody carries has none. For types, and for more items than one
+/// statement merges (whose candidates the tag index then gathers), the matches are found first,
+/// by the plan that reads fewest rows for all of them (the type's index, the stream's index
+/// from the expected event when few came after), and only then the first of them is
+/// picked, with the conditions written plainly so that the planner can weigh them.
 ///
 /// That weighing needs the values: a statement kept on the connection may, after five runs,
 /// be planned once for every value, after the plans its first runs got. Six checks of
@@ -322,12 +326,32 @@ fn first_conflict<'a>(
         query.push(" LIMIT 1");
         return query;
     }
+    let tagged = condition
+        .filter
+        .items
+        .iter()
+        .all(|item| !item.tags.is_empty());
+    if tagged && walks::walks(&condition.filter) {
+        let walk = Walk {
+            stream,
+            after: expected_last,
+            before: None,
+            below_barrier: false,
+            direction: Direction::Forward,
+            rows: 1,
+        };
+        let mut query = QueryBuilder::new(format!("SELECT {columns} FROM ("));
+        walks::push_walks(&mut query, shared, &condition.filter, walk);
+        query.push(") AS events");
+        return query;
+    }
     // `OFFSET 0` keeps the matches a query of their own, planned to return them all.
     let mut query = QueryBuilder::new(format!(
         "SELECT {columns} FROM (SELECT position, tx, id FROM {events} WHERE true"
     ));
     push_stream_plainly(&mut query, stream, expected_last);
     push_filter(&mut query, &condition.filter);
+    walks::push_gathered_candidates(&mut query, shared, &condition.filter, stream);
     query.push(" OFFSET 0) AS matching ORDER BY tx, position LIMIT 1");
     query
 }

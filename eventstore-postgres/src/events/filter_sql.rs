@@ -1,9 +1,8 @@
 //! DCB filters, streams and positions as SQL conditions with bound parameters.
 
-use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, FilterItem};
-use sqlx::{Postgres, QueryBuilder};
-
+use super::sql_writer::SqlWriter;
 use super::tags_column;
+use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, FilterItem};
 
 /// Only events whose transaction is below the oldest one still running: every event a reader
 /// could later see below this line has committed, so moving a bookmark past what a read
@@ -28,7 +27,7 @@ pub(crate) const VISIBILITY_BARRIER: &str = "tx < pg_snapshot_xmin(pg_current_sn
 /// those made for the values, then may walk the whole log in order and filter out every
 /// event of every other stream (a read of 50 events among 20,000 fetched all 20,000).
 pub(crate) fn push_stream_between(
-    query: &mut QueryBuilder<'_, Postgres>,
+    query: &mut impl SqlWriter,
     stream: &EventStreamId,
     after: Option<&EventReference>,
     before: Option<&EventReference>,
@@ -55,14 +54,12 @@ pub(crate) fn push_stream_between(
 /// estimates from the columns' statistics: for a statement that should read rows by
 /// whichever index finds fewest, not walk a stream in order (see [`push_stream_between`]).
 pub(crate) fn push_stream_plainly(
-    query: &mut QueryBuilder<'_, Postgres>,
+    query: &mut impl SqlWriter,
     stream: &EventStreamId,
     after: Option<&EventReference>,
 ) {
     if let Some(context) = &stream.context {
-        query
-            .push(" AND stream_context = ")
-            .push_bind(context.clone());
+        query.sql(" AND stream_context = ").text(context.clone());
     }
     push_purpose(query, stream);
     if let Some(after) = after {
@@ -72,22 +69,18 @@ pub(crate) fn push_stream_plainly(
 
 /// Appends the `ORDER BY` that returns the events of `stream` in `direction`: the order of
 /// the index [`push_stream_between`] confines the read to.
-pub(crate) fn push_order(
-    query: &mut QueryBuilder<'_, Postgres>,
-    stream: &EventStreamId,
-    direction: Direction,
-) {
+pub(crate) fn push_order(query: &mut impl SqlWriter, stream: &EventStreamId, direction: Direction) {
     let columns: &[&str] = match stream.context {
         Some(_) => &["stream_context", "tx", "position"],
         None => &["tx", "position"],
     };
     let descending = descending(direction);
-    query.push(" ORDER BY ");
+    query.sql(" ORDER BY ");
     for (index, column) in columns.iter().enumerate() {
         if index > 0 {
-            query.push(", ");
+            query.sql(", ");
         }
-        query.push(column).push(descending);
+        query.sql(column).sql(descending);
     }
 }
 
@@ -103,7 +96,7 @@ pub(crate) fn descending(direction: Direction) -> &'static str {
 /// which: past `bound` within the context when given (the context's edge on the other side
 /// keeps the range inside it), else the context's own edge.
 fn push_context_bound(
-    query: &mut QueryBuilder<'_, Postgres>,
+    query: &mut impl SqlWriter,
     context: &str,
     comparison: &str,
     bound: Option<&EventReference>,
@@ -111,89 +104,77 @@ fn push_context_bound(
     match bound {
         Some(bound) => {
             query
-                .push(format_args!(
+                .sql(format_args!(
                     " AND (stream_context, tx, position) {comparison} ("
                 ))
-                .push_bind(context.to_owned())
-                .push(", ");
-            push_reference(query, bound);
-            query.push(")");
+                .text(context.to_owned())
+                .sql(", ")
+                .reference(bound)
+                .sql(")");
         }
         None => {
             query
-                .push(format_args!(" AND stream_context {comparison}= "))
-                .push_bind(context.to_owned());
+                .sql(format_args!(" AND stream_context {comparison}= "))
+                .text(context.to_owned());
         }
     }
 }
 
 /// Appends ` AND stream_purpose = <purpose>` when `stream` names one.
-fn push_purpose(query: &mut QueryBuilder<'_, Postgres>, stream: &EventStreamId) {
+fn push_purpose(query: &mut impl SqlWriter, stream: &EventStreamId) {
     if let Some(purpose) = &stream.purpose {
-        query
-            .push(" AND stream_purpose = ")
-            .push_bind(purpose.clone());
+        query.sql(" AND stream_purpose = ").text(purpose.clone());
     }
 }
 
 /// Appends ` AND (tx, position) <comparison> (<bound>)`.
-fn push_bound(query: &mut QueryBuilder<'_, Postgres>, comparison: &str, bound: &EventReference) {
-    query.push(format_args!(" AND (tx, position) {comparison} ("));
-    push_reference(query, bound);
-    query.push(")");
+fn push_bound(query: &mut impl SqlWriter, comparison: &str, bound: &EventReference) {
+    query
+        .sql(format_args!(" AND (tx, position) {comparison} ("))
+        .reference(bound)
+        .sql(")");
 }
 
 /// Appends ` AND (<item> OR <item> ...)`, and the filter's inclusive upper bound if any.
-pub(crate) fn push_filter(query: &mut QueryBuilder<'_, Postgres>, filter: &EventFilter) {
+pub(crate) fn push_filter(query: &mut impl SqlWriter, filter: &EventFilter) {
     if filter.is_match_all() {
         // Matches every type and tag set: leave the indexes free to serve the order.
     } else if filter.items.is_empty() {
-        query.push(" AND false");
+        query.sql(" AND false");
     } else {
-        query.push(" AND (");
+        query.sql(" AND (");
         for (index, item) in filter.items.iter().enumerate() {
             if index > 0 {
-                query.push(" OR ");
+                query.sql(" OR ");
             }
             push_item(query, item);
         }
-        query.push(")");
+        query.sql(")");
     }
     if let Some(until) = &filter.until {
         push_bound(query, "<=", until);
     }
 }
 
-fn push_item(query: &mut QueryBuilder<'_, Postgres>, item: &FilterItem) {
-    query.push("(true");
+fn push_item(query: &mut impl SqlWriter, item: &FilterItem) {
+    query.sql("(true");
     if let Some(types) = &item.types {
         let types: Vec<String> = types.iter().map(|t| t.0.clone()).collect();
-        query
-            .push(" AND event_type = ANY(")
-            .push_bind(types)
-            .push(")");
+        query.sql(" AND event_type = ANY(").texts(types).sql(")");
     }
     if !item.tags.is_empty() {
         query
-            .push(" AND tags @> ")
-            .push_bind(tags_column::to_texts(&item.tags))
-            .push("::text[]");
+            .sql(" AND tags @> ")
+            .texts(tags_column::to_texts(&item.tags));
     }
-    query.push(")");
-}
-
-/// Binds a reference as `(xid8, bigint)`, comparable with `(tx, position)`.
-fn push_reference(query: &mut QueryBuilder<'_, Postgres>, reference: &EventReference) {
-    query
-        .push_bind(reference.tx.to_string())
-        .push("::xid8, ")
-        .push_bind(i64::try_from(reference.position).unwrap_or(i64::MAX));
+    query.sql(")");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use eventstore_api::Tags;
+    use sqlx::{Postgres, QueryBuilder};
 
     fn sql_of(filter: &EventFilter) -> String {
         let mut query = QueryBuilder::<Postgres>::new("WHERE true");
@@ -279,8 +260,8 @@ mod tests {
             .or(EventFilter::for_types(["B"]));
         assert_eq!(
             sql_of(&filter),
-            "WHERE true AND ((true AND event_type = ANY($1) AND tags @> $2::text[]) OR \
-             (true AND event_type = ANY($3)))"
+            "WHERE true AND ((true AND event_type = ANY($1::text[]) AND tags @> $2::text[]) OR \
+             (true AND event_type = ANY($3::text[])))"
         );
     }
 }

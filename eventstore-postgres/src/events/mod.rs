@@ -9,8 +9,10 @@ pub(crate) mod own_appends;
 mod pages;
 mod read;
 mod rows;
+mod sql_writer;
 mod tags_column;
 mod visibility;
+mod walks;
 
 pub(crate) use append::append;
 pub(crate) use read::{explain_query, get_by_id, head, query, query_stream, Pages};

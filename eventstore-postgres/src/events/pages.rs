@@ -11,14 +11,14 @@
 
 use eventstore_api::{Direction, EventFilter, EventReference, EventStreamId, Limit};
 use futures_util::TryStreamExt;
-use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Postgres, QueryBuilder};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::{PgConnection, Postgres};
 
-use super::filter_sql::{
-    descending, push_filter, push_order, push_stream_between, VISIBILITY_BARRIER,
-};
+use super::filter_sql::{push_filter, push_order, push_stream_between, VISIBILITY_BARRIER};
 use super::rows::{decode_reference, read_columns, ReadEvent};
+use super::sql_writer::{PageSql, SqlWriter};
 use super::tags_column::RepeatedTags;
+use super::walks::{self, Walk};
 use crate::shared::Shared;
 
 /// The events one statement of a streamed read asks for, and the first page of any read:
@@ -29,10 +29,6 @@ pub(crate) const PAGE_ROWS: u64 = 1_000;
 /// index for every read shape (at 4,000, a type and a tag in a stream is planned as a sort),
 /// while halving the statements of a long read (which reads about 7% faster for it).
 pub(crate) const LARGEST_PAGE_ROWS: u64 = 2_000;
-
-/// Reads of tags asking for fewer events than this are planned as a page of [`PAGE_ROWS`]
-/// (see [`Pages::statement`]); a projector's batch, a few hundred, is asked for as it is.
-const FEW_ROWS: u64 = 100;
 
 /// Where a read stands: its bounds, what is left of its limit, and whether it is over.
 #[derive(Debug, Clone)]
@@ -93,77 +89,56 @@ impl Pages {
         }
     }
 
-    /// Whether the page statements may be prepared once and kept on the connection.
-    ///
-    /// Not when the filter names tags. After five runs of a kept statement PostgreSQL may
-    /// switch to one generic plan for every value, and for `tags @> $n` that plan guesses a
-    /// rare tag: the GIN index and a sort of every event carrying it, for every page. A read of
-    /// 20,000 events sharing one tag took 40 ms on the plan made for its values and 90 ms on
-    /// the generic one. An unnamed statement is planned for its values each time, at one more
-    /// round trip per page.
-    fn persistent(&self, shared: &Shared) -> bool {
-        shared.settings.prepared_statements && !self.names_tags()
-    }
-
-    /// Whether any item of the filter names tags.
-    fn names_tags(&self) -> bool {
-        self.filter.items.iter().any(|item| !item.tags.is_empty())
-    }
-
     /// Whether every page has been read.
     pub(crate) fn is_done(&self) -> bool {
         self.done
     }
 
-    /// The statement of the next page, prefixed with `head` (e.g. an `EXPLAIN`), and how
-    /// many rows it asks for.
-    pub(crate) fn statement(
-        &self,
-        shared: &Shared,
-        head: &str,
-    ) -> (QueryBuilder<'_, Postgres>, u64) {
+    /// The statement of the next page: rows of the events table, every column.
+    pub(crate) fn statement(&self, shared: &Shared) -> PageStatement {
         let rows = self
             .remaining
             .map_or(self.page_rows, |n| n.min(self.page_rows));
-        let select = format!(
-            "SELECT {columns} FROM {events} WHERE {VISIBILITY_BARRIER}",
-            columns = read_columns(&self.stream),
+        let mut sql = PageSql::default();
+        if walks::walks(&self.filter) {
+            let walk = Walk {
+                stream: &self.stream,
+                after: self.after.as_ref(),
+                before: self.before.as_ref(),
+                below_barrier: true,
+                direction: self.direction,
+                rows,
+            };
+            walks::push_walks(&mut sql, shared, &self.filter, walk);
+            return PageStatement {
+                sql,
+                rows,
+                gathered: false,
+            };
+        }
+        sql.sql(format_args!(
+            "SELECT * FROM {events} WHERE {VISIBILITY_BARRIER}",
             events = shared.prefix.name("events")
-        );
-        // A few events of a filter of tags are planned as a page of them: asked for only a
-        // few, the planner walks the stream in order, counting on matches soon, and for a tag
-        // few events carry it then reads the whole stream (see `first_conflict` in `append`).
-        // Asked for a few hundred, it counts on matches too rarely to walk for a rare tag.
-        // Types need no such page: the planner knows how often each is stored. The page would
-        // cost a projector's batch of 500 eight times the server's work (1,000 rows read and
-        // sorted to return 500).
-        let few = rows < FEW_ROWS && self.names_tags();
-        let mut query = QueryBuilder::<Postgres>::new(if few {
-            format!("{head}WITH page AS MATERIALIZED ({select}")
-        } else {
-            format!("{head}{select}")
-        });
+        ));
         push_stream_between(
-            &mut query,
+            &mut sql,
             &self.stream,
             self.after.as_ref(),
             self.before.as_ref(),
         );
-        push_filter(&mut query, &self.filter);
-        push_order(&mut query, &self.stream, self.direction);
-        if few {
-            // The transaction id's binary form sorts as the id does: 8 bytes, most
-            // significant first.
-            let descending = descending(self.direction);
-            query.push(format_args!(
-                " LIMIT {PAGE_ROWS}) SELECT * FROM page \
-                 ORDER BY tx_bytes{descending}, position{descending}"
-            ));
+        push_filter(&mut sql, &self.filter);
+        // Too many walks to merge: the matches are gathered and sorted.
+        let gathered = !self.filter.is_match_all();
+        if gathered {
+            walks::push_gathered_candidates(&mut sql, shared, &self.filter, &self.stream);
         }
-        // A literal, not a parameter: a generic plan would have to guess a parameter's value,
-        // and could guess a sort.
-        query.push(format_args!(" LIMIT {rows}"));
-        (query, rows)
+        push_order(&mut sql, &self.stream, self.direction);
+        sql.sql(format_args!(" LIMIT {rows}"));
+        PageStatement {
+            sql,
+            rows,
+            gathered,
+        }
     }
 
     /// Reads the next page on `connection`, each row decoded as it arrives and dropped at
@@ -179,19 +154,17 @@ impl Pages {
             return Ok(Vec::new());
         }
         let failing = shared.settings.failing(operation);
-        let (mut query, rows) = self.statement(shared, "");
+        let statement = self.statement(shared);
+        let rows = statement.rows;
+        let sql = statement.reading(shared, &self.stream);
         let mut page = Vec::with_capacity(usize::try_from(rows).unwrap_or(0));
         {
-            let mut fetched = query
-                .build()
-                .persistent(self.persistent(shared))
-                .fetch(connection);
+            let mut fetched = statement.bind(&sql, shared).fetch(connection);
             let mut tags = RepeatedTags::default();
             while let Some(row) = fetched.try_next().await.map_err(|e| failing.map(e))? {
                 page.push(E::decode(&row, &self.stream, &mut tags).map_err(|e| failing.map(e))?);
             }
         }
-        drop(query);
         self.advance(page.len(), page.last().map(E::reference), rows);
         Ok(page)
     }
@@ -209,14 +182,14 @@ impl Pages {
             return Ok(Vec::new());
         }
         let failing = shared.settings.failing(operation);
-        let (mut query, rows) = self.statement(shared, "");
-        let page = query
-            .build()
-            .persistent(self.persistent(shared))
+        let statement = self.statement(shared);
+        let rows = statement.rows;
+        let sql = statement.reading(shared, &self.stream);
+        let page = statement
+            .bind(&sql, shared)
             .fetch_all(connection)
             .await
             .map_err(|e| failing.map(e))?;
-        drop(query);
         let last = page
             .last()
             .map(decode_reference)
@@ -245,6 +218,57 @@ impl Pages {
                 Direction::Forward => self.after = Some(last),
                 Direction::Backward => self.before = Some(last),
             }
+        }
+    }
+}
+
+/// The statement of a page, and how it is run.
+#[derive(Debug)]
+pub(crate) struct PageStatement {
+    /// Rows of the events table, every column.
+    pub(crate) sql: PageSql,
+    /// The most rows it returns.
+    pub(crate) rows: u64,
+    /// Whether it gathers and sorts its matches (a filter of more walks than one statement
+    /// merges): planned by the server as it sees fit, not by the page function, which rules
+    /// sorts out.
+    pub(crate) gathered: bool,
+}
+
+impl PageStatement {
+    /// The statement that reads the page, selecting the [`read_columns`] of `stream`.
+    ///
+    /// Through the page function but for a gathered page: the function's statement (`$1`)
+    /// and values (`$2`). Its text is then the same for every page of every read of such a
+    /// stream, so it is prepared once per connection, while the function plans each page
+    /// for its values.
+    pub(crate) fn reading(&self, shared: &Shared, stream: &EventStreamId) -> String {
+        let columns = read_columns(stream);
+        if self.gathered {
+            format!("SELECT {columns} FROM ({}) AS events", self.sql.text)
+        } else {
+            format!(
+                "SELECT {columns} FROM {read_page}($1, $2)",
+                read_page = shared.prefix.name("read_page")
+            )
+        }
+    }
+
+    /// `reading` (from [`Self::reading`]) with its values bound.
+    fn bind<'q>(
+        &self,
+        reading: &'q str,
+        shared: &Shared,
+    ) -> sqlx::query::Query<'q, Postgres, PgArguments> {
+        let query = sqlx::query(reading);
+        if self.gathered {
+            // Planned for its values each time: its text differs from read to read.
+            query.bind(self.sql.arguments.clone()).persistent(false)
+        } else {
+            query
+                .bind(self.sql.text.clone())
+                .bind(self.sql.arguments.clone())
+                .persistent(shared.settings.prepared_statements)
         }
     }
 }

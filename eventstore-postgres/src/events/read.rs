@@ -118,7 +118,9 @@ async fn read_page<E: ReadEvent>(
 }
 
 /// The plan of a full page of the largest size [`query`] asks for, with these arguments,
-/// as `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` reports it.
+/// as `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` reports it: the page's statement planned as
+/// the page function plans it, with the function's settings, in a transaction that is
+/// rolled back.
 pub(crate) async fn explain_query(
     shared: &Shared,
     filter: &EventFilter,
@@ -131,13 +133,35 @@ pub(crate) async fn explain_query(
     let operation = "explain a query";
     let failing = shared.settings.failing(operation);
     let mut connection = shared.connection_for(operation).await?;
-    let (mut statement, _) = pages.statement(shared, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ");
-    let plan: serde_json::Value = statement
-        .build_query_scalar()
+    let page = pages.statement(shared);
+    let plan = async {
+        let mut transaction = sqlx::Connection::begin(&mut *connection).await?;
+        // A gathered page is planned as the server sees fit; the others with the page
+        // function's settings.
+        sqlx::query(
+            "SELECT pg_catalog.set_config(split_part(setting, '=', 1), \
+                                          substr(setting, strpos(setting, '=') + 1), true) \
+             FROM pg_catalog.pg_proc, unnest(proconfig) AS setting \
+             WHERE oid = pg_catalog.to_regprocedure($1) AND NOT $2",
+        )
+        .bind(format!("{}(text, text[])", shared.prefix.name("read_page")))
+        .bind(page.gathered)
         .persistent(false)
-        .fetch_one(&mut *connection)
-        .await
-        .map_err(|e| failing.map(e))?;
+        .execute(&mut *transaction)
+        .await?;
+        let plan: serde_json::Value = sqlx::query_scalar(&format!(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}",
+            page.sql.text
+        ))
+        .bind(page.sql.arguments)
+        .persistent(false)
+        .fetch_one(&mut *transaction)
+        .await?;
+        transaction.rollback().await?;
+        Ok::<_, sqlx::Error>(plan)
+    }
+    .await
+    .map_err(|e| failing.map(e))?;
     shared.end(operation, connection).await?;
     Ok(plan)
 }

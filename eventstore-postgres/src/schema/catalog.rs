@@ -22,6 +22,7 @@ pub(crate) enum Kind {
     Constraint,
     Index,
     Function,
+    Trigger,
 }
 
 impl Kind {
@@ -32,6 +33,7 @@ impl Kind {
             Kind::Constraint => "constraint",
             Kind::Index => "index",
             Kind::Function => "function",
+            Kind::Trigger => "trigger",
         }
     }
 }
@@ -375,6 +377,33 @@ async fn read_in(
         ],
     }));
 
+    // Triggers a table keeps for itself (a foreign key's) are the constraint's business.
+    let triggers: Vec<(String, String, String)> = rows_in(
+        connection,
+        "SELECT t.tgname::text, c.relname::text, pg_catalog.pg_get_triggerdef(t.oid) \
+         FROM pg_catalog.pg_trigger AS t \
+         JOIN pg_catalog.pg_class AS c ON c.oid = t.tgrelid \
+         WHERE c.relnamespace = $1 AND left(c.relname, length($2)) = $2 \
+           AND NOT t.tgisinternal \
+         ORDER BY c.oid, t.oid",
+        schema,
+        prefix,
+        persistent,
+    )
+    .await?;
+    objects.extend(
+        triggers
+            .into_iter()
+            .map(|(name, table, definition)| Object {
+                kind: Kind::Trigger,
+                name,
+                facets: vec![
+                    facet("table", table, false),
+                    facet("definition", without_schema(&definition), true),
+                ],
+            }),
+    );
+
     objects.sort_by_key(|object| object.kind);
     Ok(Catalog { objects })
 }
@@ -413,6 +442,16 @@ where
         .persistent(persistent)
         .fetch_all(connection)
         .await
+}
+
+/// A trigger's definition without the schemas it names (`ON public.p_events`), which differ
+/// between a store and the scratch copy read beside it.
+fn without_schema(definition: &str) -> String {
+    definition
+        .split(' ')
+        .map(|word| word.rsplit_once('.').map_or(word, |(_, name)| name))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn facet(name: &'static str, value: String, exact_only: bool) -> Facet {

@@ -61,7 +61,9 @@ fn is_accepted_variant(expected: &Object, facet: &Facet, value: &str) -> bool {
 
 fn missing(expected: &Object) -> String {
     match (expected.kind, expected.facet("table")) {
-        (Kind::Index | Kind::Constraint, Some(table)) => format!("is missing on table {table}"),
+        (Kind::Index | Kind::Constraint | Kind::Trigger, Some(table)) => {
+            format!("is missing on table {table}")
+        }
         _ => "is missing".to_owned(),
     }
 }
@@ -76,6 +78,10 @@ fn describe(kind: Kind, facet: &Facet, actual: &str) -> String {
         ),
         (_, "table") => format!("is on table {actual}, expected {expected}"),
         (Kind::Index, "definition") => format!(
+            "is {actual}, expected {expected}; the shipped DDL creates it as expected once it \
+             is dropped"
+        ),
+        (Kind::Trigger, "definition") => format!(
             "is {actual}, expected {expected}; the shipped DDL creates it as expected once it \
              is dropped"
         ),

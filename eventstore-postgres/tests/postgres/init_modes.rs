@@ -90,7 +90,7 @@ async fn validate_names_each_kind_of_drift() {
     let Some(pool) = common::try_pool().await else {
         return;
     };
-    let drifts: [(&str, &str, &str); 13] = [
+    let drifts: [(&str, &str, &str); 14] = [
         (
             "ALTER TABLE {p}events ALTER COLUMN tx SET DEFAULT '1'::xid8",
             "column {p}events.tx",
@@ -113,14 +113,22 @@ async fn validate_names_each_kind_of_drift() {
             "differs from the shipped definition",
         ),
         (
-            "DROP INDEX {p}events_tags_idx",
-            "index {p}events_tags_idx",
+            "DROP INDEX {p}event_tags_order_idx",
+            "index {p}event_tags_order_idx",
             "missing",
         ),
         (
-            "ALTER INDEX {p}events_tags_idx RESET (gin_pending_list_limit)",
-            "index {p}events_tags_idx",
-            "has options [], expected [gin_pending_list_limit=128]",
+            "DROP TRIGGER {p}events_tags_trigger ON {p}events",
+            "trigger {p}events_tags_trigger",
+            "is missing on table {p}events",
+        ),
+        (
+            "DROP TRIGGER {p}events_tags_trigger ON {p}events; \
+             CREATE TRIGGER {p}events_tags_trigger AFTER INSERT ON {p}events \
+             REFERENCING NEW TABLE AS added_events \
+             FOR EACH ROW EXECUTE FUNCTION {p}index_event_tags()",
+            "trigger {p}events_tags_trigger",
+            "FOR EACH ROW EXECUTE FUNCTION {p}index_event_tags(), expected",
         ),
         (
             "DROP INDEX {p}events_type_idx; \
@@ -179,7 +187,7 @@ async fn ensure_repairs_what_is_missing_but_not_what_differs() {
     };
     let prefix = common::unique_prefix();
     create_schema(&prefix).await;
-    pool.execute(format!("DROP INDEX {prefix}events_context_idx; ALTER INDEX {prefix}events_tags_idx RESET (gin_pending_list_limit); DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text); CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").as_str())
+    pool.execute(format!("DROP INDEX {prefix}events_context_idx; DROP TRIGGER {prefix}events_tags_trigger ON {prefix}events; DROP FUNCTION {prefix}request_leases(text[], text[], bigint[], interval[], text); CREATE OR REPLACE FUNCTION {prefix}release_lease(p_name text, p_owner text, p_lock_timeout text) RETURNS boolean LANGUAGE sql AS $$ SELECT false $$").as_str())
         .await
         .unwrap();
     open(&prefix, DatabaseInitMode::Ensure)
@@ -740,9 +748,7 @@ async fn ensure_repairing_the_schema_beside_a_fenced_append_does_not_deadlock() 
         .await
         .unwrap();
     admin
-        .execute(
-            format!("ALTER INDEX {prefix}events_tags_idx RESET (gin_pending_list_limit)").as_str(),
-        )
+        .execute(format!("DROP TRIGGER {prefix}events_tags_trigger ON {prefix}events").as_str())
         .await
         .unwrap();
 

@@ -2,17 +2,27 @@
 //! is named; so are a changed function body and a changed column default; and the schema of
 //! every version this crate has shipped upgrades to one `Validate` accepts.
 
-use eventstore::EventStorage;
+use eventstore::{
+    AppendCriteria, Direction, EventFilter, EventStorage, EventStreamId, EventToStore, Limit, Tags,
+};
 use eventstore_postgres::{schema_sql, DatabaseInitMode};
+use serde_json::json;
 use sqlx::{Executor, PgPool};
 
 use crate::common;
 use crate::schema_versions::{create_schema, open};
 
 /// The schema script of every version this crate has shipped, by version.
-const SHIPPED_SCHEMAS: &[(&str, &str)] = &[("0.1.0", include_str!("shipped_schemas/0.1.0.sql"))];
+const SHIPPED_SCHEMAS: &[(&str, &str)] = &[
+    ("0.1.0", include_str!("shipped_schemas/0.1.0.sql")),
+    ("0.2.0", include_str!("shipped_schemas/0.2.0.sql")),
+];
 
-/// Every column, constraint, index and function of `prefix`, each with the statement that
+/// Events written into a store of an earlier version before it is upgraded: two streams,
+/// each event with an entity tag (ten entities) and a tag every event carries.
+const EARLIER_EVENTS: i32 = 1_000;
+
+/// Every column, constraint, index, function and trigger of `prefix`, each with the statement that
 /// drops it and how `Validate` names it, read from the catalog: the list follows whatever
 /// the shipped DDL creates. An index that backs a constraint goes with its constraint.
 async fn droppable_objects(pool: &PgPool, prefix: &str) -> Vec<(String, String)> {
@@ -36,7 +46,11 @@ async fn droppable_objects(pool: &PgPool, prefix: &str) -> Vec<(String, String)>
          JOIN pg_class AS ic ON ic.oid = i.indexrelid \
          WHERE NOT EXISTS (SELECT 1 FROM pg_constraint AS con WHERE con.conindid = i.indexrelid) \
          UNION ALL \
-         SELECT format('DROP FUNCTION %s', p.oid::regprocedure), \
+         SELECT format('DROP TRIGGER %I ON %I', tg.tgname, t.relname), \
+                format('trigger %s', tg.tgname) \
+         FROM tables AS t JOIN pg_trigger AS tg ON tg.tgrelid = t.oid AND NOT tg.tgisinternal \
+         UNION ALL \
+         SELECT format('DROP FUNCTION %s CASCADE', p.oid::regprocedure), \
                 format('function %s(%s)', p.proname, \
                        coalesce((SELECT string_agg(format_type(a.t, NULL), ', ' ORDER BY a.n) \
                                  FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, n)), '')) \
@@ -61,7 +75,7 @@ async fn validate_names_every_object_of_a_fresh_prefix_once_it_is_dropped() {
     let objects = droppable_objects(&pool, &fresh).await;
     // Four tables' columns and keys, the indexes of reads and the lease functions at least:
     // a catalog query that found nothing would prove nothing.
-    for kind in ["column ", "constraint ", "index ", "function "] {
+    for kind in ["column ", "constraint ", "index ", "function ", "trigger "] {
         assert!(
             objects.iter().any(|(_, object)| object.starts_with(kind)),
             "no {kind}of {fresh} found in the catalog: {objects:?}"
@@ -136,6 +150,20 @@ async fn the_schema_of_every_shipped_version_upgrades_by_ensure_and_by_hand() {
                 .execute(script.replace("__prefix__", prefix).as_str())
                 .await
                 .unwrap_or_else(|e| panic!("apply the schema of {version}: {e}"));
+            transaction
+                .execute(
+                    format!(
+                        "INSERT INTO {prefix}events \
+                             (id, stream_context, stream_purpose, event_type, payload, tags) \
+                         SELECT gen_random_uuid(), 'orders', 'p' || (g % 2), 'Placed', \
+                                json_build_object('n', g), \
+                                ARRAY['order:o-' || (g % 10), 'shop:s1'] \
+                         FROM generate_series(1, {EARLIER_EVENTS}) AS g"
+                    )
+                    .as_str(),
+                )
+                .await
+                .unwrap();
             transaction.commit().await.unwrap();
         }
 
@@ -154,12 +182,53 @@ async fn the_schema_of_every_shipped_version_upgrades_by_ensure_and_by_hand() {
         transaction.commit().await.unwrap();
 
         for prefix in [&by_ensure, &by_hand] {
-            open(prefix, DatabaseInitMode::Validate)
+            let storage = open(prefix, DatabaseInitMode::Validate)
                 .await
-                .unwrap_or_else(|e| panic!("Validate after upgrading from {version}: {e}"))
-                .close()
+                .unwrap_or_else(|e| panic!("Validate after upgrading from {version}: {e}"));
+            // The events written before the upgrade are found by their tags, in order, and
+            // those written after it beside them.
+            let orders = EventStreamId::new("orders", "p1");
+            let o3 = EventFilter::for_tags(Tags::from_pairs([("order", "o-3")]));
+            storage
+                .append(
+                    AppendCriteria::none(),
+                    &orders,
+                    vec![EventToStore::new("Placed", json!({"n": "after"}))
+                        .with_tags(Tags::from_pairs([("order", "o-3")]))],
+                )
                 .await
                 .unwrap();
+            let found = storage
+                .query(&o3, &orders, None, Limit::none(), Direction::Forward)
+                .await
+                .unwrap();
+            let numbers: Vec<String> = found.iter().map(|e| e.payload["n"].to_string()).collect();
+            let mut expected: Vec<String> = (1..=EARLIER_EVENTS)
+                .filter(|g| g % 10 == 3 && g % 2 == 1)
+                .map(|g| g.to_string())
+                .collect();
+            expected.push("\"after\"".to_owned());
+            assert_eq!(
+                numbers, expected,
+                "order o-3 after upgrading from {version}"
+            );
+            let shop = EventFilter::for_tags(Tags::from_pairs([("shop", "s1")]));
+            let everywhere = storage
+                .query(
+                    &shop,
+                    &EventStreamId::any(),
+                    None,
+                    Limit::none(),
+                    Direction::Backward,
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                everywhere.len(),
+                EARLIER_EVENTS as usize,
+                "shop s1, {version}"
+            );
+            storage.close().await.unwrap();
         }
     }
 }

@@ -52,7 +52,7 @@ async fn token_base_source(pool: &PgPool, prefix: &str) -> Option<String> {
 
 async fn tags_index_options(pool: &PgPool, prefix: &str) -> Option<Vec<String>> {
     sqlx::query_scalar("SELECT reloptions::text[] FROM pg_class WHERE oid = to_regclass($1)")
-        .bind(format!("{prefix}events_tags_idx"))
+        .bind(format!("{prefix}event_tags_order_idx"))
         .fetch_one(pool)
         .await
         .unwrap()
@@ -68,7 +68,7 @@ async fn upgrade_by_a_newer_version(pool: &PgPool, prefix: &str, oldest_compatib
         format!(
             "CREATE OR REPLACE FUNCTION {prefix}token_base() RETURNS bigint LANGUAGE sql VOLATILE \
              AS $$ {body}$$; \
-             ALTER INDEX {prefix}events_tags_idx RESET (gin_pending_list_limit); \
+             ALTER INDEX {prefix}event_tags_order_idx SET (fillfactor = 80); \
              COMMENT ON TABLE {prefix}events IS \
              'eventstore-postgres schema_version={NEWER} oldest_compatible={oldest_compatible}'"
         )
@@ -149,7 +149,10 @@ async fn the_tables_of_a_newer_version_are_used_as_they_are() {
         Some(newer_body.as_str()),
         "the newer function was replaced"
     );
-    assert_eq!(tags_index_options(&pool, &prefix).await, None);
+    assert_eq!(
+        tags_index_options(&pool, &prefix).await,
+        Some(vec!["fillfactor=80".to_owned()])
+    );
     assert_eq!(version_comment(&pool, &prefix).await, newer_comment);
 
     // Applied by hand, the shipped DDL refuses to run over them, and changes nothing.
@@ -218,5 +221,8 @@ async fn the_tables_of_a_version_that_needs_a_newer_storage_are_refused_and_left
         token_base_source(&pool, &prefix).await.as_deref(),
         Some(newer_body.as_str())
     );
-    assert_eq!(tags_index_options(&pool, &prefix).await, None);
+    assert_eq!(
+        tags_index_options(&pool, &prefix).await,
+        Some(vec!["fillfactor=80".to_owned()])
+    );
 }

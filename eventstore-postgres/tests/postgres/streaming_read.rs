@@ -43,13 +43,14 @@ async fn take(events: &mut EventStream<'_>, count: usize, numbers: &mut Vec<Valu
     }
 }
 
-/// How many other sessions whose statement names `table` are in the state `condition` says.
-async fn sessions_on(admin: &PgPool, table: &str, condition: &str) -> i64 {
+/// How many other sessions whose statement names an object of `prefix` are in the state
+/// `condition` says.
+async fn sessions_on(admin: &PgPool, prefix: &str, condition: &str) -> i64 {
     sqlx::query_scalar(&format!(
         "SELECT count(*) FROM pg_stat_activity \
          WHERE {condition} AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()"
     ))
-    .bind(table)
+    .bind(prefix)
     .fetch_one(admin)
     .await
     .unwrap()
@@ -194,7 +195,8 @@ async fn a_stream_dropped_while_it_reads_a_page_holds_no_connection_and_no_trans
         "the third page's statement waiting for the lock",
         Duration::from_secs(10),
         || async {
-            let waiting = sessions_on(&admin, &events_table, "wait_event_type = 'Lock'").await;
+            // The page's statement names the page function, which waits for the table.
+            let waiting = sessions_on(&admin, &counted.prefix, "wait_event_type = 'Lock'").await;
             (waiting > 0).then_some(())
         },
     )
@@ -210,7 +212,7 @@ async fn a_stream_dropped_while_it_reads_a_page_holds_no_connection_and_no_trans
     counted
         .all_back("every connection of the storage back in its pool")
         .await;
-    let busy = sessions_on(&admin, &events_table, "state <> 'idle'").await;
+    let busy = sessions_on(&admin, &counted.prefix, "state <> 'idle'").await;
     assert_eq!(
         busy, 0,
         "no session of the storage is in a transaction or a statement"
