@@ -11,6 +11,6 @@ DROP TABLE IF EXISTS __prefix__bookmarks;
 DROP TABLE IF EXISTS __prefix__event_tags;
 DROP TABLE IF EXISTS __prefix__lease_contenders;
 DROP TABLE IF EXISTS __prefix__leases;
-DROP FUNCTION IF EXISTS __prefix__read_page(text, text[]);
 DROP TABLE IF EXISTS __prefix__events;
+DROP FUNCTION IF EXISTS __prefix__read_page(text, text[]);
 DROP FUNCTION IF EXISTS __prefix__index_event_tags();

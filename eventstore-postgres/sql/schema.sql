@@ -134,7 +134,9 @@ $tag_index$;
 -- tag holds a few hundred events, gathers all of them in a bitmap and sorts them: every
 -- page of a read then costs the whole context or tag. It runs with the caller's privileges.
 CREATE OR REPLACE FUNCTION __prefix__read_page(p_statement text, p_arguments text[])
-RETURNS SETOF __prefix__events
+RETURNS TABLE ("position" bigint, tx xid8, id uuid, stream_context text, stream_purpose text,
+               event_type text, payload json, tags text[], idempotency_key text,
+               stored_at timestamptz)
 LANGUAGE plpgsql
 SET enable_sort = off
 SET enable_bitmapscan = off

@@ -94,7 +94,7 @@ impl Pages {
         self.done
     }
 
-    /// The statement of the next page: rows of the events table, every column.
+    /// The statement of the next page: the [`walks::page_columns`] of its events.
     pub(crate) fn statement(&self, shared: &Shared) -> PageStatement {
         let rows = self
             .remaining
@@ -117,7 +117,8 @@ impl Pages {
             };
         }
         sql.sql(format_args!(
-            "SELECT * FROM {events} WHERE {VISIBILITY_BARRIER}",
+            "SELECT {columns} FROM {events} WHERE {VISIBILITY_BARRIER}",
+            columns = walks::page_columns(""),
             events = shared.prefix.name("events")
         ));
         push_stream_between(
@@ -225,7 +226,7 @@ impl Pages {
 /// The statement of a page, and how it is run.
 #[derive(Debug)]
 pub(crate) struct PageStatement {
-    /// Rows of the events table, every column.
+    /// The [`walks::page_columns`] of the page's events.
     pub(crate) sql: PageSql,
     /// The most rows it returns.
     pub(crate) rows: u64,
