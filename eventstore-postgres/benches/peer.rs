@@ -144,6 +144,18 @@ enum Side {
     Peer,
 }
 
+impl Side {
+    /// The stores in the order round `round` measures them: alternating which goes first,
+    /// so that neither always meets a warmer server.
+    fn order(round: usize) -> [Side; 2] {
+        if round.is_multiple_of(2) {
+            [Side::Ours, Side::Peer]
+        } else {
+            [Side::Peer, Side::Ours]
+        }
+    }
+}
+
 /// One round's figures for one store.
 #[derive(Debug, Default, Clone)]
 struct Round {
@@ -416,13 +428,7 @@ async fn main() {
     let mut ours = Vec::new();
     let mut peer = Vec::new();
     for round in 0..ROUNDS {
-        // Alternating which store goes first, so that neither always meets a warmer server.
-        let order = if round % 2 == 0 {
-            [Side::Ours, Side::Peer]
-        } else {
-            [Side::Peer, Side::Ours]
-        };
-        for side in order {
+        for side in Side::order(round) {
             let figures = stores
                 .round(side, round * 2 + usize::from(side == Side::Peer))
                 .await;
@@ -537,12 +543,7 @@ async fn fresh_tag_reads(url: &str, admin: &PgPool, tag: &str) {
     let filter = EventFilter::for_tags(Tags::from_pairs([("run", "t2")]));
     let mut times = [Vec::new(), Vec::new()];
     for round in 0..ROUNDS {
-        let order = if round % 2 == 0 {
-            [Side::Ours, Side::Peer]
-        } else {
-            [Side::Peer, Side::Ours]
-        };
-        for side in order {
+        for side in Side::order(round) {
             let start = Instant::now();
             let read = match side {
                 Side::Ours => ours
