@@ -255,20 +255,20 @@ impl PageStatement {
         }
     }
 
-    /// `reading` (from [`Self::reading`]) with its values bound.
+    /// `reading` (from [`Self::reading`]) with its values bound, which move into it.
     fn bind<'q>(
-        &self,
+        self,
         reading: &'q str,
         shared: &Shared,
     ) -> sqlx::query::Query<'q, Postgres, PgArguments> {
         let query = sqlx::query(reading);
         if self.gathered {
             // Planned for its values each time: its text differs from read to read.
-            query.bind(self.sql.arguments.clone()).persistent(false)
+            query.bind(self.sql.arguments).persistent(false)
         } else {
             query
-                .bind(self.sql.text.clone())
-                .bind(self.sql.arguments.clone())
+                .bind(self.sql.text)
+                .bind(self.sql.arguments)
                 .persistent(shared.settings.prepared_statements)
         }
     }

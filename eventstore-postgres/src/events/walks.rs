@@ -81,7 +81,16 @@ pub(crate) fn page_columns(alias: &str) -> String {
 /// Whether `filter` is read by walks: it matches less than all, and some of it but not more
 /// than [`MOST_WALKS`] walks.
 pub(crate) fn walks(filter: &EventFilter) -> bool {
-    let walks = paths(filter).len();
+    // Counted as `paths` would make them, without writing out the tags.
+    let walks: usize = filter
+        .items
+        .iter()
+        .map(|item| match &item.types {
+            _ if !item.tags.is_empty() => 1,
+            Some(types) => types.len(),
+            None => 0,
+        })
+        .sum();
     !filter.is_match_all() && walks > 0 && walks <= MOST_WALKS
 }
 
